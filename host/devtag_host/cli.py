@@ -1,0 +1,275 @@
+"""``devtag-host``: tag the NICs and disks of libvirt domains and print their
+device metadata.
+
+Exit status: 0 success, 2 bad input (unknown domain or device, invalid tag or
+XML), 1 runtime failure (libvirt unreachable, ...).  Errors are one line on
+standard error; ``--debug`` adds the traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from . import __version__
+from .errors import DevtagError, InputError, RuntimeFailure
+from .metadata import (
+    DeviceSelectionError,
+    Domain,
+    DomainXmlError,
+    InvalidDocumentError,
+    TagError,
+    TooManyDevicesError,
+    add_tags,
+    devices_document,
+    find_device,
+    parse_domain_xml,
+    remove_tags,
+    tags_of,
+)
+
+log = logging.getLogger("devtag_host")
+_INPUT_ERRORS = (DomainXmlError, TagError, DeviceSelectionError, TooManyDevicesError)
+MAX_XML_FILE_BYTES = 64 * 1024 * 1024
+
+# Each host capability (config drive, metadata server, placement, ...) adds its
+# verbs from its own module: ``register(subparsers)`` adds sub-commands whose
+# ``handler(args)`` raises DevtagError subclasses for exit codes 2 and 1.
+COMMAND_MODULES: Tuple[str, ...] = ()
+
+_DESCRIPTION = """\
+Tag the NICs and disks of libvirt domains with roles, and print the
+OpenStack-compatible devices metadata the guest reads.
+
+Without --connect, devtag uses $DEVTAG_LIBVIRT_URI, else its own embedded QEMU
+driver (qemu:///embed?root=~/.local/share/devtag/libvirt; no daemon needed).
+"""
+
+_EPILOG = """\
+examples:
+  devtag-host demo
+  devtag-host tag web1 52:54:00:12:34:56 nfvfunc1
+  devtag-host tag web1 sdb oracledb fast
+  devtag-host untag web1 sdb fast
+  devtag-host devices web1
+  devtag-host devices --xml web1.xml --tag sdb=oracledb
+
+exit status: 0 success, 2 bad input, 1 runtime failure
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="devtag-host",
+        description=_DESCRIPTION,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log what is done to standard error")
+    parser.add_argument("--debug", action="store_true", help="debug logging and tracebacks on errors")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def connect_option(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("-c", "--connect", metavar="URI", help="libvirt URI (default: embedded QEMU driver)")
+
+    tag = commands.add_parser(
+        "tag",
+        help="add tags to a NIC or disk",
+        description="Add TAGs to the NIC or disk DEVICE of DOMAIN. The tags are stored in the domain's "
+        "<metadata> (live and persistent definitions), keyed by MAC, disk serial, ua- alias or target dev.",
+    )
+    connect_option(tag)
+    tag.add_argument("domain", metavar="DOMAIN", help="domain name, UUID or id")
+    tag.add_argument("device", metavar="DEVICE", help="NIC MAC, disk target (sdb), disk serial or alias")
+    tag.add_argument("tags", metavar="TAG", nargs="+", help="1-60 characters, no ',' or '/' or control characters")
+    tag.set_defaults(handler=_cmd_tag)
+
+    untag = commands.add_parser(
+        "untag", help="remove tags from a NIC or disk", description="Remove TAGs (all tags if none given)."
+    )
+    connect_option(untag)
+    untag.add_argument("domain", metavar="DOMAIN", help="domain name, UUID or id")
+    untag.add_argument("device", metavar="DEVICE", help="NIC MAC, disk target (sdb), disk serial or alias")
+    untag.add_argument("tags", metavar="TAG", nargs="*", help="tags to remove (default: all)")
+    untag.set_defaults(handler=_cmd_untag)
+
+    devices = commands.add_parser(
+        "devices",
+        help="print the devices metadata of a domain",
+        description='Print {"devices": [...]}, validated against the devtag schema, for a domain on a '
+        "libvirt connection or, with --xml, for a domain XML file (offline).",
+    )
+    connect_option(devices)
+    devices.add_argument("domain", metavar="DOMAIN", nargs="?", help="domain name, UUID or id")
+    devices.add_argument("--xml", metavar="FILE", help="read this domain XML file instead ('-' for stdin)")
+    devices.add_argument(
+        "--tag",
+        metavar="DEVICE=TAG",
+        action="append",
+        default=[],
+        help="with --xml: add a tag before printing (repeatable)",
+    )
+    devices.add_argument("--inactive", action="store_true", help="use the persistent definition of a running domain")
+    devices.add_argument("--compact", action="store_true", help="print on one line")
+    devices.set_defaults(handler=_cmd_devices)
+
+    demo = commands.add_parser(
+        "demo",
+        help="define and tag an example domain, print its devices",
+        description="Define the example domain 'devtag-demo' (virtio, virtio-scsi, lsilogic, SATA, USB, cdrom), "
+        "tag its devices and print its devices metadata. With --start it also boots it (empty disks, no OS) "
+        "and prints the metadata of the running domain.",
+    )
+    connect_option(demo)
+    demo.add_argument("--start", action="store_true", help="also start the domain under QEMU, then stop it")
+    demo.set_defaults(handler=_cmd_demo)
+
+    for module_name in COMMAND_MODULES:
+        importlib.import_module(module_name).register(commands)
+    return parser
+
+
+def _print_document(document: Dict[str, Any], compact: bool = False) -> None:
+    text = json.dumps(document, separators=(",", ":")) if compact else json.dumps(document, indent=2)
+    sys.stdout.write(text + "\n")
+
+
+def _connect(uri: Optional[str]) -> Any:
+    from . import virt  # libvirt is imported only by commands that need it
+
+    return virt, virt.open_connection(uri)
+
+
+def _cmd_tag(args: argparse.Namespace) -> None:
+    _change_tags(args, lambda domain: add_tags(domain, args.device, args.tags))
+
+
+def _cmd_untag(args: argparse.Namespace) -> None:
+    _change_tags(args, lambda domain: remove_tags(domain, args.device, args.tags))
+
+
+def _change_tags(args: argparse.Namespace, change: Any) -> None:
+    virt, connection = _connect(args.connect)
+    try:
+        domain = virt.lookup_domain(connection, args.domain)
+        virt.update_tags(domain, change)
+        current = virt.read_domain(domain, inactive=not domain.isActive())
+        tags = tags_of(current, find_device(current, args.device))
+        print(f"{current.name} {args.device}: {', '.join(tags) if tags else '(no tags)'}")
+    finally:
+        connection.close()
+
+
+def _read_xml_file(name: str) -> bytes:
+    try:
+        if name == "-":
+            data = sys.stdin.buffer.read(MAX_XML_FILE_BYTES + 1)
+        else:
+            with open(name, "rb") as handle:
+                data = handle.read(MAX_XML_FILE_BYTES + 1)
+    except OSError as exc:
+        raise InputError(f"cannot read {name}: {exc.strerror}") from None
+    if len(data) > MAX_XML_FILE_BYTES:
+        raise InputError(f"{name} is larger than {MAX_XML_FILE_BYTES} bytes")
+    return data
+
+
+def _parse_tag_options(options: Sequence[str]) -> List[Tuple[str, str]]:
+    pairs = []
+    for option in options:
+        device, sep, tag = option.partition("=")
+        if not sep or not device:
+            raise InputError(f"--tag {option!r}: expected DEVICE=TAG")
+        pairs.append((device, tag))
+    return pairs
+
+
+def _cmd_devices(args: argparse.Namespace) -> None:
+    if args.xml is not None:
+        if args.domain or args.connect:
+            raise InputError("give either DOMAIN (on a libvirt connection) or --xml FILE, not both")
+        domain = parse_domain_xml(_read_xml_file(args.xml))
+        for device, tag in _parse_tag_options(args.tag):
+            domain = _with_entries(domain, add_tags(domain, device, [tag]))
+    else:
+        if not args.domain:
+            raise InputError("name a DOMAIN or give --xml FILE")
+        if args.tag:
+            raise InputError("--tag only applies to --xml; use 'devtag-host tag' to tag a defined domain")
+        virt, connection = _connect(args.connect)
+        try:
+            handle = virt.lookup_domain(connection, args.domain)
+            domain = virt.read_domain(handle, inactive=args.inactive)
+        finally:
+            connection.close()
+    _print_document(devices_document(domain), compact=args.compact)
+
+
+def _with_entries(domain: Domain, entries: Any) -> Domain:
+    from dataclasses import replace
+
+    return replace(domain, tag_entries=tuple(entries))
+
+
+def _cmd_demo(args: argparse.Namespace) -> None:
+    from . import example
+
+    virt, connection = _connect(args.connect)
+    try:
+        root = virt.embedded_root(connection.getURI())
+        images = (root or Path.home() / ".local/share/devtag") / "demo-images"
+        example.create_demo_images(images)
+        try:
+            handle = connection.defineXML(example.demo_domain_xml(images))
+        except Exception as exc:  # libvirt.libvirtError, without importing libvirt here
+            raise RuntimeFailure(f"cannot define the example domain: {exc}") from None
+        for selector, tags in example.DEMO_TAGS:
+            virt.update_tags(handle, lambda domain, s=selector, t=tags: add_tags(domain, s, list(t)))
+        log.info("defined and tagged domain %s on %s", example.DEMO_DOMAIN_NAME, connection.getURI())
+        if not args.start:
+            _print_document(devices_document(virt.read_domain(handle, inactive=True)))
+            return
+        handle.create()
+        try:
+            _print_document(devices_document(virt.read_domain(handle)))
+        finally:
+            handle.destroy()
+    finally:
+        connection.close()
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    level = logging.DEBUG if args.debug else logging.INFO if args.verbose else logging.WARNING
+    logging.basicConfig(level=level, format="devtag-host: %(levelname)s: %(message)s")
+    try:
+        args.handler(args)
+    except DevtagError as exc:
+        return _fail(args, str(exc), exc.exit_code)
+    except _INPUT_ERRORS as exc:
+        return _fail(args, str(exc), 2)
+    except InvalidDocumentError as exc:
+        return _fail(args, str(exc), 1)
+    except BrokenPipeError:
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+def _fail(args: argparse.Namespace, message: str, code: int) -> int:
+    if args.debug:
+        log.exception("failed")
+    sys.stderr.write(f"devtag-host: error: {message}\n")
+    return code
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""Which tags belong to which device, and the rules for changing them.
+
+Tags are stored in the domain's devtag ``<metadata>`` element keyed by a stable
+device identity -- the MAC of a NIC; the serial, else the ``ua-`` alias, else
+the target dev of a disk -- so they survive libvirtd restarts and travel with
+the domain XML.  Everything here is pure: it takes a parsed
+:class:`~devtag_host.metadata.model.Domain` and returns new tag entries, which
+the caller writes back through libvirt.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+from .model import Disk, Domain, Nic, TagEntry
+from .tags import MAX_TAGS_PER_DEVICE, TagError, check_tag
+
+Device = Union[Nic, Disk]
+
+# Disks that are the instance's own config drive are never listed or tagged.
+CONFIG_DRIVE_ALIAS = "ua-devtag-config-drive"
+_NOVA_CONFIG_DRIVE_FILE = "disk.config"
+
+
+class DeviceSelectionError(LookupError):
+    """No device, or more than one, matches what the user named."""
+
+
+def is_config_drive(disk: Disk) -> bool:
+    if disk.alias == CONFIG_DRIVE_ALIAS:
+        return True
+    return bool(disk.source_file) and disk.source_file.rsplit("/", 1)[-1] == _NOVA_CONFIG_DRIVE_FILE
+
+
+def kind_of(device: Device) -> str:
+    return "nic" if isinstance(device, Nic) else "disk"
+
+
+def identity(device: Device) -> Optional[Tuple[str, str]]:
+    """The (key, value) under which the device's tags are stored."""
+    if isinstance(device, Nic):
+        return ("mac", device.mac) if device.mac else None
+    if device.serial:
+        return ("serial", device.serial)
+    if device.alias and device.alias.startswith("ua-"):
+        return ("alias", device.alias)
+    if device.target_dev:
+        return ("target", device.target_dev)
+    return None
+
+
+def _matches(entry: TagEntry, device: Device) -> bool:
+    if entry.kind != kind_of(device):
+        return False
+    if isinstance(device, Nic):
+        return device.mac is not None and entry.value.lower() == device.mac
+    field = {"serial": device.serial, "alias": device.alias, "target": device.target_dev}.get(entry.key)
+    return field is not None and field == entry.value
+
+
+def tags_of(domain: Domain, device: Device) -> Tuple[str, ...]:
+    """All tags stored for ``device``, in the order they were added."""
+    tags: Dict[str, None] = {}
+    for entry in domain.tag_entries:
+        if _matches(entry, device):
+            tags.update(dict.fromkeys(entry.tags))
+    return tuple(tags)
+
+
+def taggable_devices(domain: Domain) -> List[Device]:
+    return [*domain.nics, *(d for d in domain.disks if not is_config_drive(d))]
+
+
+def find_device(domain: Domain, selector: str) -> Device:
+    """The one NIC or disk named by a MAC, disk target (``sdb``), serial or alias."""
+    wanted = selector.strip()
+    matches = []
+    for device in taggable_devices(domain):
+        if isinstance(device, Nic):
+            hit = wanted.lower() == (device.mac or "") or wanted == device.alias
+        else:
+            hit = wanted in (device.target_dev, device.serial, device.alias)
+        if hit:
+            matches.append(device)
+    if not matches:
+        raise DeviceSelectionError(
+            f"no NIC or disk of domain {domain.name!r} has the MAC, target, serial or alias {selector!r}"
+        )
+    if len(matches) > 1:
+        raise DeviceSelectionError(
+            f"{selector!r} names {len(matches)} devices of domain {domain.name!r}; use a MAC or a target dev"
+        )
+    return matches[0]
+
+
+def _without_device(domain: Domain, device: Device) -> List[TagEntry]:
+    return [entry for entry in domain.tag_entries if not _matches(entry, device)]
+
+
+def add_tags(domain: Domain, selector: str, new_tags: Sequence[str]) -> Tuple[TagEntry, ...]:
+    """Tag entries after adding ``new_tags`` to the device named by ``selector``.
+
+    A tag is unique per (domain, device type): adding a tag that another device
+    of the same type already carries is refused.
+    """
+    for tag in new_tags:
+        check_tag(tag)
+    device = find_device(domain, selector)
+    key = identity(device)
+    if key is None:
+        raise DeviceSelectionError(f"{selector!r} has no MAC, serial, alias or target to store tags under")
+    kind = kind_of(device)
+    for other in taggable_devices(domain):
+        if other is device or kind_of(other) != kind:
+            continue
+        clash = set(new_tags).intersection(tags_of(domain, other))
+        if clash:
+            raise TagError(
+                f"tag {sorted(clash)[0]!r} is already on another {kind} of domain {domain.name!r}"
+                f" ({_describe(other)}); a tag is unique per domain and device type"
+            )
+    tags = dict.fromkeys(tags_of(domain, device))
+    tags.update(dict.fromkeys(new_tags))
+    if len(tags) > MAX_TAGS_PER_DEVICE:
+        raise TagError(f"a device carries at most {MAX_TAGS_PER_DEVICE} tags")
+    entry = TagEntry(kind=kind, key=key[0], value=key[1], tags=tuple(tags))
+    return (*_without_device(domain, device), entry)
+
+
+def remove_tags(domain: Domain, selector: str, tags: Iterable[str] = ()) -> Tuple[TagEntry, ...]:
+    """Tag entries after removing ``tags`` (all of them when empty) from a device."""
+    device = find_device(domain, selector)
+    doomed = set(tags)
+    remaining = tuple(t for t in tags_of(domain, device) if doomed and t not in doomed)
+    key = identity(device)
+    entries = _without_device(domain, device)
+    if remaining and key is not None:
+        entries.append(TagEntry(kind=kind_of(device), key=key[0], value=key[1], tags=remaining))
+    return tuple(entries)
+
+
+def _describe(device: Device) -> str:
+    if isinstance(device, Nic):
+        return f"MAC {device.mac}"
+    return f"disk {device.target_dev or device.serial or device.alias}"

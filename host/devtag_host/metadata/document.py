@@ -1,0 +1,78 @@
+"""Turn a parsed domain into the guest-facing ``{"devices": [...]}`` document.
+
+The document is Nova-compatible (``type``, ``bus``, ``address``, ``mac``,
+``serial``, ``vlan``, ``vf_trusted``, ``tags``) plus devtag's additions
+(``pci_path``, ``controller``), and is validated against the shared schema
+before anyone sees it.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from typing import Any, Dict, List
+
+from .device_tags import taggable_devices, tags_of
+from .guest_address import Topology
+from .model import Disk, Domain, Nic
+from .validation import validate_document
+
+MAX_DEVICES = 4096
+_SAFE_DEV_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,14}$")
+
+
+class TooManyDevicesError(ValueError):
+    pass
+
+
+def device_entries(domain: Domain) -> List[Dict[str, Any]]:
+    """One metadata entry per NIC and disk (config drive excluded), in XML order."""
+    devices = taggable_devices(domain)
+    if len(devices) > MAX_DEVICES:
+        raise TooManyDevicesError(
+            f"domain {domain.name!r} has {len(devices)} NICs and disks; the metadata carries at most {MAX_DEVICES}"
+        )
+    topology = Topology(domain)
+    entries = []
+    for device in devices:
+        if isinstance(device, Nic):
+            if device.mac is None:
+                continue  # only hand-written XML lacks a MAC; libvirt always assigns one
+            location = topology.locate_nic(device)
+            entry: Dict[str, Any] = {"type": "nic"}
+        else:
+            location = topology.locate_disk(device)
+            entry = {"type": "disk"}
+        entry["bus"] = location.bus
+        entry["address"] = location.address or "none"
+        if location.pci_path:
+            entry["pci_path"] = location.pci_path
+        if location.controller:
+            entry["controller"] = dict(location.controller)
+        if isinstance(device, Nic):
+            entry["mac"] = device.mac
+            if device.vlan is not None:
+                entry["vlan"] = device.vlan
+            entry["vf_trusted"] = bool(device.trusted)
+            if location.bus == "none" and device.guest_name and _SAFE_DEV_NAME.match(device.guest_name):
+                entry["devname"] = device.guest_name
+        else:
+            _add_disk_fields(entry, device, location.bus)
+        entry["tags"] = list(tags_of(domain, device))
+        entries.append(entry)
+    return entries
+
+
+def _add_disk_fields(entry: Dict[str, Any], disk: Disk, bus: str) -> None:
+    if disk.serial:
+        entry["serial"] = disk.serial
+    if bus in ("none", "xen") and disk.target_dev and _SAFE_DEV_NAME.match(disk.target_dev):
+        entry["path"] = posixpath.join("/dev", disk.target_dev)
+
+
+def devices_document(domain: Domain, *, validate: bool = True) -> Dict[str, Any]:
+    """The ``{"devices": [...]}`` document of ``domain``, schema-validated."""
+    document = {"devices": device_entries(domain)}
+    if validate:
+        validate_document(document)
+    return document

@@ -1,0 +1,177 @@
+"""The libvirt edge: connections (including the embedded QEMU driver), domain
+XML in, devtag's ``<metadata>`` element out.
+
+Everything that talks to libvirt is here, behind a handful of functions, so
+the metadata logic stays pure and testable from XML alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+from pathlib import Path
+from typing import Callable, List, Optional, Tuple
+from urllib.parse import parse_qs, urlsplit
+
+import libvirt
+
+from .errors import InputError, RuntimeFailure
+from .metadata import (
+    TAGS_NAMESPACE,
+    DeviceSelectionError,
+    Domain,
+    TagEntry,
+    parse_domain_xml,
+    tag_entries_xml,
+)
+
+log = logging.getLogger(__name__)
+
+URI_ENVIRONMENT_VARIABLE = "DEVTAG_LIBVIRT_URI"
+_METADATA_KEY = "devtag"
+_UUID = re.compile(r"^[0-9a-fA-F]{8}-?([0-9a-fA-F]{4}-?){3}[0-9a-fA-F]{12}$")
+_EMBEDDED_QEMU_CONF = 'stdio_handler = "file"\n'
+_event_loop_started = False
+_event_loop_lock = threading.Lock()
+
+
+def default_uri() -> str:
+    """``$DEVTAG_LIBVIRT_URI``, else devtag's own embedded QEMU driver (no daemon)."""
+    configured = os.environ.get(URI_ENVIRONMENT_VARIABLE)
+    if configured:
+        return configured
+    data_home = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return f"qemu:///embed?root={os.path.join(data_home, 'devtag', 'libvirt')}"
+
+
+def embedded_root(uri: str) -> Optional[Path]:
+    """The root directory of a ``qemu:///embed?root=DIR`` URI, else None."""
+    parts = urlsplit(uri)
+    if parts.scheme != "qemu" or parts.path != "/embed":
+        return None
+    roots = parse_qs(parts.query).get("root")
+    if not roots or not os.path.isabs(roots[0]):
+        raise InputError(f"{uri!r}: the embedded driver needs an absolute root=DIR")
+    return Path(roots[0])
+
+
+def prepare_embedded_root(root: Path) -> None:
+    """Create the root and a qemu.conf that sends QEMU's output to log files.
+
+    An existing qemu.conf is left alone: it is the operator's.
+    """
+    conf = root / "etc" / "qemu.conf"
+    if not conf.exists():
+        conf.parent.mkdir(parents=True, exist_ok=True)
+        conf.write_text(_EMBEDDED_QEMU_CONF, encoding="utf-8")
+
+
+def start_event_loop() -> None:
+    """Register libvirt's default event loop and run it in a daemon thread (once).
+
+    The embedded driver needs it to talk to QEMU, and domain events need it.
+    It must be registered before the first connection is opened.
+    """
+    global _event_loop_started
+    with _event_loop_lock:
+        if _event_loop_started:
+            return
+        libvirt.virEventRegisterDefaultImpl()
+
+        def run() -> None:
+            while True:
+                libvirt.virEventRunDefaultImpl()
+
+        threading.Thread(target=run, name="libvirt-event-loop", daemon=True).start()
+        _event_loop_started = True
+
+
+def _quiet_libvirt_errors(_context: object, _error: object) -> None:
+    """libvirt prints every error to stderr; we report them ourselves."""
+
+
+def open_connection(uri: Optional[str] = None) -> libvirt.virConnect:
+    """Open ``uri`` (default: :func:`default_uri`), preparing an embedded root if needed."""
+    uri = uri or default_uri()
+    start_event_loop()
+    libvirt.registerErrorHandler(_quiet_libvirt_errors, None)
+    root = embedded_root(uri)
+    if root is not None:
+        prepare_embedded_root(root)
+    try:
+        connection = libvirt.open(uri)
+    except libvirt.libvirtError as exc:
+        raise RuntimeFailure(f"cannot connect to libvirt at {uri}: {exc.get_error_message()}") from None
+    log.debug("connected to %s", uri)
+    return connection
+
+
+def lookup_domain(connection: libvirt.virConnect, name: str) -> libvirt.virDomain:
+    """A domain by name, UUID or numeric id."""
+    lookups: List[Callable[[], libvirt.virDomain]] = [lambda: connection.lookupByName(name)]
+    if _UUID.match(name):
+        lookups.append(lambda: connection.lookupByUUIDString(name))
+    if name.isdigit() and len(name) < 10:
+        lookups.append(lambda: connection.lookupByID(int(name)))
+    for lookup in lookups:
+        try:
+            return lookup()
+        except libvirt.libvirtError as exc:
+            if exc.get_error_code() != libvirt.VIR_ERR_NO_DOMAIN:
+                raise RuntimeFailure(f"cannot look up domain {name!r}: {exc.get_error_message()}") from None
+    raise InputError(f"no domain named {name!r} (nor with that UUID or id)")
+
+
+def read_domain(domain: libvirt.virDomain, *, inactive: bool = False) -> Domain:
+    """Parse the domain's live XML (its config XML when inactive or asked)."""
+    flags = libvirt.VIR_DOMAIN_XML_INACTIVE if inactive else 0
+    try:
+        xml = domain.XMLDesc(flags)
+    except libvirt.libvirtError as exc:
+        raise RuntimeFailure(f"cannot read the XML of domain {domain.name()!r}: {exc.get_error_message()}") from None
+    return parse_domain_xml(xml)
+
+
+def _views(domain: libvirt.virDomain) -> List[Tuple[int, bool]]:
+    """(libvirt flag, read-inactive) for each definition a tag change must reach."""
+    views = []
+    if domain.isActive():
+        views.append((libvirt.VIR_DOMAIN_AFFECT_LIVE, False))
+    if domain.isPersistent():
+        views.append((libvirt.VIR_DOMAIN_AFFECT_CONFIG, True))
+    return views
+
+
+def update_tags(domain: libvirt.virDomain, change: Callable[[Domain], Tuple[TagEntry, ...]]) -> None:
+    """Apply a tag change to the live and the persistent definition of a domain.
+
+    Each definition is changed on its own, so a device that exists only in one
+    (hot-plugged live, or added to the config for the next boot) still gets its
+    tags where it is.  The change must succeed in at least one definition.
+    A concurrent writer can still interleave between read and write: libvirt
+    offers no compare-and-swap on metadata.
+    """
+    first_miss: Optional[DeviceSelectionError] = None
+    applied = 0
+    for flag, inactive in _views(domain):
+        try:
+            entries = change(read_domain(domain, inactive=inactive))
+        except DeviceSelectionError as exc:
+            first_miss = first_miss or exc
+            continue
+        _write_tag_entries(domain, entries, flag)
+        applied += 1
+    if not applied:
+        raise first_miss or InputError(f"domain {domain.name()!r} is neither running nor defined")
+
+
+def _write_tag_entries(domain: libvirt.virDomain, entries: Tuple[TagEntry, ...], flag: int) -> None:
+    xml = tag_entries_xml(entries) if any(e.tags for e in entries) else None
+    try:
+        domain.setMetadata(
+            libvirt.VIR_DOMAIN_METADATA_ELEMENT, xml, _METADATA_KEY if xml else None, TAGS_NAMESPACE, flag
+        )
+    except libvirt.libvirtError as exc:
+        raise RuntimeFailure(f"cannot store tags of domain {domain.name()!r}: {exc.get_error_message()}") from None

@@ -1,0 +1,68 @@
+"""One distribution, three import packages.
+
+* ``devtag_agent`` (guest-agent/) -- the guest agent; needs only jsonschema,
+  pyudev and requests, so image builders can use distro packages.
+* ``devtag_schema`` (schema/)     -- the JSON Schema both sides load.
+* ``devtag_host`` (host/)         -- host tools; ``pip install devtag[host]``.
+"""
+
+from setuptools import find_packages, setup
+
+HOST_PACKAGES = find_packages("host")
+AGENT_PACKAGES = find_packages("guest-agent")
+
+package_dir = {"devtag_schema": "schema"}
+package_dir.update({name: "host/" + name.replace(".", "/") for name in HOST_PACKAGES})
+package_dir.update({name: "guest-agent/" + name.replace(".", "/") for name in AGENT_PACKAGES})
+
+setup(
+    name="devtag",
+    version="0.1.0",
+    description="Virtual device role tagging for libvirt/KVM clouds: host metadata and guest agent",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    python_requires=">=3.9",
+    package_dir=package_dir,
+    packages=["devtag_schema", *HOST_PACKAGES, *AGENT_PACKAGES],
+    package_data={"devtag_schema": ["*.json"], "devtag_host.examples": ["*.xml"]},
+    install_requires=[
+        # The guest agent's only dependencies: all three are distro-packaged.
+        "jsonschema>=3.2",
+        "pyudev>=0.21",
+        "requests>=2.25",
+    ],
+    extras_require={
+        "host": [
+            "libvirt-python>=9.0",
+            "defusedxml>=0.7.1",
+            "jsonschema-rs>=0.20",
+            "pycdlib>=1.14",
+            "starlette>=0.37",
+            "uvicorn[standard]>=0.29",
+            "sqlalchemy>=2.0",
+            "alembic>=1.13",
+            "psycopg[binary]>=3.1",
+            "os-traits>=3.0",
+            "os-resource-classes>=1.1",
+        ],
+        "test": [
+            "pytest>=8",
+            "pytest-timeout>=2.3",
+            "hypothesis>=6.100",
+            "httpx>=0.27",
+            "ruff==0.17.5",
+        ],
+    },
+    entry_points={
+        "console_scripts": [
+            "devtag-host=devtag_host.cli:main",
+            "devtag-agent=devtag_agent.cli:main",
+        ]
+    },
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "Operating System :: POSIX :: Linux",
+        "Topic :: System :: Systems Administration",
+    ],
+)

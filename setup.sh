@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Set up devtag on a fresh Debian 12 machine in one go, then run the demo.
+#
+#   ./setup.sh             system packages + .venv + `devtag-host demo`
+#   ./setup.sh --no-demo   the same without the demo
+#
+# Needs root or sudo for the system packages.  Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+run_demo=1
+for arg in "$@"; do
+    case "$arg" in
+        --no-demo) run_demo=0 ;;
+        -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
+        *) echo "setup.sh: unknown option $arg" >&2; exit 2 ;;
+    esac
+done
+
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+
+# Why each system package is here: README.md, "Dependencies".
+apt_packages=(
+    python3 python3-venv python3-dev gcc pkg-config      # virtualenv; build libvirt-python
+    libvirt-dev libvirt-daemon-driver-qemu               # libvirt, embedded QEMU driver (no daemon)
+    qemu-system-x86 qemu-utils                           # real QEMU for the integration tests
+    genisoimage xorriso libxml2-utils                    # ISO tools the tests compare against
+    udev iproute2                                        # udevadm verify, network namespaces
+    postgresql nginx wrk                                 # placement on PostgreSQL, HTTP baselines
+)
+missing=()
+for package in "${apt_packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+    echo "setup.sh: installing ${missing[*]}"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# libvirt's QEMU driver runs QEMU as libvirt-qemu even when embedded; the
+# libvirt-daemon-system package would create that user, but we need no daemon.
+# It must be in group kvm: otherwise libvirt sees /dev/kvm appear and vanish
+# between checks and re-probes QEMU on every call (~2 minutes per define).
+if ! getent passwd libvirt-qemu >/dev/null; then
+    $sudo useradd --system --user-group --no-create-home --home-dir /var/lib/libvirt \
+        --shell /usr/sbin/nologin libvirt-qemu
+fi
+if getent group kvm >/dev/null && ! id -nG libvirt-qemu | grep -qw kvm; then
+    $sudo usermod -aG kvm libvirt-qemu
+fi
+
+if [ ! -x .venv/bin/python ]; then
+    /usr/bin/python3 -m venv .venv
+fi
+.venv/bin/pip install -q --upgrade pip >/dev/null
+.venv/bin/pip install -q -e '.[host,test]'
+
+if [ "$run_demo" -eq 1 ]; then
+    echo "setup.sh: running the demo: .venv/bin/devtag-host demo" >&2
+    .venv/bin/devtag-host demo
+fi
