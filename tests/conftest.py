@@ -8,6 +8,7 @@ undefine them (use :func:`define_domain`, which does it for you).
 from __future__ import annotations
 
 import shutil
+import tempfile
 import uuid
 from pathlib import Path
 from typing import Callable, Iterator
@@ -25,9 +26,21 @@ def _libvirt_available() -> bool:
     return shutil.which("qemu-system-x86_64") is not None
 
 
+def _world_traversable_tmpdir(prefix: str) -> Path:
+    """QEMU runs as libvirt-qemu: it must reach the embedded root and the images.
+
+    pytest's own tmp dirs live under a 0700 directory, so these do not.
+    """
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    path.chmod(0o755)
+    return path
+
+
 @pytest.fixture(scope="session")
-def embedded_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("libvirt-embed")
+def embedded_root() -> Iterator[Path]:
+    root = _world_traversable_tmpdir("devtag-libvirt-")
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -53,14 +66,11 @@ def libvirt_conn(libvirt_uri: str) -> Iterator[object]:
 
 
 @pytest.fixture
-def image_dir(tmp_path: Path) -> Path:
-    """A directory readable by libvirt's QEMU user, for disk images."""
-    tmp_path.chmod(0o755)
-    for parent in tmp_path.parents:
-        if parent == Path("/tmp") or parent == Path("/"):
-            break
-        parent.chmod(parent.stat().st_mode | 0o005)
-    return tmp_path
+def image_dir() -> Iterator[Path]:
+    """A directory libvirt's QEMU user can read, for disk images."""
+    directory = _world_traversable_tmpdir("devtag-images-")
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture
@@ -79,7 +89,7 @@ def define_domain(libvirt_conn: object) -> Iterator[Callable[[str], object]]:
             if domain.isActive():
                 domain.destroy()
             domain.undefine()
-        except Exception:  # noqa: BLE001 - already gone is fine
+        except Exception:
             pass
 
 

@@ -141,23 +141,21 @@ def ec2_meta_data(instance: Instance) -> Dict[str, Any]:
     document: Dict[str, Any] = {
         "ami-id": "ami-00000000",
         "ami-launch-index": instance.launch_index,
-        "ami-manifest-path": "FIXME",
+        "ami-manifest-path": "FIXME",  # sic: what Nova writes
         "block-device-mapping": {"ami": "vda", "root": "/dev/vda"},
         "hostname": instance.host_name,
         "instance-action": "none",
         "instance-id": instance.uuid,
         "instance-type": "devtag",
         "local-hostname": instance.host_name,
-        "local-ipv4": None,
         "placement": {"availability-zone": instance.availability_zone},
         "public-hostname": instance.host_name,
-        "public-ipv4": None,
         "reservation-id": f"r-{instance.uuid[:8]}",
         "security-groups": [],
     }
     if instance.public_keys:
         document["public-keys"] = {
-            str(index): {"openssh-key": key, "_name": name} for index, (name, key) in enumerate(instance.public_keys)
+            str(index): {"openssh-key": key} for index, (_, key) in enumerate(instance.public_keys)
         }
     return document
 
@@ -194,19 +192,9 @@ def instance_files(instance: Instance) -> Dict[str, bytes]:
             files[base + "vendor_data2.json"] = vendor_data2
     for index, (_path, content) in enumerate(instance.files):
         files[f"openstack/content/{index:04d}"] = content
-    ec2 = _encode(_ec2_for_json(ec2_meta_data(instance)))
+    ec2 = _encode(ec2_meta_data(instance))
     for version in (*EC2_VERSIONS, LATEST):
         files[f"ec2/{version}/meta-data.json"] = ec2
         if instance.user_data is not None:
             files[f"ec2/{version}/user-data"] = instance.user_data
     return files
-
-
-def _ec2_for_json(document: Dict[str, Any]) -> Dict[str, Any]:
-    """Nova's meta-data.json shape: public-keys as {"0": {"openssh-key": ...}}."""
-    result = dict(document)
-    if "public-keys" in result:
-        result["public-keys"] = {
-            index: {"openssh-key": entry["openssh-key"]} for index, entry in result["public-keys"].items()
-        }
-    return result

@@ -10,6 +10,7 @@ yields a clear :class:`DomainXmlError`, never a crash.
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 from typing import Dict, Iterable, List, Optional
 
@@ -33,6 +34,8 @@ from .tags import MAX_TAGS_PER_DEVICE, TagError, check_tag
 # The XML namespace of devtag's element inside the domain's <metadata>.
 TAGS_NAMESPACE = "https://devtag.dev/xmlns/tags/1"
 MAX_XML_BYTES = 64 * 1024 * 1024
+# C strtoul(base 0) syntax, ASCII only (Python's int() would take any Unicode digit).
+_NUMBER = re.compile(r"\A(0[xX][0-9a-fA-F]{1,8}|0[0-7]{0,11}|[1-9][0-9]{0,11})\Z")
 _DISK_DEVICES = frozenset({"disk", "cdrom", "lun"})
 _TAG_KEYS = {"nic": ("mac",), "disk": ("serial", "alias", "target")}
 
@@ -90,17 +93,14 @@ def _read_domain(root: ET.Element) -> Domain:
 def parse_number(value: str, where: str, maximum: int) -> int:
     """Parse an XML attribute number as libvirt does, within ``0..maximum``."""
     text = value.strip()
-    try:
-        if len(text) > 12:
-            raise ValueError
-        if text[:2].lower() == "0x":
-            number = int(text[2:], 16)
-        elif len(text) > 1 and text.startswith("0"):
-            number = int(text[1:], 8)
-        else:
-            number = int(text, 10)
-    except ValueError:
-        raise DomainXmlError(f"{where}: {value!r} is not a number") from None
+    if not _NUMBER.match(text):
+        raise DomainXmlError(f"{where}: {value!r} is not a number")
+    if text[:2].lower() == "0x":
+        number = int(text[2:], 16)
+    elif text.startswith("0"):
+        number = int(text, 8)
+    else:
+        number = int(text, 10)
     if not 0 <= number <= maximum:
         raise DomainXmlError(f"{where}: {value!r} is out of range (0..{maximum:#x})")
     return number

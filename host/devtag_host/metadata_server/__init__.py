@@ -1,0 +1,82 @@
+"""An OpenStack-compatible metadata service for libvirt domains.
+
+Serves each instance the documents of its config drive (``/openstack/...``,
+the EC2 tree), identified by its source address (DHCP lease / neighbour
+table -> MAC -> domain) or, behind Nova's metadata proxy, by the signed
+``X-Instance-ID`` headers; kept live by libvirt domain events.
+
+Example (in a host daemon)::
+
+    from devtag_host import virt
+    from devtag_host.metadata_server import MetadataService
+    service = MetadataService(virt.open_connection("qemu:///system"))
+    service.run(host="169.254.169.254", port=80)
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Optional
+
+from .app import create_app
+from .directory import InstanceDirectory
+from .requester import AddressBook, DirectIdentifier, ProxyIdentifier, instance_signature
+from .site import build_site
+
+__all__ = [
+    "AddressBook",
+    "DirectIdentifier",
+    "InstanceDirectory",
+    "MetadataService",
+    "ProxyIdentifier",
+    "build_site",
+    "create_app",
+    "instance_signature",
+]
+
+
+class MetadataService:
+    """Directory + libvirt watcher + ASGI application, ready to serve."""
+
+    def __init__(
+        self,
+        connection: Any,
+        *,
+        proxy_secret: Optional[bytes] = None,
+        addresses: Optional[AddressBook] = None,
+        extras: Callable[[str], Mapping[str, Any]] = lambda _uuid: {},
+        log_requests: bool = True,
+    ) -> None:
+        from .libvirt_watch import LibvirtWatcher
+
+        self.directory = InstanceDirectory()
+        self.watcher = LibvirtWatcher(connection, self.directory, extras=extras)
+        if proxy_secret is None and addresses is None:
+            addresses = AddressBook(leases=self.watcher.leases)
+        self.app = create_app(self.directory, proxy_secret=proxy_secret, addresses=addresses, log_requests=log_requests)
+        self._server: Any = None
+
+    def run(self, *, host: str = "127.0.0.1", port: int = 8775, fd: Optional[int] = None) -> None:
+        """Serve in this thread until interrupted (SIGINT/SIGTERM)."""
+        import uvicorn
+
+        from .server import server_config
+
+        self.watcher.start()
+        try:
+            uvicorn.Server(server_config(self.app, host=host, port=port, fd=fd)).run()
+        finally:
+            self.watcher.stop()
+
+    def start_in_thread(self, *, host: str = "127.0.0.1", port: int = 0) -> int:
+        """Serve from a background thread (tests, embedding); returns the bound port."""
+        from .server import BackgroundServer
+
+        self.watcher.start()
+        self._server = BackgroundServer(self.app, host=host, port=port)
+        return self._server.port
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+        self.watcher.stop()

@@ -1,0 +1,168 @@
+"""The HTTP side: an ASGI application answering metadata requests.
+
+Per request: refuse what a metadata client never sends (methods other than
+GET/HEAD, bodies, long URLs, large headers), identify the requester
+(:mod:`.requester`), look the path up in that instance's site
+(:mod:`.site`), answer, and write one JSON line to the access log.
+
+The lookup path is plain ASGI, because it must answer tens of thousands of
+requests a second on one core; it is mounted in a Starlette application,
+which also serves ``/healthz`` for supervisors.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse
+from starlette.routing import Mount, Route
+
+from .directory import InstanceDirectory
+from .requester import DirectIdentifier, Identity, ProxyIdentifier, Refusal
+from .site import TEXT
+
+access_log = logging.getLogger("devtag_host.metadata_server.access")
+
+MAX_PATH_BYTES = 1024
+MAX_HEADER_BYTES = 8 * 1024
+MAX_HEADERS = 64
+HEALTH_PATH = "/healthz"
+
+Scope = Dict[str, Any]
+Receive = Callable[[], Awaitable[Dict[str, Any]]]
+Send = Callable[[Dict[str, Any]], Awaitable[None]]
+
+_REFUSALS = {
+    400: b"Bad Request",
+    403: b"Forbidden",
+    404: b"Not Found",
+    405: b"Method Not Allowed",
+    413: b"Payload Too Large",
+    414: b"URI Too Long",
+    431: b"Request Header Fields Too Large",
+}
+
+
+def _request_problem(scope: Scope) -> Optional[Refusal]:
+    if scope["method"] not in ("GET", "HEAD"):
+        return Refusal(405, f"method {scope['method']}")
+    raw_path = scope.get("raw_path") or scope["path"].encode("utf-8", "surrogateescape")
+    if len(raw_path) + len(scope.get("query_string", b"")) > MAX_PATH_BYTES:
+        return Refusal(414, "URL too long")
+    headers: List[Tuple[bytes, bytes]] = scope["headers"]
+    if len(headers) > MAX_HEADERS or sum(len(n) + len(v) for n, v in headers) > MAX_HEADER_BYTES:
+        return Refusal(431, "headers too large")
+    for name, value in headers:
+        if name == b"transfer-encoding" or (name == b"content-length" and value.strip() not in (b"", b"0")):
+            return Refusal(413, "request has a body")
+    return None
+
+
+class MetadataEndpoint:
+    """ASGI: the metadata site of whoever is asking."""
+
+    def __init__(self, identifier: Any, *, log_requests: bool = True) -> None:
+        self._identifier = identifier
+        self._log_requests = log_requests
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        started = time.perf_counter()
+        client = scope.get("client")
+        address = client[0] if client else None
+        path = scope["path"]
+        instance = None
+        problem = _request_problem(scope)
+        if problem is None:
+            headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
+            verdict = self._identifier.identify(address, headers)
+            if isinstance(verdict, Identity):
+                instance = verdict.entry.instance.uuid
+                page = verdict.entry.site.get(path)
+                if page is None:
+                    problem = Refusal(404, "no such path")
+                else:
+                    body = b"" if scope["method"] == "HEAD" else page.body
+                    await _respond(send, 200, page.content_type, page.body, body, close=False)
+                    self._log(started, address, scope, path, 200, len(body), instance, verdict.via)
+                    return
+            else:
+                problem = verdict
+        text = _REFUSALS.get(problem.status, b"Error")
+        body = b"" if scope["method"] == "HEAD" else text
+        # Refused requests close the connection: an unread body must not be parsed as a request.
+        await _respond(send, problem.status, TEXT, text, body, close=problem.status in (405, 413, 414, 431))
+        self._log(started, address, scope, path, problem.status, len(body), instance, problem.reason)
+
+    def _log(
+        self,
+        started: float,
+        address: Optional[str],
+        scope: Scope,
+        path: str,
+        status: int,
+        size: int,
+        instance: Optional[str],
+        note: str,
+    ) -> None:
+        if not self._log_requests or not access_log.isEnabledFor(logging.INFO):
+            return
+        access_log.info(
+            json.dumps(
+                {
+                    "ts": round(time.time(), 3),
+                    "client": address,
+                    "method": scope["method"],
+                    "path": path[:MAX_PATH_BYTES],
+                    "status": status,
+                    "bytes": size,
+                    "instance": instance,
+                    "note": note,
+                    "ms": round((time.perf_counter() - started) * 1000, 3),
+                },
+                ensure_ascii=True,
+            )
+        )
+
+
+async def _respond(send: Send, status: int, content_type: bytes, full: bytes, body: bytes, *, close: bool) -> None:
+    headers = [(b"content-type", content_type), (b"content-length", str(len(full)).encode("ascii"))]
+    if close:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def create_app(
+    directory: InstanceDirectory,
+    *,
+    identifier: Any = None,
+    proxy_secret: Optional[bytes] = None,
+    addresses: Any = None,
+    log_requests: bool = True,
+) -> Starlette:
+    """The ASGI application.
+
+    With ``proxy_secret`` requesters are identified by Nova's signed proxy
+    headers only; otherwise by source address through ``addresses`` (an
+    :class:`~.requester.AddressBook`).  ``identifier`` overrides both.
+    """
+    if identifier is None:
+        if proxy_secret is not None:
+            identifier = ProxyIdentifier(directory, proxy_secret)
+        else:
+            from .requester import AddressBook
+
+            identifier = DirectIdentifier(directory, addresses or AddressBook())
+
+    async def health(_request: Request) -> PlainTextResponse:
+        return PlainTextResponse("ok\n")
+
+    endpoint = MetadataEndpoint(identifier, log_requests=log_requests)
+    return Starlette(routes=[Route(HEALTH_PATH, health, methods=["GET"]), Mount("", app=endpoint)])

@@ -1,0 +1,85 @@
+"""The instances the server knows, their sites, and who owns which MAC.
+
+Written by one thread (the libvirt watcher), read by the HTTP event loop.
+Every write builds new objects and swaps references, so readers never see a
+half-updated instance and need no lock.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Dict, FrozenSet, Optional
+
+from ..configdrive.instance import Instance
+from .site import Site, build_site
+
+
+@dataclass(frozen=True)
+class Entry:
+    instance: Instance
+    site: Site
+    active: bool
+    macs: FrozenSet[str]
+
+
+class AmbiguousMacError(LookupError):
+    """More than one candidate instance owns the MAC: refuse to pick one."""
+
+
+class InstanceDirectory:
+    def __init__(self) -> None:
+        self._by_uuid: Dict[str, Entry] = {}
+        self._by_mac: Dict[str, FrozenSet[str]] = {}
+        self._write_lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._by_uuid)
+
+    def put(self, instance: Instance, *, active: bool = True) -> None:
+        """Add or replace an instance (its site is built here, outside the readers' way)."""
+        entry = Entry(instance, build_site(instance), active, frozenset(m.lower() for m in instance.macs))
+        with self._write_lock:
+            by_uuid = dict(self._by_uuid)
+            by_uuid[instance.uuid] = entry
+            self._by_uuid = by_uuid
+            self._by_mac = _mac_index(by_uuid)
+
+    def remove(self, uuid: str) -> None:
+        with self._write_lock:
+            if uuid not in self._by_uuid:
+                return
+            by_uuid = dict(self._by_uuid)
+            del by_uuid[uuid]
+            self._by_uuid = by_uuid
+            self._by_mac = _mac_index(by_uuid)
+
+    def uuids(self) -> FrozenSet[str]:
+        return frozenset(self._by_uuid)
+
+    def by_uuid(self, uuid: str) -> Optional[Entry]:
+        return self._by_uuid.get(uuid)
+
+    def by_mac(self, mac: str) -> Optional[Entry]:
+        """The instance owning ``mac``: the running one if several are defined with it.
+
+        Raises :class:`AmbiguousMacError` when two running (or, none running,
+        two defined) instances share the MAC.
+        """
+        uuids = self._by_mac.get(mac.lower())
+        if not uuids:
+            return None
+        entries = [self._by_uuid[u] for u in uuids if u in self._by_uuid]
+        running = [e for e in entries if e.active]
+        candidates = running or entries
+        if len(candidates) != 1:
+            raise AmbiguousMacError(f"MAC {mac} belongs to {len(candidates)} instances")
+        return candidates[0]
+
+
+def _mac_index(by_uuid: Dict[str, Entry]) -> Dict[str, FrozenSet[str]]:
+    index: Dict[str, set] = {}
+    for uuid, entry in by_uuid.items():
+        for mac in entry.macs:
+            index.setdefault(mac, set()).add(uuid)
+    return {mac: frozenset(uuids) for mac, uuids in index.items()}

@@ -1,0 +1,171 @@
+"""Keep the :class:`~.directory.InstanceDirectory` in step with libvirt.
+
+On start every domain is read; then libvirt's domain events (lifecycle:
+define, undefine, start, stop; device added and removed; metadata changed,
+which is how ``devtag-host tag`` reaches a domain) queue that domain's UUID,
+and a worker thread re-reads it and rebuilds its site.  A tag added to a
+running domain is served a few milliseconds later.  A full resync runs every
+``resync_interval`` seconds as a safety net, and the libvirt networks' DHCP
+leases are refreshed for the :class:`~.requester.AddressBook`.
+
+The callbacks only queue work: they run on libvirt's event loop thread,
+which must not block.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from typing import Any, Callable, Dict, List, Mapping, Optional
+
+import libvirt
+
+from .. import virt
+from ..configdrive.domain import instance_from_domain
+from ..errors import DevtagError
+from .directory import InstanceDirectory
+
+log = logging.getLogger(__name__)
+
+_EVENTS = (
+    libvirt.VIR_DOMAIN_EVENT_ID_LIFECYCLE,
+    libvirt.VIR_DOMAIN_EVENT_ID_DEVICE_ADDED,
+    libvirt.VIR_DOMAIN_EVENT_ID_DEVICE_REMOVED,
+    libvirt.VIR_DOMAIN_EVENT_ID_METADATA_CHANGE,
+)
+_RESYNC = "*"
+_STOP = ""
+
+
+class LibvirtWatcher:
+    """Mirror the domains of ``connection`` into ``directory``.
+
+    ``extras(uuid)`` returns more :class:`~devtag_host.configdrive.Instance`
+    fields (user data, keys, meta) for a domain; default none.
+    """
+
+    def __init__(
+        self,
+        connection: libvirt.virConnect,
+        directory: InstanceDirectory,
+        *,
+        extras: Callable[[str], Mapping[str, Any]] = lambda _uuid: {},
+        resync_interval: float = 60.0,
+    ) -> None:
+        self._connection = connection
+        self._directory = directory
+        self._extras = extras
+        self._resync_interval = resync_interval
+        self._queue: queue.Queue[str] = queue.Queue()
+        self._callbacks: List[int] = []
+        self._thread: Optional[threading.Thread] = None
+        self._leases: Dict[str, str] = {}
+        self.refreshed = threading.Event()  # set after each refresh (for tests)
+
+    def start(self) -> None:
+        """Register for events, load every domain, and start the worker thread."""
+        for event in _EVENTS:
+            self._callbacks.append(self._connection.domainEventRegisterAny(None, event, self._on_event, None))
+        self.resync()
+        self._thread = threading.Thread(target=self._work, name="devtag-libvirt-watch", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        for callback in self._callbacks:
+            try:
+                self._connection.domainEventDeregisterAny(callback)
+            except libvirt.libvirtError:
+                pass
+        self._callbacks.clear()
+        if self._thread is not None:
+            self._queue.put(_STOP)
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def leases(self) -> Dict[str, str]:
+        """IP -> MAC from the DHCP leases of libvirt's networks (last refresh)."""
+        return self._leases
+
+    def _on_event(self, _connection: Any, domain: libvirt.virDomain, *_args: Any) -> None:
+        try:
+            self._queue.put(domain.UUIDString())
+        except libvirt.libvirtError:
+            self._queue.put(_RESYNC)
+
+    def _work(self) -> None:
+        while True:
+            try:
+                item = self._queue.get(timeout=self._resync_interval)
+            except queue.Empty:
+                item = _RESYNC
+            if item == _STOP:
+                return
+            try:
+                if item == _RESYNC:
+                    self.resync()
+                else:
+                    self.refresh(item)
+            except Exception:  # the watcher must survive one bad domain
+                log.exception("cannot refresh %s", item)
+            self.refreshed.set()
+
+    def resync(self) -> None:
+        """Re-read every domain and the DHCP leases; forget domains that are gone."""
+        try:
+            domains = self._connection.listAllDomains()
+        except libvirt.libvirtError as exc:
+            log.warning("cannot list domains: %s", exc.get_error_message())
+            return
+        seen = set()
+        for handle in domains:
+            uuid = handle.UUIDString()
+            seen.add(uuid)
+            self._load(handle, uuid)
+        for uuid in self._directory.uuids() - seen:
+            self._directory.remove(uuid)
+        self._leases = self._read_leases()
+
+    def refresh(self, uuid: str) -> None:
+        """Re-read one domain (or forget it if it is gone)."""
+        try:
+            handle = self._connection.lookupByUUIDString(uuid)
+        except libvirt.libvirtError as exc:
+            if exc.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
+                self._directory.remove(uuid)
+                log.info("instance %s is gone", uuid)
+                return
+            raise
+        self._load(handle, uuid)
+
+    def _load(self, handle: libvirt.virDomain, uuid: str) -> None:
+        try:
+            active = bool(handle.isActive())
+            domain = virt.read_domain(handle, inactive=not active)
+            instance = instance_from_domain(domain, **dict(self._extras(uuid)))
+        except libvirt.libvirtError as exc:
+            if exc.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
+                self._directory.remove(uuid)
+                return
+            raise
+        except (DevtagError, ValueError) as exc:
+            log.warning("not serving domain %s: %s", uuid, exc)
+            self._directory.remove(uuid)
+            return
+        self._directory.put(instance, active=active)
+        log.debug("serving %s (%s, %d devices)", uuid, "running" if active else "defined", len(instance.devices))
+
+    def _read_leases(self) -> Dict[str, str]:
+        leases: Dict[str, str] = {}
+        try:
+            networks = self._connection.listAllNetworks()
+        except libvirt.libvirtError:
+            return leases  # no network driver (the embedded one has none)
+        for network in networks:
+            try:
+                for lease in network.DHCPLeases():
+                    if lease.get("ipaddr") and lease.get("mac"):
+                        leases[lease["ipaddr"]] = lease["mac"].lower()
+            except libvirt.libvirtError as exc:
+                log.debug("no leases from network %s: %s", network.name(), exc.get_error_message())
+        return leases

@@ -1,0 +1,108 @@
+"""/allocations/{consumer}, POST /allocations (1.13), /resource_providers/{uuid}/allocations.
+
+Allocation writes are retried on the server when a provider's generation moved
+under them (another writer won the compare-and-swap); after ``RETRIES`` the
+client gets 409 ``placement.concurrent_update``.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Any, Dict, List
+
+from .. import errors
+from ..errors import ConcurrentUpdate
+from ..objects import allocation
+from ..objects import resource_provider as rp
+from ..schemas import allocation as schema
+from ..web import Call, Reply, cache_headers, is_uuid, normal_uuid, validate
+
+RETRIES = 10
+
+
+def _consumer(call: Call) -> str:
+    consumer = call.params["consumer"]
+    if not is_uuid(consumer):
+        raise errors.bad_request(f"Malformed consumer_uuid: {consumer[:40]}")
+    return consumer
+
+
+def write_with_retries(call: Call, wanted: List[allocation.ConsumerAllocations]) -> None:
+    for attempt in range(RETRIES):
+        try:
+            with call.store.write() as connection:
+                allocation.replace(connection, wanted)
+            return
+        except ConcurrentUpdate:
+            if attempt == RETRIES - 1:
+                raise
+            time.sleep(random.uniform(0, 0.002 * (attempt + 1)))  # noqa: S311 - jitter, not crypto
+
+
+def get_allocations(call: Call) -> Reply:
+    consumer = _consumer(call)
+    with call.store.read() as connection:
+        allocations, owner = allocation.of_consumer(connection, consumer)
+    body: Dict[str, Any] = {"allocations": allocations}
+    if call.want(12) and allocations and owner:
+        body["project_id"], body["user_id"] = owner
+    return Reply(200, body, cache_headers(call))
+
+
+def _merge(resources: Dict[str, Dict[str, int]], uuid: str, per_class: Dict[str, int]) -> None:
+    target = resources.setdefault(normal_uuid(uuid), {})
+    for name, amount in per_class.items():
+        target[name] = target.get(name, 0) + amount
+
+
+def put_allocations(call: Call) -> Reply:
+    consumer = _consumer(call)
+    if call.want(12):
+        body = validate(call.body, schema.PUT_V1_12)
+        items = [(uuid, item["resources"]) for uuid, item in body["allocations"].items()]
+    else:
+        body = validate(call.body, schema.PUT_V1_8 if call.want(8) else schema.PUT_V1_0)
+        items = [(item["resource_provider"]["uuid"], item["resources"]) for item in body["allocations"]]
+    resources: Dict[str, Dict[str, int]] = {}
+    for uuid, per_class in items:
+        _merge(resources, uuid, per_class)
+    wanted = allocation.ConsumerAllocations(consumer, resources, body.get("project_id"), body.get("user_id"))
+    write_with_retries(call, [wanted])
+    return Reply(204)
+
+
+def post_allocations(call: Call) -> Reply:
+    body = validate(call.body, schema.POST_V1_13)
+    wanted = []
+    for consumer, item in body.items():
+        resources: Dict[str, Dict[str, int]] = {}
+        for uuid, per in item["allocations"].items():
+            _merge(resources, uuid, per["resources"])
+        wanted.append(allocation.ConsumerAllocations(consumer, resources, item["project_id"], item["user_id"]))
+    write_with_retries(call, wanted)
+    return Reply(204)
+
+
+def delete_allocations(call: Call) -> Reply:
+    consumer = _consumer(call)
+    for attempt in range(RETRIES):
+        try:
+            with call.store.write() as connection:
+                current, _owner = allocation.of_consumer(connection, consumer)
+                if not current:
+                    raise errors.not_found(f"No allocations for consumer '{consumer}'")
+                allocation.replace(connection, [allocation.ConsumerAllocations(consumer, {})])
+            return Reply(204)
+        except ConcurrentUpdate:
+            if attempt == RETRIES - 1:
+                raise
+    return Reply(204)  # pragma: no cover
+
+
+def provider_allocations(call: Call) -> Reply:
+    with call.store.read() as connection:
+        provider = rp.get_or_404(connection, call.params["uuid"])
+        allocations = allocation.of_provider(connection, provider.id)
+    body = {"resource_provider_generation": provider.generation, "allocations": allocations}
+    return Reply(200, body, cache_headers(call))

@@ -1,0 +1,87 @@
+"""/resource_providers/{uuid}/inventories[/{resource_class}]."""
+
+from __future__ import annotations
+
+from typing import Any, Dict
+
+from .. import errors
+from ..objects import inventory as inv
+from ..objects import resource_provider as rp
+from ..objects.resource_provider import check_generation
+from ..schemas import inventory as schema
+from ..web import Call, Reply, cache_headers, provider_url, validate
+
+
+def _one(generation: int, inventory: inv.Inventory) -> Dict[str, Any]:
+    return {"resource_provider_generation": generation, **inventory.as_dict()}
+
+
+def _all(generation: int, inventories: Dict[str, inv.Inventory]) -> Dict[str, Any]:
+    return {
+        "resource_provider_generation": generation,
+        "inventories": {name: item.as_dict() for name, item in inventories.items()},
+    }
+
+
+def list_inventories(call: Call) -> Reply:
+    with call.store.read() as connection:
+        provider = rp.get_or_404(connection, call.params["uuid"])
+        inventories = inv.of_provider(connection, provider.id)
+    return Reply(200, _all(provider.generation, inventories), cache_headers(call))
+
+
+def create_inventory(call: Call) -> Reply:
+    body = validate(call.body, schema.POST)
+    name = body["resource_class"]
+    inventory = inv.Inventory.from_body(body)
+    with call.store.write() as connection:
+        provider = rp.get_or_404(connection, call.params["uuid"])
+        inv.add(connection, provider, name, inventory)
+    location = f"{provider_url(provider.uuid)}/inventories/{name}"
+    return Reply(201, _one(provider.generation, inventory), {"location": location})
+
+
+def replace_inventories(call: Call) -> Reply:
+    body = validate(call.body, schema.PUT_ALL)
+    wanted = {name: inv.Inventory.from_body(item) for name, item in body["inventories"].items()}
+    with call.store.write() as connection:
+        provider = rp.get_or_404(connection, call.params["uuid"])
+        check_generation(provider, body["resource_provider_generation"])
+        inv.replace_all(connection, provider, wanted)
+        current = inv.of_provider(connection, provider.id)
+    return Reply(200, _all(provider.generation, current))
+
+
+def delete_inventories(call: Call) -> Reply:
+    with call.store.write() as connection:
+        provider = rp.get_or_404(connection, call.params["uuid"])
+        inv.replace_all(connection, provider, {})
+    return Reply(204)
+
+
+def get_inventory(call: Call) -> Reply:
+    name = call.params["resource_class"]
+    with call.store.read() as connection:
+        provider = rp.get_or_404(connection, call.params["uuid"])
+        inventories = inv.of_provider(connection, provider.id)
+    if name not in inventories:
+        raise errors.not_found(f"No inventory of class {name} for {provider.uuid}")
+    return Reply(200, _one(provider.generation, inventories[name]), cache_headers(call))
+
+
+def update_inventory(call: Call) -> Reply:
+    body = validate(call.body, schema.PUT_ONE)
+    name = call.params["resource_class"]
+    inventory = inv.Inventory.from_body(body)
+    with call.store.write() as connection:
+        provider = rp.get_or_404(connection, call.params["uuid"])
+        check_generation(provider, body["resource_provider_generation"])
+        inv.update(connection, provider, name, inventory)
+    return Reply(200, _one(provider.generation, inventory))
+
+
+def delete_inventory(call: Call) -> Reply:
+    with call.store.write() as connection:
+        provider = rp.get_or_404(connection, call.params["uuid"])
+        inv.delete(connection, provider, call.params["resource_class"])
+    return Reply(204)

@@ -1,0 +1,104 @@
+"""/resource_providers and /resource_providers/{uuid}."""
+
+from __future__ import annotations
+
+from typing import Any, Dict
+
+from .. import errors
+from ..objects import resource_class
+from ..objects import resource_provider as rp
+from ..schemas import resource_provider as schema
+from ..web import Call, Reply, cache_headers, normal_uuid, parse_member_of, parse_resources, provider_url, validate
+
+
+def represent(call: Call, provider: rp.Provider) -> Dict[str, Any]:
+    url = provider_url(provider.uuid)
+    links = [
+        {"rel": "self", "href": url},
+        {"rel": "inventories", "href": f"{url}/inventories"},
+        {"rel": "usages", "href": f"{url}/usages"},
+    ]
+    if call.want(1):
+        links.append({"rel": "aggregates", "href": f"{url}/aggregates"})
+    if call.want(6):
+        links.append({"rel": "traits", "href": f"{url}/traits"})
+    if call.want(11):
+        links.append({"rel": "allocations", "href": f"{url}/allocations"})
+    body: Dict[str, Any] = {"uuid": provider.uuid, "name": provider.name, "generation": provider.generation}
+    if call.want(14):
+        body["parent_provider_uuid"] = provider.parent_provider_uuid
+        body["root_provider_uuid"] = provider.root_provider_uuid
+    body["links"] = links
+    return body
+
+
+def list_providers(call: Call) -> Reply:
+    allowed = {"name", "uuid"}
+    if call.want(3):
+        allowed.add("member_of")
+    if call.want(4):
+        allowed.add("resources")
+    if call.want(14):
+        allowed.add("in_tree")
+    query = call.query_dict(allowed)
+    filters: Dict[str, Any] = {}
+    if "name" in query:
+        filters["name"] = query["name"]
+    for key in ("uuid", "in_tree"):
+        if key in query:
+            try:
+                filters[key] = normal_uuid(query[key])
+            except ValueError:
+                raise errors.bad_request(
+                    f"Invalid query string parameters: '{query[key][:40]}' is not a 'uuid'"
+                ) from None
+    if "member_of" in query:
+        filters["member_of"] = parse_member_of(query["member_of"])
+    with call.store.read() as connection:
+        if "resources" in query:
+            wanted = parse_resources(query["resources"])
+            ids = resource_class.ids_by_name(connection, wanted)
+            unknown = sorted(set(wanted) - set(ids))
+            if unknown:
+                raise errors.bad_request(f"Invalid resource class in resources parameter: {', '.join(unknown)}")
+            filters["resources"] = {ids[name]: amount for name, amount in wanted.items()}
+        providers = rp.list_providers(connection, **filters)
+    body = {"resource_providers": [represent(call, provider) for provider in providers]}
+    return Reply(200, body, cache_headers(call))
+
+
+def create_provider(call: Call) -> Reply:
+    body = validate(call.body, schema.POST_V1_14 if call.want(14) else schema.POST_V1_0)
+    uuid = normal_uuid(body["uuid"]) if "uuid" in body else None
+    parent = body.get("parent_provider_uuid")
+    with call.store.write() as connection:
+        provider = rp.create(connection, body["name"], uuid, normal_uuid(parent) if parent else None)
+    return Reply(201, None, {"location": provider_url(provider.uuid)})
+
+
+def get_provider(call: Call) -> Reply:
+    with call.store.read() as connection:
+        provider = rp.get_or_404(connection, call.params["uuid"])
+    return Reply(200, represent(call, provider), cache_headers(call))
+
+
+def update_provider(call: Call) -> Reply:
+    body = validate(call.body, schema.PUT_V1_14 if call.want(14) else schema.PUT_V1_0)
+    parent = body.get("parent_provider_uuid")
+    with call.store.write() as connection:
+        provider = rp.get_or_404(connection, call.params["uuid"])
+        provider = rp.update(
+            connection,
+            provider,
+            body["name"],
+            normal_uuid(parent) if parent else None,
+            set_parent="parent_provider_uuid" in body,
+        )
+    return Reply(200, represent(call, provider))
+
+
+def delete_provider(call: Call) -> Reply:
+    with call.store.write() as connection:
+        rp.delete(connection, rp.get_or_404(connection, call.params["uuid"]))
+    return Reply(204)
+

@@ -1,0 +1,91 @@
+"""/traits and /resource_providers/{uuid}/traits (1.6)."""
+
+from __future__ import annotations
+
+import re
+
+from .. import errors
+from ..objects import resource_provider as rp
+from ..objects import trait
+from ..objects.resource_provider import check_generation
+from ..schemas import trait as schema
+from ..web import Call, Reply, cache_headers, validate
+
+_CUSTOM = re.compile(r"^CUSTOM_[A-Z0-9_]+$")
+
+
+def list_traits(call: Call) -> Reply:
+    query = call.query_dict({"name", "associated"})
+    filters = {}
+    name = query.get("name")
+    if name is not None:
+        if name.startswith("in:"):
+            filters["names"] = [item for item in name[3:].split(",")]
+        elif name.startswith("startswith:"):
+            filters["prefix"] = name[len("startswith:") :]
+        else:
+            raise errors.bad_request(
+                f"Badly formatted name parameter. Expected name query string parameter in form: "
+                f"?name=startswith:CUSTOM_FOO or ?name=in:CUSTOM_FOO,CUSTOM_BAR. Got: {name[:100]}"
+            )
+    if "associated" in query:
+        value = query["associated"].lower()
+        if value not in ("true", "false"):
+            raise errors.bad_request(
+                f"The query parameter 'associated' only accepts 'true' or 'false'. Got: {value[:20]}"
+            )
+        filters["associated"] = value == "true"
+    with call.store.read() as connection:
+        names = trait.list_traits(connection, **filters)
+    return Reply(200, {"traits": names}, cache_headers(call))
+
+
+def get_trait(call: Call) -> Reply:
+    name = call.params["name"]
+    with call.store.read() as connection:
+        found = trait.ids_by_name(connection, [name])
+    if not found:
+        raise errors.not_found(f"No such trait(s): {name}")
+    return Reply(204, None, cache_headers(call))
+
+
+def put_trait(call: Call) -> Reply:
+    name = call.params["name"]
+    if not _CUSTOM.match(name) or len(name) > 255:
+        raise errors.bad_request(
+            f"The trait is invalid. A valid trait must be no longer than 255 characters, start with the prefix "
+            f'"CUSTOM_" and use following characters: "A"-"Z", "0"-"9" and "_". Got: {name[:300]}'
+        )
+    with call.store.write() as connection:
+        created = trait.create(connection, name)
+    return Reply(201 if created else 204, None, {"location": f"/traits/{name}"})
+
+
+def delete_trait(call: Call) -> Reply:
+    with call.store.write() as connection:
+        trait.delete(connection, call.params["name"])
+    return Reply(204)
+
+
+def get_provider_traits(call: Call) -> Reply:
+    with call.store.read() as connection:
+        provider = rp.get_or_404(connection, call.params["uuid"])
+        names = trait.of_provider(connection, provider.id)
+    return Reply(200, {"traits": names, "resource_provider_generation": provider.generation}, cache_headers(call))
+
+
+def set_provider_traits(call: Call) -> Reply:
+    body = validate(call.body, schema.PUT_PROVIDER_TRAITS)
+    with call.store.write() as connection:
+        provider = rp.get_or_404(connection, call.params["uuid"])
+        check_generation(provider, body["resource_provider_generation"])
+        trait.set_for_provider(connection, provider, body["traits"])
+        names = trait.of_provider(connection, provider.id)
+    return Reply(200, {"traits": names, "resource_provider_generation": provider.generation})
+
+
+def delete_provider_traits(call: Call) -> Reply:
+    with call.store.write() as connection:
+        provider = rp.get_or_404(connection, call.params["uuid"])
+        trait.set_for_provider(connection, provider, [])
+    return Reply(204)

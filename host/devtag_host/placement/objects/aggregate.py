@@ -1,0 +1,31 @@
+"""Aggregates of a provider: a set of UUIDs (no aggregate table of their own)."""
+
+from __future__ import annotations
+
+from typing import List
+
+from sqlalchemy import select
+from sqlalchemy.engine import Connection
+
+from ..db import provider_aggregates
+from .resource_provider import Provider
+
+
+def of_provider(connection: Connection, provider_id: int) -> List[str]:
+    query = (
+        select(provider_aggregates.c.aggregate_uuid)
+        .where(provider_aggregates.c.resource_provider_id == provider_id)
+        .order_by(provider_aggregates.c.aggregate_uuid)
+    )
+    return list(connection.scalars(query))
+
+
+def set_for_provider(connection: Connection, provider: Provider, aggregates: List[str]) -> None:
+    """Replace the provider's aggregates (Placement < 1.19 does not bump the generation)."""
+    connection.execute(provider_aggregates.delete().where(provider_aggregates.c.resource_provider_id == provider.id))
+    wanted = sorted(set(aggregates))
+    if wanted:
+        connection.execute(
+            provider_aggregates.insert(),
+            [{"resource_provider_id": provider.id, "aggregate_uuid": agg} for agg in wanted],
+        )

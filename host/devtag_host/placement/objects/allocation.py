@@ -1,0 +1,196 @@
+"""Allocations: a consumer's claims on providers, checked against capacity.
+
+A write replaces the allocations of one or more consumers in one
+transaction: delete the old rows, check every (provider, class) the new rows
+touch against ``(total - reserved) * allocation_ratio - used >= requested``
+and min/max/step, insert, then compare-and-swap the generation of every
+provider involved (in id order, so two writers never deadlock).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+from sqlalchemy import func, select
+from sqlalchemy.engine import Connection
+
+from .. import errors
+from ..db import allocations, consumers, inventories, resource_classes, resource_providers
+from . import resource_class
+from .resource_provider import Provider, bump_generation, ids_by_uuid
+
+
+@dataclass
+class ConsumerAllocations:
+    """The wanted allocations of one consumer: {provider uuid: {class: amount}}."""
+
+    consumer: str
+    resources: Dict[str, Dict[str, int]]
+    project_id: Optional[str] = None
+    user_id: Optional[str] = None
+    providers: Dict[str, Provider] = field(default_factory=dict)
+
+
+def of_consumer(connection: Connection, consumer: str) -> Tuple[Dict[str, Dict], Optional[Tuple[str, str]]]:
+    """({provider uuid: {"generation", "resources"}}, (project_id, user_id) or None)."""
+    query = (
+        select(resource_providers.c.uuid, resource_providers.c.generation, resource_classes.c.name, allocations.c.used)
+        .join(resource_providers, resource_providers.c.id == allocations.c.resource_provider_id)
+        .join(resource_classes, resource_classes.c.id == allocations.c.resource_class_id)
+        .where(allocations.c.consumer_id == consumer)
+    )
+    result: Dict[str, Dict] = {}
+    for row in connection.execute(query):
+        entry = result.setdefault(row.uuid, {"generation": row.generation, "resources": {}})
+        entry["resources"][row.name] = row.used
+    owner = connection.execute(
+        select(consumers.c.project_id, consumers.c.user_id).where(consumers.c.uuid == consumer)
+    ).first()
+    return result, (tuple(owner) if owner else None)  # type: ignore[return-value]
+
+
+def of_provider(connection: Connection, provider_id: int) -> Dict[str, Dict[str, Dict[str, int]]]:
+    query = (
+        select(allocations.c.consumer_id, resource_classes.c.name, allocations.c.used)
+        .join(resource_classes, resource_classes.c.id == allocations.c.resource_class_id)
+        .where(allocations.c.resource_provider_id == provider_id)
+    )
+    result: Dict[str, Dict[str, Dict[str, int]]] = {}
+    for row in connection.execute(query):
+        result.setdefault(row.consumer_id, {"resources": {}})["resources"][row.name] = row.used
+    return result
+
+
+def _old_provider_ids(connection: Connection, consumer_ids: List[str]) -> List[int]:
+    query = select(allocations.c.resource_provider_id).where(allocations.c.consumer_id.in_(consumer_ids)).distinct()
+    return list(connection.scalars(query))
+
+
+def replace(connection: Connection, wanted: List[ConsumerAllocations]) -> None:
+    """Replace the allocations of each consumer in ``wanted`` (empty = delete)."""
+    consumer_ids = [item.consumer for item in wanted]
+    provider_uuids = {uuid for item in wanted for uuid in item.resources}
+    providers = ids_by_uuid(connection, provider_uuids)
+    for uuid in sorted(provider_uuids - set(providers)):
+        raise errors.bad_request(
+            f"Allocation for resource provider '{uuid}' that does not exist.", errors.RESOURCE_PROVIDER_NOT_FOUND
+        )
+    class_names = {name for item in wanted for per in item.resources.values() for name in per}
+    class_ids = resource_class.require_ids(connection, class_names, "allocation")
+
+    old_ids = _old_provider_ids(connection, consumer_ids)
+    if old_ids:
+        old = {p.id: p for p in ids_by_uuid(connection, _uuids_of(connection, old_ids)).values()}
+    else:
+        old = {}
+    connection.execute(allocations.delete().where(allocations.c.consumer_id.in_(consumer_ids)))
+
+    requested: Dict[Tuple[int, int], int] = {}
+    rows = []
+    for item in wanted:
+        for uuid, per_class in item.resources.items():
+            provider = providers[uuid]
+            for name, amount in per_class.items():
+                key = (provider.id, class_ids[name])
+                requested[key] = requested.get(key, 0) + amount
+                rows.append(
+                    {
+                        "resource_provider_id": provider.id,
+                        "consumer_id": item.consumer,
+                        "resource_class_id": class_ids[name],
+                        "used": amount,
+                    }
+                )
+        _save_consumer(connection, item)
+    _check_capacity(connection, requested, rows, {p.id: p for p in providers.values()}, class_ids)
+    if rows:
+        connection.execute(allocations.insert(), rows)
+    involved = {p.id: p for p in providers.values()}
+    involved.update({pid: p for pid, p in old.items() if pid not in involved})
+    for provider_id in sorted(involved):
+        bump_generation(connection, involved[provider_id])
+
+
+def _uuids_of(connection: Connection, ids: List[int]) -> List[str]:
+    return list(connection.scalars(select(resource_providers.c.uuid).where(resource_providers.c.id.in_(ids))))
+
+
+def _save_consumer(connection: Connection, item: ConsumerAllocations) -> None:
+    if not item.resources:
+        connection.execute(consumers.delete().where(consumers.c.uuid == item.consumer))
+        return
+    existing = connection.scalar(select(consumers.c.uuid).where(consumers.c.uuid == item.consumer))
+    values = {"project_id": item.project_id, "user_id": item.user_id}
+    if existing is None:
+        connection.execute(consumers.insert().values(uuid=item.consumer, **values))
+    elif item.project_id is not None:
+        connection.execute(consumers.update().where(consumers.c.uuid == item.consumer).values(**values))
+
+
+def _check_capacity(
+    connection: Connection,
+    requested: Dict[Tuple[int, int], int],
+    rows: List[Dict[str, object]],
+    providers: Dict[int, Provider],
+    class_ids: Dict[str, int],
+) -> None:
+    if not requested:
+        return
+    names = {class_id: name for name, class_id in class_ids.items()}
+    provider_ids = sorted({pid for pid, _ in requested})
+    inv_rows = connection.execute(
+        select(
+            inventories.c.resource_provider_id,
+            inventories.c.resource_class_id,
+            inventories.c.total,
+            inventories.c.reserved,
+            inventories.c.min_unit,
+            inventories.c.max_unit,
+            inventories.c.step_size,
+            inventories.c.allocation_ratio,
+        ).where(inventories.c.resource_provider_id.in_(provider_ids))
+    )
+    inventory = {(row[0], row[1]): row for row in inv_rows}
+    used_rows = connection.execute(
+        select(allocations.c.resource_provider_id, allocations.c.resource_class_id, func.sum(allocations.c.used))
+        .where(allocations.c.resource_provider_id.in_(provider_ids))
+        .group_by(allocations.c.resource_provider_id, allocations.c.resource_class_id)
+    )
+    used = {(row[0], row[1]): int(row[2]) for row in used_rows}
+    for wanted in rows:
+        provider_id, class_id, amount = wanted["resource_provider_id"], wanted["resource_class_id"], wanted["used"]
+        uuid, name = providers[provider_id].uuid, names[class_id]  # type: ignore[index]
+        row = inventory.get((provider_id, class_id))
+        if row is None:
+            raise errors.conflict(
+                f"Unable to allocate inventory: Inventory for '{name}' on resource provider '{uuid}' invalid."
+            )
+        if amount < row.min_unit or amount > row.max_unit or amount % row.step_size:
+            raise errors.conflict(
+                f"Unable to allocate inventory: Unable to create allocation for '{name}' on resource provider "
+                f"'{uuid}'. The requested amount ({amount}) violates min_unit ({row.min_unit}), max_unit "
+                f"({row.max_unit}) or step_size ({row.step_size})."
+            )
+    for (provider_id, class_id), amount in sorted(requested.items()):
+        uuid, name = providers[provider_id].uuid, names[class_id]
+        row = inventory[(provider_id, class_id)]
+        capacity = (row.total - row.reserved) * row.allocation_ratio
+        if capacity - used.get((provider_id, class_id), 0) < amount:
+            raise errors.conflict(
+                f"Unable to allocate inventory: Unable to create allocation for '{name}' on resource provider "
+                f"'{uuid}'. The requested amount would exceed the capacity."
+            )
+
+
+def usages_by_project(connection: Connection, project_id: str, user_id: Optional[str]) -> Dict[str, int]:
+    query = (
+        select(resource_classes.c.name, func.sum(allocations.c.used))
+        .join(allocations, allocations.c.resource_class_id == resource_classes.c.id)
+        .join(consumers, consumers.c.uuid == allocations.c.consumer_id)
+        .where(consumers.c.project_id == project_id)
+        .group_by(resource_classes.c.name)
+    )
+    if user_id is not None:
+        query = query.where(consumers.c.user_id == user_id)
+    return {name: int(total) for name, total in connection.execute(query)}

@@ -1,0 +1,225 @@
+"""``GET /allocation_candidates``: which providers (alone, or a compute node
+plus sharing providers of its aggregates) can satisfy a request.
+
+A provider with the ``MISC_SHARES_VIA_AGGREGATE`` trait shares its inventory
+with every provider in its aggregates (the design's shared NFS pool and routed
+network segment).  One SQL query returns every inventory row that can take its
+requested amount; the combinations are built in Python.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Set, Tuple
+
+import os_traits
+from sqlalchemy import and_, or_, select
+from sqlalchemy.engine import Connection
+
+from .. import errors
+from ..db import inventories, provider_aggregates, provider_traits, resource_providers, traits
+from . import resource_class, trait
+from .resource_provider import fitting_rows, used_of_inventory
+
+_CHUNK = 2000
+
+
+@dataclass
+class Candidates:
+    """Allocation requests ([(provider uuid, {class: amount})]) and provider summaries."""
+
+    requests: List[List[Tuple[str, Dict[str, int]]]]
+    summaries: Dict[str, Dict[str, object]]
+
+
+def find(
+    connection: Connection,
+    resources: Dict[str, int],
+    *,
+    required: Optional[Set[str]] = None,
+    member_of: Optional[Set[str]] = None,
+    limit: Optional[int] = None,
+    with_traits: bool = False,
+) -> Candidates:
+    class_ids = resource_class.ids_by_name(connection, resources)
+    unknown = sorted(set(resources) - set(class_ids))
+    if unknown:
+        raise errors.bad_request(f"Invalid resource class in resources parameter: {', '.join(unknown)}")
+    required_ids = set(trait.require_ids(connection, required).values()) if required else set()
+    amounts = {class_ids[name]: amount for name, amount in resources.items()}
+    class_names = {class_id: name for name, class_id in class_ids.items()}
+
+    shares_id = trait.ids_by_name(connection, [os_traits.MISC_SHARES_VIA_AGGREGATE]).get(
+        os_traits.MISC_SHARES_VIA_AGGREGATE
+    )
+    sharing: Set[int] = set()
+    if shares_id is not None:
+        sharing = set(
+            connection.scalars(
+                select(provider_traits.c.resource_provider_id).where(provider_traits.c.trait_id == shares_id)
+            )
+        )
+
+    inv = inventories
+    query = (
+        select(
+            inv.c.resource_provider_id,
+            resource_providers.c.uuid,
+            inv.c.resource_class_id,
+            inv.c.total,
+            inv.c.reserved,
+            inv.c.allocation_ratio,
+            used_of_inventory().label("used"),
+        )
+        .join(resource_providers, resource_providers.c.id == inv.c.resource_provider_id)
+        .where(fitting_rows(amounts))
+    )
+    anchors_filter = []
+    if member_of:
+        anchors_filter.append(
+            inv.c.resource_provider_id.in_(
+                select(provider_aggregates.c.resource_provider_id).where(
+                    provider_aggregates.c.aggregate_uuid.in_(sorted(member_of))
+                )
+            )
+        )
+    if required_ids and not sharing:
+        anchors_filter.append(
+            inv.c.resource_provider_id.in_(
+                select(provider_traits.c.resource_provider_id)
+                .where(provider_traits.c.trait_id.in_(sorted(required_ids)))
+                .group_by(provider_traits.c.resource_provider_id)
+                .having(_count() == len(required_ids))
+            )
+        )
+    if anchors_filter:
+        condition = and_(*anchors_filter)
+        if sharing:
+            condition = or_(condition, inv.c.resource_provider_id.in_(sorted(sharing)))
+        query = query.where(condition)
+
+    rows: Dict[int, Dict[int, Tuple[int, int]]] = {}
+    uuids: Dict[int, str] = {}
+    for rp_id, uuid, rc_id, total, reserved, ratio, used in connection.execute(
+        query.order_by(inv.c.resource_provider_id)
+    ):
+        rows.setdefault(rp_id, {})[rc_id] = (int((total - reserved) * ratio), int(used))
+        uuids[rp_id] = uuid
+
+    wanted = set(amounts)
+    combos: List[Dict[int, Dict[int, int]]] = []
+    if not (sharing & set(rows)):
+        combos = [{rp_id: dict(amounts)} for rp_id, have in rows.items() if set(have) == wanted]
+    else:
+        combos = _with_sharing(connection, rows, amounts, sharing, member_of)
+        if required_ids:
+            combos = _with_traits(connection, combos, required_ids)
+    if limit is not None:
+        combos = combos[:limit]
+
+    involved = sorted({rp_id for combo in combos for rp_id in combo})
+    summaries: Dict[str, Dict[str, object]] = {}
+    for rp_id in involved:
+        summary: Dict[str, object] = {
+            "resources": {
+                class_names[rc_id]: {"capacity": capacity, "used": used}
+                for rc_id, (capacity, used) in sorted(rows[rp_id].items())
+            }
+        }
+        if with_traits:
+            summary["traits"] = []
+        summaries[uuids[rp_id]] = summary
+    if with_traits and involved:
+        for rp_id, name in _trait_names(connection, involved):
+            summaries[uuids[rp_id]]["traits"].append(name)  # type: ignore[attr-defined]
+    requests = [
+        [(uuids[rp_id], {class_names[rc]: n for rc, n in sorted(per.items())}) for rp_id, per in combo.items()]
+        for combo in combos
+    ]
+    return Candidates(requests, summaries)
+
+
+def _count():  # type: ignore[no-untyped-def]
+    from sqlalchemy import func
+
+    return func.count()
+
+
+def _with_sharing(
+    connection: Connection,
+    rows: Dict[int, Dict[int, Tuple[int, int]]],
+    amounts: Dict[int, int],
+    sharing: Set[int],
+    member_of: Optional[Set[str]],
+) -> List[Dict[int, Dict[int, int]]]:
+    """Every anchor provider combined with the sharing providers of its aggregates."""
+    sharers = sharing & set(rows)
+    agg_rows = connection.execute(
+        select(provider_aggregates.c.resource_provider_id, provider_aggregates.c.aggregate_uuid).where(
+            provider_aggregates.c.aggregate_uuid.in_(
+                select(provider_aggregates.c.aggregate_uuid).where(
+                    provider_aggregates.c.resource_provider_id.in_(sorted(sharers))
+                )
+            )
+        )
+    )
+    aggregates: Dict[int, Set[str]] = {}
+    for rp_id, agg in agg_rows:
+        aggregates.setdefault(rp_id, set()).add(agg)
+    combos: List[Dict[int, Dict[int, int]]] = []
+    seen: Set[Tuple] = set()
+
+    def add(combo: Dict[int, Dict[int, int]]) -> None:
+        key = tuple(sorted((rp, tuple(sorted(per.items()))) for rp, per in combo.items()))
+        if key not in seen:
+            seen.add(key)
+            combos.append(combo)
+
+    for anchor, have in rows.items():
+        if anchor in sharing:
+            continue
+        partners = sorted(s for s in sharers if aggregates.get(s, set()) & aggregates.get(anchor, set()))
+        options = []
+        for rc_id in sorted(amounts):
+            choice = ([anchor] if rc_id in have else []) + [s for s in partners if rc_id in rows[s]]
+            if not choice:
+                break
+            options.append([(rc_id, rp) for rp in choice])
+        else:
+            for pick in itertools.product(*options):
+                combo: Dict[int, Dict[int, int]] = {}
+                for rc_id, rp in pick:
+                    combo.setdefault(rp, {})[rc_id] = amounts[rc_id]
+                add(combo)
+    for sharer in sorted(sharers):
+        if set(rows[sharer]) == set(amounts) and (not member_of or aggregates.get(sharer, set()) & member_of):
+            add({sharer: dict(amounts)})
+    return combos
+
+
+def _with_traits(
+    connection: Connection, combos: List[Dict[int, Dict[int, int]]], required_ids: Set[int]
+) -> List[Dict[int, Dict[int, int]]]:
+    """Keep combinations whose providers together have every required trait."""
+    has: Dict[int, Set[int]] = {}
+    query = select(provider_traits.c.resource_provider_id, provider_traits.c.trait_id).where(
+        provider_traits.c.trait_id.in_(sorted(required_ids))
+    )
+    for rp_id, trait_id in connection.execute(query):
+        has.setdefault(rp_id, set()).add(trait_id)
+    return [combo for combo in combos if required_ids <= set().union(*(has.get(rp, set()) for rp in combo))]
+
+
+def _trait_names(connection: Connection, provider_ids: List[int]) -> List[Tuple[int, str]]:
+    result: List[Tuple[int, str]] = []
+    for start in range(0, len(provider_ids), _CHUNK):
+        chunk = provider_ids[start : start + _CHUNK]
+        query = (
+            select(provider_traits.c.resource_provider_id, traits.c.name)
+            .join(traits, traits.c.id == provider_traits.c.trait_id)
+            .where(provider_traits.c.resource_provider_id.in_(chunk))
+            .order_by(provider_traits.c.resource_provider_id, traits.c.name)
+        )
+        result.extend((row[0], row[1]) for row in connection.execute(query))
+    return result

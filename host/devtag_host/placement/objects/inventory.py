@@ -1,0 +1,142 @@
+"""Inventories of a provider: one row per resource class."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Dict, Set
+
+from sqlalchemy import func, select
+from sqlalchemy.engine import Connection
+
+from .. import errors
+from ..db import MAX_INT, allocations, inventories, resource_classes
+from . import resource_class
+from .resource_provider import Provider, bump_generation
+
+DEFAULTS: Dict[str, Any] = {"reserved": 0, "min_unit": 1, "max_unit": MAX_INT, "step_size": 1, "allocation_ratio": 1.0}
+FIELDS = ("total", "reserved", "min_unit", "max_unit", "step_size", "allocation_ratio")
+
+
+@dataclass
+class Inventory:
+    total: int
+    reserved: int = 0
+    min_unit: int = 1
+    max_unit: int = MAX_INT
+    step_size: int = 1
+    allocation_ratio: float = 1.0
+
+    @classmethod
+    def from_body(cls, body: Dict[str, Any]) -> Inventory:
+        values = {field: body.get(field, DEFAULTS.get(field)) for field in FIELDS}
+        values["allocation_ratio"] = float(values["allocation_ratio"])
+        return cls(**values)
+
+    def as_dict(self) -> Dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def capacity(self) -> int:
+        return int((self.total - self.reserved) * self.allocation_ratio)
+
+
+def validate(name: str, inventory: Inventory) -> None:
+    if inventory.reserved >= inventory.total:
+        raise errors.bad_request(
+            f"Unable to update inventory for resource provider: Invalid inventory for '{name}': "
+            f"reserved ({inventory.reserved}) must be less than total ({inventory.total})."
+        )
+    if inventory.min_unit > inventory.max_unit:
+        raise errors.bad_request(f"Invalid inventory for '{name}': min_unit must not exceed max_unit.")
+
+
+def of_provider(connection: Connection, provider_id: int) -> Dict[str, Inventory]:
+    query = (
+        select(resource_classes.c.name, *(inventories.c[field] for field in FIELDS))
+        .join(resource_classes, resource_classes.c.id == inventories.c.resource_class_id)
+        .where(inventories.c.resource_provider_id == provider_id)
+        .order_by(resource_classes.c.name)
+    )
+    return {row.name: Inventory(*row[1:]) for row in connection.execute(query)}
+
+
+def _classes_in_use(connection: Connection, provider_id: int) -> Set[str]:
+    query = (
+        select(resource_classes.c.name)
+        .join(allocations, allocations.c.resource_class_id == resource_classes.c.id)
+        .where(allocations.c.resource_provider_id == provider_id)
+        .distinct()
+    )
+    return set(connection.scalars(query))
+
+
+def _usage(connection: Connection, provider_id: int) -> Dict[str, int]:
+    query = (
+        select(resource_classes.c.name, func.sum(allocations.c.used))
+        .join(allocations, allocations.c.resource_class_id == resource_classes.c.id)
+        .where(allocations.c.resource_provider_id == provider_id)
+        .group_by(resource_classes.c.name)
+    )
+    return {name: int(used) for name, used in connection.execute(query)}
+
+
+def replace_all(connection: Connection, provider: Provider, wanted: Dict[str, Inventory]) -> None:
+    """Set the provider's whole inventory (PUT .../inventories); bumps the generation."""
+    class_ids = resource_class.require_ids(connection, wanted, "inventory")
+    for name, inventory in wanted.items():
+        validate(name, inventory)
+    removed = set(of_provider(connection, provider.id)) - set(wanted)
+    busy = removed & _classes_in_use(connection, provider.id)
+    if busy:
+        raise errors.conflict(
+            f"update conflict: Inventory for '{', '.join(sorted(busy))}' on resource provider "
+            f"'{provider.uuid}' in use.",
+            errors.INVENTORY_INUSE,
+        )
+    bump_generation(connection, provider)
+    connection.execute(inventories.delete().where(inventories.c.resource_provider_id == provider.id))
+    if wanted:
+        connection.execute(
+            inventories.insert(),
+            [
+                {"resource_provider_id": provider.id, "resource_class_id": class_ids[name], **inventory.as_dict()}
+                for name, inventory in wanted.items()
+            ],
+        )
+
+
+def add(connection: Connection, provider: Provider, name: str, inventory: Inventory) -> None:
+    current = of_provider(connection, provider.id)
+    if name in current:
+        raise errors.conflict(
+            f"Update conflict: Inventory for {name} on resource provider {provider.uuid} already exists.",
+            errors.CONCURRENT_UPDATE,
+        )
+    current[name] = inventory
+    replace_all(connection, provider, current)
+
+
+def update(connection: Connection, provider: Provider, name: str, inventory: Inventory) -> None:
+    current = of_provider(connection, provider.id)
+    if name not in current:
+        raise errors.bad_request(
+            f"No inventory record with resource class {name} for resource provider {provider.uuid}"
+        )
+    current[name] = inventory
+    replace_all(connection, provider, current)
+
+
+def delete(connection: Connection, provider: Provider, name: str) -> None:
+    current = of_provider(connection, provider.id)
+    if name not in current:
+        raise errors.not_found(f"No inventory of class {name} found for delete")
+    del current[name]
+    replace_all(connection, provider, current)
+
+
+def usages(connection: Connection, provider_id: int) -> Dict[str, int]:
+    """Usage of every inventoried class (0 when unused) plus any other allocated class."""
+    used = _usage(connection, provider_id)
+    result = {name: 0 for name in of_provider(connection, provider_id)}
+    result.update(used)
+    return result

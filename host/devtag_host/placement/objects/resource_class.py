@@ -1,0 +1,91 @@
+"""Resource classes: the standard ones of os-resource-classes and CUSTOM_*."""
+
+from __future__ import annotations
+
+from typing import Dict, Iterable, List
+
+import os_resource_classes
+from sqlalchemy import select
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
+
+from .. import errors
+from ..db import allocations, inventories, resource_classes
+
+STANDARD = frozenset(os_resource_classes.STANDARDS)
+
+
+def is_custom(name: str) -> bool:
+    return name.startswith("CUSTOM_")
+
+
+def ids_by_name(connection: Connection, names: Iterable[str]) -> Dict[str, int]:
+    wanted = sorted(set(names))
+    if not wanted:
+        return {}
+    rows = connection.execute(
+        select(resource_classes.c.name, resource_classes.c.id).where(resource_classes.c.name.in_(wanted))
+    )
+    return {row.name: row.id for row in rows}
+
+
+def names_by_id(connection: Connection) -> Dict[int, str]:
+    return {row.id: row.name for row in connection.execute(select(resource_classes.c.id, resource_classes.c.name))}
+
+
+def require_ids(connection: Connection, names: Iterable[str], what: str) -> Dict[str, int]:
+    names = list(names)
+    found = ids_by_name(connection, names)
+    missing = [name for name in names if name not in found]
+    if missing:
+        raise errors.bad_request(f"Unknown resource class in {what}: {', '.join(sorted(missing))}")
+    return found
+
+
+def list_all(connection: Connection) -> List[str]:
+    return list(connection.scalars(select(resource_classes.c.name).order_by(resource_classes.c.id)))
+
+
+def exists(connection: Connection, name: str) -> bool:
+    return bool(ids_by_name(connection, [name]))
+
+
+def create(connection: Connection, name: str) -> bool:
+    """Create a custom class; False if it already existed."""
+    if exists(connection, name):
+        return False
+    try:
+        with connection.begin_nested():
+            connection.execute(resource_classes.insert().values(name=name))
+    except IntegrityError:
+        return False
+    return True
+
+
+def _in_use(connection: Connection, class_id: int) -> bool:
+    for table in (inventories, allocations):
+        if connection.scalar(select(table.c.id).where(table.c.resource_class_id == class_id).limit(1)) is not None:
+            return True
+    return False
+
+
+def rename(connection: Connection, name: str, new_name: str) -> None:
+    if not is_custom(name):
+        raise errors.bad_request(f"Cannot update standard resource class {name}")
+    found = ids_by_name(connection, [name, new_name])
+    if name not in found:
+        raise errors.not_found(f"No such resource class {name}.")
+    if new_name in found and new_name != name:
+        raise errors.conflict(f"Resource class already exists: {new_name}", errors.DUPLICATE_NAME)
+    connection.execute(resource_classes.update().where(resource_classes.c.id == found[name]).values(name=new_name))
+
+
+def delete(connection: Connection, name: str) -> None:
+    if not is_custom(name):
+        raise errors.bad_request(f"Cannot delete standard resource class {name}: ")
+    found = ids_by_name(connection, [name])
+    if name not in found:
+        raise errors.not_found(f"No such resource class {name}.")
+    if _in_use(connection, found[name]):
+        raise errors.conflict(f"Unable to delete resource class {name}. The resource class is in use in inventory.")
+    connection.execute(resource_classes.delete().where(resource_classes.c.id == found[name]))

@@ -1,0 +1,264 @@
+"""Resource providers: rows, filters, the generation compare-and-swap."""
+
+from __future__ import annotations
+
+import uuid as uuidlib
+from dataclasses import dataclass
+from typing import Dict, Iterable, List, Optional, Set
+
+from sqlalchemy import and_, exists, func, or_, select
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
+
+from .. import errors
+from ..db import allocations, inventories, provider_aggregates, provider_traits, resource_providers
+from ..errors import ConcurrentUpdate
+
+_parent = resource_providers.alias("parent")
+_root = resource_providers.alias("root")
+
+
+@dataclass
+class Provider:
+    id: int
+    uuid: str
+    name: str
+    generation: int
+    parent_provider_uuid: Optional[str]
+    root_provider_uuid: Optional[str]
+
+
+def _select():  # type: ignore[no-untyped-def]
+    rp = resource_providers
+    return select(
+        rp.c.id, rp.c.uuid, rp.c.name, rp.c.generation, _parent.c.uuid.label("parent"), _root.c.uuid.label("root")
+    ).select_from(
+        rp.outerjoin(_parent, rp.c.parent_provider_id == _parent.c.id).outerjoin(
+            _root, rp.c.root_provider_id == _root.c.id
+        )
+    )
+
+
+def _provider(row) -> Provider:  # type: ignore[no-untyped-def]
+    return Provider(row.id, row.uuid, row.name, row.generation, row.parent, row.root or row.uuid)
+
+
+def get(connection: Connection, uuid: str) -> Optional[Provider]:
+    row = connection.execute(_select().where(resource_providers.c.uuid == uuid)).first()
+    return _provider(row) if row else None
+
+
+def get_or_404(connection: Connection, uuid: str) -> Provider:
+    provider = get(connection, uuid)
+    if provider is None:
+        raise errors.not_found(f"No resource provider with uuid {uuid} found", errors.RESOURCE_PROVIDER_NOT_FOUND)
+    return provider
+
+
+def ids_by_uuid(connection: Connection, uuids: Iterable[str]) -> Dict[str, Provider]:
+    wanted = list(set(uuids))
+    if not wanted:
+        return {}
+    rows = connection.execute(_select().where(resource_providers.c.uuid.in_(wanted)))
+    return {row.uuid: _provider(row) for row in rows}
+
+
+def used_of_inventory():  # type: ignore[no-untyped-def]
+    """SQL: the amount allocated from the current ``inventories`` row (correlated)."""
+    return (
+        select(func.coalesce(func.sum(allocations.c.used), 0))
+        .where(
+            allocations.c.resource_provider_id == inventories.c.resource_provider_id,
+            allocations.c.resource_class_id == inventories.c.resource_class_id,
+        )
+        .correlate(inventories)
+        .scalar_subquery()
+    )
+
+
+def fits(amount: int):  # type: ignore[no-untyped-def]
+    """SQL: the ``inventories`` row can take ``amount``: the design's capacity rule and min/max/step."""
+    inv = inventories
+    return and_(
+        (inv.c.total - inv.c.reserved) * inv.c.allocation_ratio - used_of_inventory() >= amount,
+        inv.c.min_unit <= amount,
+        inv.c.max_unit >= amount,
+        (amount % inv.c.step_size) == 0,
+    )
+
+
+def fitting_rows(resources: Dict[int, int]):  # type: ignore[no-untyped-def]
+    """SQL condition: an inventory row of one of ``resources`` that can take its amount."""
+    return or_(*(and_(inventories.c.resource_class_id == rc_id, fits(amount)) for rc_id, amount in resources.items()))
+
+
+def providers_with_resources(resources: Dict[int, int]):  # type: ignore[no-untyped-def]
+    """A subquery of provider ids that can each take all of ``resources`` themselves."""
+    return (
+        select(inventories.c.resource_provider_id)
+        .where(fitting_rows(resources))
+        .group_by(inventories.c.resource_provider_id)
+        .having(func.count() == len(resources))
+    )
+
+
+def list_providers(
+    connection: Connection,
+    *,
+    name: Optional[str] = None,
+    uuid: Optional[str] = None,
+    member_of: Optional[Set[str]] = None,
+    resources: Optional[Dict[int, int]] = None,
+    in_tree: Optional[str] = None,
+    required_trait_ids: Optional[List[int]] = None,
+) -> List[Provider]:
+    rp = resource_providers
+    query = _select()
+    if name is not None:
+        query = query.where(rp.c.name == name)
+    if uuid is not None:
+        query = query.where(rp.c.uuid == uuid)
+    if member_of:
+        query = query.where(
+            exists().where(
+                provider_aggregates.c.resource_provider_id == rp.c.id,
+                provider_aggregates.c.aggregate_uuid.in_(sorted(member_of)),
+            )
+        )
+    if resources:
+        query = query.where(rp.c.id.in_(providers_with_resources(resources)))
+    if in_tree is not None:
+        tree = select(func.coalesce(rp.c.root_provider_id, rp.c.id)).where(rp.c.uuid == in_tree).scalar_subquery()
+        query = query.where(func.coalesce(rp.c.root_provider_id, rp.c.id) == tree)
+    if required_trait_ids:
+        having = (
+            select(provider_traits.c.resource_provider_id)
+            .where(provider_traits.c.trait_id.in_(required_trait_ids))
+            .group_by(provider_traits.c.resource_provider_id)
+            .having(func.count() == len(required_trait_ids))
+        )
+        query = query.where(rp.c.id.in_(having))
+    return [_provider(row) for row in connection.execute(query.order_by(rp.c.id))]
+
+
+def _duplicate(exc: IntegrityError, name: str, uuid: str) -> errors.PlacementError:
+    text = str(exc.orig).lower()
+    what = "uuid" if "uuid" in text else "name"
+    value = uuid if what == "uuid" else name
+    return errors.conflict(f"Conflicting resource provider {what}: {value} already exists.", errors.DUPLICATE_NAME)
+
+
+def create(
+    connection: Connection, name: str, uuid: Optional[str] = None, parent_uuid: Optional[str] = None
+) -> Provider:
+    uuid = uuid or str(uuidlib.uuid4())
+    parent_id = root_id = None
+    if parent_uuid is not None:
+        parent = get(connection, parent_uuid)
+        if parent is None:
+            raise errors.bad_request(f"parent provider UUID {parent_uuid} does not exist")
+        parent_id = parent.id
+        root_id = connection.scalar(
+            select(func.coalesce(resource_providers.c.root_provider_id, resource_providers.c.id)).where(
+                resource_providers.c.id == parent.id
+            )
+        )
+    if get(connection, uuid) is not None:
+        raise errors.conflict(f"Conflicting resource provider uuid: {uuid} already exists.", errors.DUPLICATE_NAME)
+    if connection.scalar(select(resource_providers.c.id).where(resource_providers.c.name == name)) is not None:
+        raise errors.conflict(f"Conflicting resource provider name: {name} already exists.", errors.DUPLICATE_NAME)
+    try:
+        with connection.begin_nested():
+            new_id = connection.execute(
+                resource_providers.insert().values(
+                    uuid=uuid, name=name, generation=0, parent_provider_id=parent_id, root_provider_id=root_id
+                )
+            ).inserted_primary_key[0]
+            if root_id is None:
+                connection.execute(
+                    resource_providers.update().where(resource_providers.c.id == new_id).values(root_provider_id=new_id)
+                )
+    except IntegrityError as exc:
+        raise _duplicate(exc, name, uuid) from None
+    return get_or_404(connection, uuid)
+
+
+def update(
+    connection: Connection, provider: Provider, name: str, parent_uuid: Optional[str], set_parent: bool
+) -> Provider:
+    values: Dict[str, object] = {"name": name}
+    if set_parent and parent_uuid != provider.parent_provider_uuid:
+        if provider.parent_provider_uuid is not None:
+            raise errors.bad_request("re-parenting a provider is not currently allowed.")
+        if parent_uuid is not None:
+            parent = get(connection, parent_uuid)
+            if parent is None:
+                raise errors.bad_request(f"parent provider UUID {parent_uuid} does not exist")
+            if parent.root_provider_uuid == provider.uuid:
+                raise errors.bad_request("creating loop in the provider tree is not allowed.")
+            root = get_or_404(connection, parent.root_provider_uuid or parent.uuid)
+            if _has_children(connection, provider.id):
+                raise errors.bad_request("re-parenting a provider that has children is not currently allowed.")
+            values.update(parent_provider_id=parent.id, root_provider_id=root.id)
+    if name != provider.name and connection.scalar(
+        select(resource_providers.c.id).where(resource_providers.c.name == name)
+    ):
+        raise errors.conflict(f"Conflicting resource provider name: {name} already exists.", errors.DUPLICATE_NAME)
+    try:
+        with connection.begin_nested():
+            result = connection.execute(
+                resource_providers.update().where(resource_providers.c.id == provider.id).values(**values)
+            )
+    except IntegrityError as exc:
+        raise _duplicate(exc, name, provider.uuid) from None
+    if result.rowcount != 1:
+        raise ConcurrentUpdate(provider.uuid)
+    return get_or_404(connection, provider.uuid)
+
+
+def _has_children(connection: Connection, provider_id: int) -> bool:
+    return (
+        connection.scalar(
+            select(resource_providers.c.id).where(resource_providers.c.parent_provider_id == provider_id).limit(1)
+        )
+        is not None
+    )
+
+
+def delete(connection: Connection, provider: Provider) -> None:
+    if (
+        connection.scalar(select(allocations.c.id).where(allocations.c.resource_provider_id == provider.id).limit(1))
+        is not None
+    ):
+        raise errors.conflict(
+            f"Unable to delete resource provider {provider.uuid}: Resource provider has allocations.",
+            errors.PROVIDER_IN_USE,
+        )
+    if _has_children(connection, provider.id):
+        raise errors.conflict(
+            f"Unable to delete parent resource provider {provider.uuid}: It has child resource providers.",
+            errors.PROVIDER_CANNOT_DELETE_PARENT,
+        )
+    # Claim the row first: a concurrent allocation bumps the generation.
+    bump_generation(connection, provider)
+    for table in (inventories, provider_aggregates, provider_traits):
+        connection.execute(table.delete().where(table.c.resource_provider_id == provider.id))
+    connection.execute(resource_providers.delete().where(resource_providers.c.id == provider.id))
+
+
+def bump_generation(connection: Connection, provider: Provider) -> int:
+    """Compare-and-swap the generation; raises ConcurrentUpdate if it moved."""
+    result = connection.execute(
+        resource_providers.update()
+        .where(resource_providers.c.id == provider.id, resource_providers.c.generation == provider.generation)
+        .values(generation=provider.generation + 1)
+    )
+    if result.rowcount != 1:
+        raise ConcurrentUpdate(provider.uuid)
+    provider.generation += 1
+    return provider.generation
+
+
+def check_generation(provider: Provider, seen: int) -> None:
+    if provider.generation != seen:
+        raise ConcurrentUpdate(provider.uuid)

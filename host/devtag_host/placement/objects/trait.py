@@ -1,0 +1,97 @@
+"""Traits: os-traits' standard names and CUSTOM_*, and a provider's set."""
+
+from __future__ import annotations
+
+from typing import Dict, Iterable, List, Optional
+
+from sqlalchemy import exists as sql_exists
+from sqlalchemy import select
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
+
+from .. import errors
+from ..db import provider_traits, traits
+from .resource_provider import Provider, bump_generation
+
+
+def ids_by_name(connection: Connection, names: Iterable[str]) -> Dict[str, int]:
+    wanted = sorted(set(names))
+    if not wanted:
+        return {}
+    rows = connection.execute(select(traits.c.name, traits.c.id).where(traits.c.name.in_(wanted)))
+    return {row.name: row.id for row in rows}
+
+
+def require_ids(connection: Connection, names: Iterable[str]) -> Dict[str, int]:
+    names = list(names)
+    found = ids_by_name(connection, names)
+    missing = sorted(set(names) - set(found))
+    if missing:
+        raise errors.bad_request(f"No such trait(s): {', '.join(missing)}")
+    return found
+
+
+def list_traits(
+    connection: Connection,
+    *,
+    names: Optional[List[str]] = None,
+    prefix: Optional[str] = None,
+    associated: Optional[bool] = None,
+) -> List[str]:
+    query = select(traits.c.name)
+    if names is not None:
+        query = query.where(traits.c.name.in_(names))
+    if prefix is not None:
+        query = query.where(traits.c.name.startswith(prefix, autoescape=True))
+    if associated is not None:
+        used = sql_exists().where(provider_traits.c.trait_id == traits.c.id)
+        query = query.where(used if associated else ~used)
+    return list(connection.scalars(query.order_by(traits.c.name)))
+
+
+def create(connection: Connection, name: str) -> bool:
+    """Create a custom trait; False if it existed."""
+    if ids_by_name(connection, [name]):
+        return False
+    try:
+        with connection.begin_nested():
+            connection.execute(traits.insert().values(name=name))
+    except IntegrityError:
+        return False
+    return True
+
+
+def delete(connection: Connection, name: str) -> None:
+    if not name.startswith("CUSTOM_"):
+        raise errors.bad_request(f"Cannot delete standard trait {name}.")
+    found = ids_by_name(connection, [name])
+    if not found:
+        raise errors.not_found(f"No such trait(s): {name}")
+    trait_id = found[name]
+    in_use = connection.scalar(
+        select(provider_traits.c.resource_provider_id).where(provider_traits.c.trait_id == trait_id).limit(1)
+    )
+    if in_use is not None:
+        raise errors.conflict(f"The trait {name} is in use by a resource provider.")
+    connection.execute(traits.delete().where(traits.c.id == trait_id))
+
+
+def of_provider(connection: Connection, provider_id: int) -> List[str]:
+    query = (
+        select(traits.c.name)
+        .join(provider_traits, provider_traits.c.trait_id == traits.c.id)
+        .where(provider_traits.c.resource_provider_id == provider_id)
+        .order_by(traits.c.name)
+    )
+    return list(connection.scalars(query))
+
+
+def set_for_provider(connection: Connection, provider: Provider, names: List[str]) -> None:
+    found = require_ids(connection, names)
+    connection.execute(provider_traits.delete().where(provider_traits.c.resource_provider_id == provider.id))
+    if found:
+        connection.execute(
+            provider_traits.insert(),
+            [{"resource_provider_id": provider.id, "trait_id": trait_id} for trait_id in sorted(found.values())],
+        )
+    bump_generation(connection, provider)

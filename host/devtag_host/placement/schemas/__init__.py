@@ -1,0 +1,1 @@
+"""jsonschema documents of the request bodies, one module per resource."""

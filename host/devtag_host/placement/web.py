@@ -1,0 +1,143 @@
+"""What every handler sees (``Call``) and returns (``Reply``), and the small
+parsing helpers they share: body validation, query strings, links."""
+
+from __future__ import annotations
+
+import datetime
+import uuid as uuidlib
+from dataclasses import dataclass, field
+from email.utils import format_datetime
+from typing import Any, Dict, List, Optional, Set, Tuple
+
+import jsonschema
+
+from . import errors
+from .db import Store
+from .errors import PlacementError
+from .microversion import Version
+
+_FORMATS = jsonschema.FormatChecker()
+
+
+@_FORMATS.checks("uuid", raises=ValueError)
+def _is_uuid(value: object) -> bool:
+    if not isinstance(value, str):
+        return True
+    uuidlib.UUID(value)
+    return True
+
+
+@dataclass
+class Call:
+    """One API request, already authenticated and version-negotiated."""
+
+    store: Store
+    version: Version
+    params: Dict[str, str]
+    query: List[Tuple[str, str]]
+    body: Any = None
+
+    def want(self, minor: int) -> bool:
+        return self.version.at_least(minor)
+
+    def query_dict(self, allowed: Set[str]) -> Dict[str, str]:
+        """The query as a dict (last value wins), 400 for unknown keys."""
+        result: Dict[str, str] = {}
+        for key, value in self.query:
+            if key not in allowed:
+                raise errors.bad_request(
+                    f"Invalid query string parameters: Additional properties are not allowed ('{key}' was unexpected)"
+                )
+            result[key] = value
+        return result
+
+
+@dataclass
+class Reply:
+    status: int = 200
+    body: Any = None
+    headers: Dict[str, str] = field(default_factory=dict)
+
+
+def validate(body: Any, schema: Dict[str, Any]) -> Any:
+    validator = jsonschema.Draft4Validator(schema, format_checker=_FORMATS)
+    error = jsonschema.exceptions.best_match(validator.iter_errors(body))
+    if error is not None:
+        raise PlacementError(400, f"JSON does not validate: {error.message[:500]}")
+    return body
+
+
+def normal_uuid(value: str) -> str:
+    return str(uuidlib.UUID(value))
+
+
+def is_uuid(value: str) -> bool:
+    try:
+        uuidlib.UUID(value)
+    except ValueError:
+        return False
+    return True
+
+
+def parse_resources(value: str) -> Dict[str, int]:
+    """``VCPU:2,MEMORY_MB:1024`` -> {"VCPU": 2, "MEMORY_MB": 1024}, else 400."""
+    form = "?resources=VCPU:2,MEMORY_MB:1024"
+    if not value.strip():
+        raise errors.bad_request(
+            "Badly formed resources parameter. Expected resources query string parameter in form: "
+            f"{form}. Got: empty string."
+        )
+    result: Dict[str, int] = {}
+    for item in value.split(","):
+        name, sep, amount = item.partition(":")
+        if not sep or ":" in amount or not name:
+            raise errors.bad_request(
+                f"Badly formed resources parameter. Expected resources query string parameter in form: "
+                f"{form}. Got: {item[:100]}."
+            )
+        try:
+            number = int(amount)
+        except ValueError:
+            raise errors.bad_request(
+                f"Requested resource {name[:100]} expected positive integer amount. Got: {amount[:40]}."
+            ) from None
+        if number < 1:
+            raise errors.bad_request(f"Requested resource {name[:100]} requires amount >= 1. Got: {number}.")
+        result[name] = number
+    return result
+
+
+def parse_member_of(value: str) -> Set[str]:
+    if "," in value and not value.startswith("in:"):
+        raise errors.bad_request(
+            f"Multiple values for 'member_of' must be prefixed with the 'in:' keyword. Got: {value}"
+        )
+    values = set(value[3:].split(",")) if value.startswith("in:") else {value}
+    for item in values:
+        if not is_uuid(item):
+            raise errors.bad_request(
+                f"Invalid query string parameters: Expected 'member_of' parameter to contain valid UUID(s). Got: {item}"
+            )
+    return {normal_uuid(item) for item in values}
+
+
+def parse_traits(value: str) -> Set[str]:
+    names = {item.strip() for item in value.split(",")}
+    if not all(names):
+        raise errors.bad_request(
+            "Invalid query string parameters: Expected 'required' parameter value of the form: "
+            f"HW_CPU_X86_VMX,CUSTOM_MAGIC. Got: {value[:200]}"
+        )
+    return names
+
+
+def provider_url(uuid: str) -> str:
+    return f"/resource_providers/{uuid}"
+
+
+def cache_headers(call: Call, when: Optional[datetime.datetime] = None) -> Dict[str, str]:
+    """1.15: last-modified and cache-control on GET responses."""
+    if not call.want(15):
+        return {}
+    when = when or datetime.datetime.now(datetime.timezone.utc)
+    return {"last-modified": format_datetime(when, usegmt=True), "cache-control": "no-cache"}
