@@ -40,7 +40,7 @@ MAX_XML_FILE_BYTES = 64 * 1024 * 1024
 # Each host capability (config drive, metadata server, placement, ...) adds its
 # verbs from its own module: ``register(subparsers)`` adds sub-commands whose
 # ``handler(args)`` raises DevtagError subclasses for exit codes 2 and 1.
-COMMAND_MODULES: Tuple[str, ...] = ("devtag_host.configdrive.commands",)
+COMMAND_MODULES: Tuple[str, ...] = ("devtag_host.configdrive.commands", "devtag_host.placement.commands")
 
 _DESCRIPTION = """\
 Tag the NICs and disks of libvirt domains with roles, and print the

@@ -26,7 +26,9 @@ def list_candidates(call: Call) -> Reply:
     limit = None
     if "limit" in query:
         if not query["limit"].isdigit() or int(query["limit"]) < 1:
-            raise errors.bad_request(f"Invalid query string parameters: '{query['limit'][:20]}' does not match '^[1-9][0-9]*$'")
+            raise errors.bad_request(
+                f"Invalid query string parameters: '{query['limit'][:20]}' does not match '^[1-9][0-9]*$'"
+            )
         limit = int(query["limit"])
     required = parse_traits(query["required"]) if "required" in query else None
     member_of = parse_member_of(query["member_of"]) if "member_of" in query else None

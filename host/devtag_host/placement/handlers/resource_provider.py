@@ -101,4 +101,3 @@ def delete_provider(call: Call) -> Reply:
     with call.store.write() as connection:
         rp.delete(connection, rp.get_or_404(connection, call.params["uuid"]))
     return Reply(204)
-

@@ -1,0 +1,351 @@
+"""The placement application: routing, auth, microversions, errors.
+
+``Placement(store)`` is an ASGI application (``uvicorn``) and, through
+``Placement.wsgi``, a WSGI one; both call the same synchronous ``handle``.
+Auth follows OpenStack Placement's no-keystone mode: every request but the
+version root needs ``X-Auth-Token``; with a configured token only that one.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import re
+import uuid as uuidlib
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
+from urllib.parse import parse_qsl
+
+from sqlalchemy.exc import DBAPIError, IntegrityError
+
+from . import errors, microversion
+from .db import Store
+from .errors import ConcurrentUpdate, PlacementError
+from .handlers import aggregate, allocation, allocation_candidate, inventory, resource_class, trait, usage
+from .handlers import resource_provider as provider
+from .web import Call, Reply
+
+log = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 1024 * 1024
+Handler = Callable[[Call], Reply]
+
+
+def root(call: Call) -> Reply:
+    version = {
+        "id": "v1.0",
+        "max_version": microversion.max_version_string(),
+        "min_version": microversion.min_version_string(),
+        "status": "CURRENT",
+        "links": [{"rel": "self", "href": ""}],
+    }
+    return Reply(200, {"versions": [version]})
+
+
+# path template -> {method: (minimum minor version, handler, takes a JSON body)}
+ROUTES: Dict[str, Dict[str, Tuple[int, Handler, bool]]] = {
+    "/": {"GET": (0, root, False)},
+    "/resource_providers": {
+        "GET": (0, provider.list_providers, False),
+        "POST": (0, provider.create_provider, True),
+    },
+    "/resource_providers/{uuid}": {
+        "GET": (0, provider.get_provider, False),
+        "PUT": (0, provider.update_provider, True),
+        "DELETE": (0, provider.delete_provider, False),
+    },
+    "/resource_providers/{uuid}/inventories": {
+        "GET": (0, inventory.list_inventories, False),
+        "POST": (0, inventory.create_inventory, True),
+        "PUT": (0, inventory.replace_inventories, True),
+        "DELETE": (5, inventory.delete_inventories, False),
+    },
+    "/resource_providers/{uuid}/inventories/{resource_class}": {
+        "GET": (0, inventory.get_inventory, False),
+        "PUT": (0, inventory.update_inventory, True),
+        "DELETE": (0, inventory.delete_inventory, False),
+    },
+    "/resource_providers/{uuid}/aggregates": {
+        "GET": (1, aggregate.get_aggregates, False),
+        "PUT": (1, aggregate.set_aggregates, True),
+    },
+    "/resource_providers/{uuid}/usages": {"GET": (0, usage.provider_usages, False)},
+    "/resource_providers/{uuid}/allocations": {"GET": (0, allocation.provider_allocations, False)},
+    "/resource_providers/{uuid}/traits": {
+        "GET": (6, trait.get_provider_traits, False),
+        "PUT": (6, trait.set_provider_traits, True),
+        "DELETE": (6, trait.delete_provider_traits, False),
+    },
+    "/allocations": {"POST": (13, allocation.post_allocations, True)},
+    "/allocations/{consumer}": {
+        "GET": (0, allocation.get_allocations, False),
+        "PUT": (0, allocation.put_allocations, True),
+        "DELETE": (0, allocation.delete_allocations, False),
+    },
+    "/usages": {"GET": (9, usage.project_usages, False)},
+    "/traits": {"GET": (6, trait.list_traits, False)},
+    "/traits/{name}": {
+        "GET": (6, trait.get_trait, False),
+        "PUT": (6, trait.put_trait, False),
+        "DELETE": (6, trait.delete_trait, False),
+    },
+    "/resource_classes": {
+        "GET": (2, resource_class.list_classes, False),
+        "POST": (2, resource_class.create_class, True),
+    },
+    "/resource_classes/{name}": {
+        "GET": (2, resource_class.get_class, False),
+        "PUT": (2, resource_class.put_class, False),  # a body only before 1.7; checked in the handler
+        "DELETE": (2, resource_class.delete_class, False),
+    },
+    "/allocation_candidates": {"GET": (10, allocation_candidate.list_candidates, False)},
+}
+
+
+def _compile(template: str) -> re.Pattern[str]:
+    return re.compile("^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", template) + "$")
+
+
+_COMPILED = [(_compile(template), methods) for template, methods in ROUTES.items()]
+
+
+def _find_route(path: str) -> Tuple[re.Match[str], Dict[str, Tuple[int, Handler, bool]]]:
+    for pattern, methods in _COMPILED:
+        match = pattern.match(path)
+        if match:
+            return match, methods
+    raise errors.not_found("The resource could not be found.")
+
+
+class Response:
+    def __init__(self, status: int, headers: List[Tuple[str, str]], body: bytes) -> None:
+        self.status = status
+        self.headers = headers
+        self.body = body
+
+
+def _accepts_json(accept: str) -> bool:
+    for item in accept.split(","):
+        media = item.split(";", 1)[0].strip().lower()
+        if media in ("", "*/*", "application/*", "application/json"):
+            return True
+    return False
+
+
+class Placement:
+    """The placement service on one ``Store``."""
+
+    def __init__(self, store: Store, auth_token: Optional[str] = None) -> None:
+        self.store = store
+        self.auth_token = auth_token
+
+    # -- the synchronous core ----------------------------------------------------------------
+    def handle(self, method: str, path: str, query_string: str, headers: Mapping[str, str], body: bytes) -> Response:
+        request_id = f"req-{uuidlib.uuid4()}"
+        version: Optional[microversion.Version] = None
+        try:
+            version = microversion.negotiate(headers.get(microversion.HEADER))
+            reply = self._route(method, path, query_string, headers, body, version)
+        except PlacementError as exc:
+            reply = self._error(exc, request_id)
+        except ConcurrentUpdate as exc:
+            reply = self._error(
+                PlacementError(409, f"resource provider generation conflict: {exc}", errors.CONCURRENT_UPDATE),
+                request_id,
+            )
+        except IntegrityError:
+            reply = self._error(
+                PlacementError(409, "Conflicting concurrent update, please retry.", errors.CONCURRENT_UPDATE),
+                request_id,
+            )
+        except DBAPIError as exc:
+            if _is_retryable(exc):
+                error = PlacementError(409, "Conflicting concurrent update, please retry.", errors.CONCURRENT_UPDATE)
+            else:
+                log.exception("database error on %s %s", method, path)
+                error = PlacementError(500, "A database error occurred.")
+            reply = self._error(error, request_id)
+        except Exception:
+            log.exception("unexpected error on %s %s", method, path)
+            reply = self._error(PlacementError(500, "An unexpected error occurred."), request_id)
+        out_headers = [("x-openstack-request-id", request_id)]
+        if version is not None:
+            out_headers.append((microversion.HEADER, f"{microversion.SERVICE_TYPE} {version}"))
+            out_headers.append(("vary", microversion.HEADER))
+        out_headers.extend(reply.headers.items())
+        if reply.body is None:
+            return Response(reply.status, out_headers, b"")
+        out_headers.append(("content-type", "application/json"))
+        return Response(reply.status, out_headers, json.dumps(reply.body).encode())
+
+    def _route(
+        self,
+        method: str,
+        path: str,
+        query_string: str,
+        headers: Mapping[str, str],
+        body: bytes,
+        version: microversion.Version,
+    ) -> Reply:
+        match, methods = _find_route(path)
+        if path != "/":
+            self._check_token(headers.get("x-auth-token"))
+        if method == "HEAD" and "GET" in methods:
+            method = "GET"
+        if method not in methods:
+            allowed = ", ".join(sorted(m for m, (minor, _h, _b) in methods.items() if version.at_least(minor)))
+            if not allowed:
+                raise errors.not_found("The resource could not be found.")
+            raise PlacementError(
+                405, "The method specified is not allowed for this resource.", headers={"allow": allowed}
+            )
+        minor, handler, takes_body = methods[method]
+        if not version.at_least(minor):
+            raise errors.not_found("The resource could not be found.")
+        if method == "GET" and headers.get("accept") and not _accepts_json(headers["accept"]):
+            raise PlacementError(406, "Only application/json is provided")
+        parsed: Any = None
+        if takes_body or (body and method in ("PUT", "POST")):
+            content_type = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+            if content_type != "application/json":
+                raise PlacementError(
+                    415,
+                    f"The media type {content_type or 'None'} is not supported, use application/json",
+                )
+            try:
+                parsed = json.loads(body)
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise errors.bad_request(f"Malformed JSON: {exc}") from None
+        try:
+            query = parse_qsl(query_string, keep_blank_values=True, strict_parsing=False, max_num_fields=100)
+        except ValueError:
+            raise errors.bad_request("Invalid query string parameters: too many fields") from None
+        call = Call(self.store, version, match.groupdict(), query, parsed)
+        return handler(call)
+
+    def _check_token(self, token: Optional[str]) -> None:
+        if not token:
+            raise PlacementError(401, "The request you have made requires authentication.")
+        if self.auth_token is not None and not hmac.compare_digest(token.encode(), self.auth_token.encode()):
+            raise PlacementError(401, "The request you have made requires authentication.")
+
+    def _error(self, exc: PlacementError, request_id: str) -> Reply:
+        error: Dict[str, Any] = {
+            "status": exc.status,
+            "title": errors.TITLES.get(exc.status, "Error"),
+            "detail": exc.detail,
+            "code": exc.code,
+            "request_id": request_id,
+        }
+        error.update(exc.extra)
+        return Reply(exc.status, {"errors": [error]}, dict(exc.headers))
+
+    # -- ASGI ----------------------------------------------------------------------------------
+    async def __call__(self, scope: Dict[str, Any], receive: Callable, send: Callable) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        if scope["type"] != "http":
+            return
+        from starlette.concurrency import run_in_threadpool
+
+        headers = {key.decode("latin-1").lower(): value.decode("latin-1") for key, value in scope["headers"]}
+        chunks: List[bytes] = []
+        size = 0
+        more = True
+        too_big = False
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                too_big = True
+                break
+            chunks.append(chunk)
+            more = message.get("more_body", False)
+        if too_big:
+            response = Response(
+                413,
+                [("content-type", "application/json")],
+                json.dumps(
+                    {
+                        "errors": [
+                            {
+                                "status": 413,
+                                "title": errors.TITLES[413],
+                                "detail": "Request body too large.",
+                                "code": errors.DEFAULT,
+                            }
+                        ]
+                    }
+                ).encode(),
+            )
+        else:
+            query_string = scope.get("query_string", b"").decode("latin-1")
+            response = await run_in_threadpool(
+                self.handle, scope["method"], scope["path"], query_string, headers, b"".join(chunks)
+            )
+        await send(
+            {
+                "type": "http.response.start",
+                "status": response.status,
+                "headers": [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.headers],
+            }
+        )
+        await send({"type": "http.response.body", "body": b"" if scope["method"] == "HEAD" else response.body})
+
+    # -- WSGI ----------------------------------------------------------------------------------
+    def wsgi(self, environ: Dict[str, Any], start_response: Callable) -> Iterable[bytes]:
+        headers = {
+            key[5:].replace("_", "-").lower(): value for key, value in environ.items() if key.startswith("HTTP_")
+        }
+        if environ.get("CONTENT_TYPE"):
+            headers["content-type"] = environ["CONTENT_TYPE"]
+        try:
+            length = int(environ.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            length = 0
+        if length > MAX_BODY_BYTES:
+            start_response("413 Request Entity Too Large", [("content-type", "application/json")])
+            return [b'{"errors": [{"status": 413, "title": "Request Entity Too Large", "detail": "too large"}]}']
+        body = environ["wsgi.input"].read(length) if length else b""
+        path = environ.get("PATH_INFO", "") or "/"
+        response = self.handle(environ["REQUEST_METHOD"], path, environ.get("QUERY_STRING", ""), headers, body)
+        start_response(f"{response.status} {errors.TITLES.get(response.status, 'OK')}", response.headers)
+        return [b"" if environ["REQUEST_METHOD"] == "HEAD" else response.body]
+
+
+def _is_retryable(exc: DBAPIError) -> bool:
+    text = str(getattr(exc, "orig", exc)).lower()
+    return any(word in text for word in ("deadlock", "could not serialize", "database is locked", "lock timeout"))
+
+
+def create_app(db_url: Optional[str] = None, auth_token: Optional[str] = None) -> Placement:
+    """An application on ``db_url`` (default: ``$DEVTAG_PLACEMENT_DB`` or the SQLite file)."""
+    return Placement(Store(db_url), auth_token)
+
+
+TOKEN_FILE_ENV = "DEVTAG_PLACEMENT_TOKEN_FILE"  # noqa: S105 - a variable name
+
+
+def read_token_file(path: str) -> str:
+    with open(path, encoding="utf-8") as handle:
+        token = handle.read(4096).strip()
+    if not token:
+        raise ValueError(f"{path} holds no token")
+    return token
+
+
+def create_app_from_env() -> Placement:
+    """For ``uvicorn --factory devtag_host.placement.app:create_app_from_env`` (several workers)."""
+    import os
+
+    token_file = os.environ.get(TOKEN_FILE_ENV)
+    return create_app(None, read_token_file(token_file) if token_file else None)

@@ -1,0 +1,126 @@
+"""``devtag-host placement serve | db-sync | report``."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import os
+from typing import Tuple
+
+from ..errors import InputError, RuntimeFailure
+
+log = logging.getLogger(__name__)
+DEFAULT_LISTEN = "127.0.0.1:8778"
+
+_DESCRIPTION = """\
+An OpenStack-Placement-compatible service (API microversions 1.0-1.17).
+
+Without --db, the database is $DEVTAG_PLACEMENT_DB, else the SQLite file
+~/.local/share/devtag/placement.sqlite.  For several API workers or hosts use
+PostgreSQL: --db postgresql://user@host/placement.
+
+Clients send X-Auth-Token.  With --auth-token-file only the token in that file
+is accepted; without it any token is (the osc-placement convention is 'admin')
+and the server refuses to listen on anything but loopback.
+"""
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    placement = commands.add_parser(
+        "placement",
+        help="run the placement service or report this host to it",
+        description=_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    verbs = placement.add_subparsers(dest="placement_command", metavar="VERB", required=True)
+
+    serve = verbs.add_parser("serve", help="serve the placement API (uvicorn)")
+    serve.add_argument("--db", metavar="URL", help="SQLAlchemy URL (sqlite:///FILE or postgresql://...)")
+    serve.add_argument("--listen", metavar="ADDR:PORT", default=DEFAULT_LISTEN, help=f"default {DEFAULT_LISTEN}")
+    serve.add_argument("--auth-token-file", metavar="FILE", help="accept only the token in FILE")
+    serve.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (PostgreSQL)")
+    serve.add_argument("--no-db-sync", action="store_true", help="do not create/upgrade the schema on start")
+    serve.set_defaults(handler=_cmd_serve)
+
+    sync = verbs.add_parser("db-sync", help="create or upgrade the database schema")
+    sync.add_argument("--db", metavar="URL", help="SQLAlchemy URL (default: the SQLite file)")
+    sync.set_defaults(handler=_cmd_db_sync)
+
+    from . import reporter
+
+    reporter.register(verbs)
+
+
+def parse_listen(value: str, token_file: str | None) -> Tuple[str, int]:
+    host, sep, port_text = value.rpartition(":")
+    if not sep or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise InputError(f"--listen {value!r}: expected ADDR:PORT")
+    host = host.strip("[]")
+    if token_file is None and not _is_loopback(host):
+        raise InputError(
+            f"refusing to listen on {host} without --auth-token-file: any token would be accepted "
+            "(listen on 127.0.0.1 or give a token file)"
+        )
+    return host, int(port_text)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _sync(url: str | None) -> None:
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from . import migrate
+    from .db import Store
+
+    store = Store(url)
+    try:
+        migrate.upgrade(store)
+    except SQLAlchemyError as exc:
+        raise RuntimeFailure(f"cannot create or upgrade the placement database: {exc}") from None
+    finally:
+        store.dispose()
+
+
+def _cmd_db_sync(args: argparse.Namespace) -> None:
+    _sync(args.db)
+    print("placement database is up to date")
+
+
+def _cmd_serve(args: argparse.Namespace) -> None:
+    import uvicorn
+
+    from .app import TOKEN_FILE_ENV, create_app, read_token_file
+    from .db import DEFAULT_DB_ENV
+
+    host, port = parse_listen(args.listen, args.auth_token_file)
+    token = None
+    if args.auth_token_file:
+        try:
+            token = read_token_file(args.auth_token_file)
+        except (OSError, ValueError) as exc:
+            raise InputError(f"--auth-token-file: {exc}") from None
+    if not args.no_db_sync:
+        _sync(args.db)
+    if args.workers > 1:
+        if args.db:
+            os.environ[DEFAULT_DB_ENV] = args.db
+        if args.auth_token_file:
+            os.environ[TOKEN_FILE_ENV] = os.path.abspath(args.auth_token_file)
+        uvicorn.run(
+            "devtag_host.placement.app:create_app_from_env",
+            factory=True,
+            host=host,
+            port=port,
+            workers=args.workers,
+            log_level="warning",
+        )
+        return
+    uvicorn.run(create_app(args.db, token), host=host, port=port, log_level="warning")
