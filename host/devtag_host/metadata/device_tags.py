@@ -49,22 +49,40 @@ def identity(device: Device) -> Optional[Tuple[str, str]]:
     return None
 
 
-def _matches(entry: TagEntry, device: Device) -> bool:
-    if entry.kind != kind_of(device):
-        return False
+def _lookup_keys(device: Device) -> List[Tuple[str, str, str]]:
+    """The (kind, key, value) identities a stored entry may use for ``device``."""
     if isinstance(device, Nic):
-        return device.mac is not None and entry.value.lower() == device.mac
-    field = {"serial": device.serial, "alias": device.alias, "target": device.target_dev}.get(entry.key)
-    return field is not None and field == entry.value
+        return [("nic", "mac", device.mac)] if device.mac else []
+    candidates = (("serial", device.serial), ("alias", device.alias), ("target", device.target_dev))
+    return [("disk", key, value) for key, value in candidates if value]
+
+
+def _entry_key(entry: TagEntry) -> Tuple[str, str, str]:
+    return (entry.kind, entry.key, entry.value.lower() if entry.key == "mac" else entry.value)
+
+
+def _matches(entry: TagEntry, device: Device) -> bool:
+    return _entry_key(entry) in _lookup_keys(device)
+
+
+class TagIndex:
+    """Stored tags by device identity, so looking up every device stays linear."""
+
+    def __init__(self, entries: Iterable[TagEntry]) -> None:
+        self._tags: Dict[Tuple[str, str, str], Dict[str, None]] = {}
+        for entry in entries:
+            self._tags.setdefault(_entry_key(entry), {}).update(dict.fromkeys(entry.tags))
+
+    def tags_of(self, device: Device) -> Tuple[str, ...]:
+        tags: Dict[str, None] = {}
+        for key in _lookup_keys(device):
+            tags.update(self._tags.get(key, {}))
+        return tuple(tags)
 
 
 def tags_of(domain: Domain, device: Device) -> Tuple[str, ...]:
     """All tags stored for ``device``, in the order they were added."""
-    tags: Dict[str, None] = {}
-    for entry in domain.tag_entries:
-        if _matches(entry, device):
-            tags.update(dict.fromkeys(entry.tags))
-    return tuple(tags)
+    return TagIndex(domain.tag_entries).tags_of(device)
 
 
 def taggable_devices(domain: Domain) -> List[Device]:
@@ -110,16 +128,17 @@ def add_tags(domain: Domain, selector: str, new_tags: Sequence[str]) -> Tuple[Ta
     if key is None:
         raise DeviceSelectionError(f"{selector!r} has no MAC, serial, alias or target to store tags under")
     kind = kind_of(device)
+    index = TagIndex(domain.tag_entries)
     for other in taggable_devices(domain):
         if other is device or kind_of(other) != kind:
             continue
-        clash = set(new_tags).intersection(tags_of(domain, other))
+        clash = set(new_tags).intersection(index.tags_of(other))
         if clash:
             raise TagError(
                 f"tag {sorted(clash)[0]!r} is already on another {kind} of domain {domain.name!r}"
                 f" ({_describe(other)}); a tag is unique per domain and device type"
             )
-    tags = dict.fromkeys(tags_of(domain, device))
+    tags = dict.fromkeys(index.tags_of(device))
     tags.update(dict.fromkeys(new_tags))
     if len(tags) > MAX_TAGS_PER_DEVICE:
         raise TagError(f"a device carries at most {MAX_TAGS_PER_DEVICE} tags")

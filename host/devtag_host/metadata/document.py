@@ -12,7 +12,7 @@ import posixpath
 import re
 from typing import Any, Dict, List
 
-from .device_tags import taggable_devices, tags_of
+from .device_tags import TagIndex, taggable_devices
 from .guest_address import Topology
 from .model import Disk, Domain, Nic
 from .validation import validate_document
@@ -33,6 +33,7 @@ def device_entries(domain: Domain) -> List[Dict[str, Any]]:
             f"domain {domain.name!r} has {len(devices)} NICs and disks; the metadata carries at most {MAX_DEVICES}"
         )
     topology = Topology(domain)
+    tag_index = TagIndex(domain.tag_entries)
     entries = []
     for device in devices:
         if isinstance(device, Nic):
@@ -58,7 +59,7 @@ def device_entries(domain: Domain) -> List[Dict[str, Any]]:
                 entry["devname"] = device.guest_name
         else:
             _add_disk_fields(entry, device, location.bus)
-        entry["tags"] = list(tags_of(domain, device))
+        entry["tags"] = list(tag_index.tags_of(device))
         entries.append(entry)
     return entries
 
