@@ -1,0 +1,147 @@
+"""Placement fixtures: a migrated SQLite store, a throw-away PostgreSQL server
+(initdb + pg_ctl in a tmp dir, run as the ``postgres`` user when we are root),
+and an HTTP client on the WSGI side of the app (no sockets).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+import pytest
+from sqlalchemy import text
+
+from devtag_host.placement import migrate
+from devtag_host.placement.app import Placement
+from devtag_host.placement.db import Store
+
+PG_BIN = Path(os.environ.get("DEVTAG_PG_BIN", "/usr/lib/postgresql/15/bin"))
+TOKEN = "admin"
+LATEST = {"x-auth-token": TOKEN, "openstack-api-version": "placement latest"}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _as_postgres(argv: list) -> list:
+    return ["runuser", "-u", "postgres", "--", *argv] if os.geteuid() == 0 else argv
+
+
+@pytest.fixture(scope="session")
+def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A PostgreSQL server for the session; yields a URL of database 'placement'."""
+    if not (PG_BIN / "initdb").exists():
+        pytest.fail(f"PostgreSQL binaries missing in {PG_BIN}: run ./setup.sh (Debian package postgresql)")
+    base = tmp_path_factory.mktemp("postgres")
+    data = base / "data"
+    if os.geteuid() == 0:
+        shutil.chown(base, "postgres")
+        for parent in base.parents:
+            if str(parent) in ("/", "/tmp"):
+                break
+            parent.chmod(parent.stat().st_mode | 0o011)
+    port = _free_port()
+    subprocess.run(
+        _as_postgres(
+            [str(PG_BIN / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust", "--no-sync", "-E", "UTF8"]
+        ),
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    options = f"-p {port} -k {base} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200"
+    subprocess.run(
+        _as_postgres([str(PG_BIN / "pg_ctl"), "-D", str(data), "-o", options, "-l", str(base / "log"), "-w", "start"]),
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        admin = f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
+        from sqlalchemy import create_engine
+
+        engine = create_engine(admin, isolation_level="AUTOCOMMIT")
+        with engine.connect() as connection:
+            connection.execute(text("CREATE DATABASE placement"))
+        engine.dispose()
+        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/placement"
+    finally:
+        subprocess.run(
+            _as_postgres([str(PG_BIN / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"]),
+            stdout=subprocess.DEVNULL,
+            check=False,
+        )
+
+
+@pytest.fixture(scope="session")
+def pg_store(postgres_server: str) -> Iterator[Store]:
+    store = Store(postgres_server)
+    migrate.upgrade(store)
+    yield store
+    store.dispose()
+
+
+def clean(store: Store) -> None:
+    """Empty every table but the standard traits and resource classes."""
+    with store.write() as connection:
+        for table in (
+            "allocations",
+            "consumers",
+            "inventories",
+            "resource_provider_aggregates",
+            "resource_provider_traits",
+        ):
+            connection.execute(text(f"DELETE FROM {table}"))  # noqa: S608 - fixed table names
+        connection.execute(text("UPDATE resource_providers SET parent_provider_id = NULL, root_provider_id = NULL"))
+        connection.execute(text("DELETE FROM resource_providers"))
+        connection.execute(text("DELETE FROM traits WHERE name LIKE 'CUSTOM\\_%' ESCAPE '\\'"))
+        connection.execute(text("DELETE FROM resource_classes WHERE name LIKE 'CUSTOM\\_%' ESCAPE '\\'"))
+
+
+@pytest.fixture
+def sqlite_store(tmp_path: Path) -> Iterator[Store]:
+    store = Store(f"sqlite:///{tmp_path / 'placement.sqlite'}")
+    migrate.upgrade(store)
+    yield store
+    store.dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)])
+def store(request: pytest.FixtureRequest) -> Iterator[Store]:
+    """The store of each backend in turn (PostgreSQL tests carry the marker)."""
+    if request.param == "sqlite":
+        yield request.getfixturevalue("sqlite_store")
+    else:
+        pg = request.getfixturevalue("pg_store")
+        clean(pg)
+        yield pg
+
+
+def make_client(store: Store, **headers: str) -> httpx.Client:
+    app = Placement(store)
+    return httpx.Client(
+        transport=httpx.WSGITransport(app=app.wsgi), base_url="http://placement", headers={**LATEST, **headers}
+    )
+
+
+@pytest.fixture
+def client(store: Store) -> Iterator[httpx.Client]:
+    with make_client(store) as http:
+        yield http
+
+
+def wait_for_port(port: int, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise TimeoutError(f"nothing listens on port {port}")

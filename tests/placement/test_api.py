@@ -1,0 +1,369 @@
+"""The placement API, endpoint by endpoint, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import uuid
+
+import httpx
+
+from .conftest import make_client
+
+
+def new_provider(client: httpx.Client, name: str, **body: object) -> str:
+    response = client.post("/resource_providers", json={"name": name, **body})
+    assert response.status_code == 201, response.text
+    return response.headers["location"].rsplit("/", 1)[1]
+
+
+def set_inventory(client: httpx.Client, rp: str, **inventories: dict) -> int:
+    generation = client.get(f"/resource_providers/{rp}").json()["generation"]
+    response = client.put(
+        f"/resource_providers/{rp}/inventories",
+        json={"resource_provider_generation": generation, "inventories": inventories},
+    )
+    assert response.status_code == 200, response.text
+    return response.json()["resource_provider_generation"]
+
+
+def error_code(response: httpx.Response) -> str:
+    return response.json()["errors"][0]["code"]
+
+
+def test_version_root_needs_no_token(store):
+    with make_client(store) as client:
+        response = client.get("/", headers={"x-auth-token": ""})
+    assert response.status_code == 200
+    (version,) = response.json()["versions"]
+    assert version["min_version"] == "1.0" and version["max_version"] == "1.17"
+    assert response.headers["openstack-api-version"] == "placement 1.17"
+    assert "openstack-api-version" in response.headers["vary"]
+
+
+def test_microversion_negotiation(client):
+    assert (
+        client.get("/", headers={"openstack-api-version": "placement 1.4"}).headers["openstack-api-version"]
+        == "placement 1.4"
+    )
+    assert (
+        client.get("/resource_providers", headers={"openstack-api-version": ""}).headers["openstack-api-version"]
+        == "placement 1.0"
+    )
+    bad = client.get("/resource_providers", headers={"openstack-api-version": "placement 1.x"})
+    assert bad.status_code == 400
+    high = client.get("/resource_providers", headers={"openstack-api-version": "placement 1.18"})
+    assert high.status_code == 406
+    assert high.json()["errors"][0]["max_version"] == "1.17"
+    # Endpoints newer than the asked version do not exist for it.
+    assert client.get("/traits", headers={"openstack-api-version": "placement 1.5"}).status_code == 404
+    assert client.get("/traits", headers={"openstack-api-version": "placement 1.6"}).status_code == 200
+
+
+def test_token_required(store):
+    with make_client(store) as client:
+        response = client.get("/resource_providers", headers={"x-auth-token": ""})
+    assert response.status_code == 401
+    error = response.json()["errors"][0]
+    assert set(error) >= {"status", "title", "detail", "code", "request_id"}
+
+
+def test_configured_token(store):
+    from devtag_host.placement.app import Placement
+
+    app = Placement(store, auth_token="s3cret")
+    with httpx.Client(transport=httpx.WSGITransport(app=app.wsgi), base_url="http://p") as client:
+        assert client.get("/resource_providers", headers={"x-auth-token": "admin"}).status_code == 401
+        assert client.get("/resource_providers", headers={"x-auth-token": "s3cret"}).status_code == 200
+
+
+def test_unknown_path_method_and_media_type(client):
+    assert client.get("/nope").status_code == 404
+    response = client.patch("/resource_providers")
+    assert response.status_code == 405
+    assert "GET" in response.headers["allow"]
+    response = client.post("/resource_providers", content=b'{"name": "x"}', headers={"content-type": "text/plain"})
+    assert response.status_code == 415
+    response = client.post("/resource_providers", content=b"{", headers={"content-type": "application/json"})
+    assert response.status_code == 400
+    assert client.get("/resource_providers", headers={"accept": "text/html"}).status_code == 406
+
+
+def test_provider_lifecycle(client):
+    rp = new_provider(client, "cn1")
+    body = client.get(f"/resource_providers/{rp}").json()
+    assert body["name"] == "cn1" and body["generation"] == 0
+    assert body["root_provider_uuid"] == rp and body["parent_provider_uuid"] is None
+    rels = {link["rel"] for link in body["links"]}
+    assert rels == {"self", "inventories", "usages", "aggregates", "traits", "allocations"}
+    old = client.get(f"/resource_providers/{rp}", headers={"openstack-api-version": "placement 1.0"}).json()
+    assert {link["rel"] for link in old["links"]} == {"self", "inventories", "usages"}
+    assert "root_provider_uuid" not in old
+    duplicate = client.post("/resource_providers", json={"name": "cn1"})
+    assert duplicate.status_code == 409 and error_code(duplicate) == "placement.duplicate_name"
+    renamed = client.put(f"/resource_providers/{rp}", json={"name": "cn1-renamed"})
+    assert renamed.status_code == 200 and renamed.json()["name"] == "cn1-renamed"
+    assert client.delete(f"/resource_providers/{rp}").status_code == 204
+    missing = client.get(f"/resource_providers/{rp}")
+    assert missing.status_code == 404 and error_code(missing) == "placement.resource_provider.not_found"
+
+
+def test_provider_with_given_uuid_and_bad_bodies(client):
+    given = str(uuid.uuid4())
+    assert new_provider(client, "pool", uuid=given) == given
+    assert client.post("/resource_providers", json={"name": "x", "uuid": "not-a-uuid"}).status_code == 400
+    assert client.post("/resource_providers", json={"name": "x", "extra": 1}).status_code == 400
+    assert client.post("/resource_providers", json={"name": "n" * 201}).status_code == 400
+    assert client.post("/resource_providers", json={"name": "y", "uuid": given}).status_code == 409
+
+
+def test_nested_providers_and_in_tree(client):
+    root = new_provider(client, "root")
+    child = new_provider(client, "child", parent_provider_uuid=root)
+    grandchild = new_provider(client, "grandchild", parent_provider_uuid=child)
+    other = new_provider(client, "other")
+    body = client.get(f"/resource_providers/{grandchild}").json()
+    assert body["parent_provider_uuid"] == child and body["root_provider_uuid"] == root
+    tree = client.get(f"/resource_providers?in_tree={child}").json()["resource_providers"]
+    assert {p["uuid"] for p in tree} == {root, child, grandchild}
+    assert other not in {p["uuid"] for p in tree}
+    response = client.delete(f"/resource_providers/{root}")
+    assert response.status_code == 409
+    assert error_code(response) == "placement.resource_provider.cannot_delete_parent"
+    assert (
+        client.post("/resource_providers", json={"name": "x", "parent_provider_uuid": str(uuid.uuid4())}).status_code
+        == 400
+    )
+    assert (
+        client.put(f"/resource_providers/{child}", json={"name": "child", "parent_provider_uuid": other}).status_code
+        == 400
+    )
+
+
+def test_inventories(client):
+    rp = new_provider(client, "cn1")
+    response = client.post(f"/resource_providers/{rp}/inventories", json={"resource_class": "VCPU", "total": 8})
+    assert response.status_code == 201
+    assert response.json() == {
+        "resource_provider_generation": 1,
+        "total": 8,
+        "reserved": 0,
+        "min_unit": 1,
+        "max_unit": 2147483647,
+        "step_size": 1,
+        "allocation_ratio": 1.0,
+    }
+    again = client.post(f"/resource_providers/{rp}/inventories", json={"resource_class": "VCPU", "total": 8})
+    assert again.status_code == 409
+    stale = client.put(
+        f"/resource_providers/{rp}/inventories/VCPU", json={"resource_provider_generation": 0, "total": 16}
+    )
+    assert stale.status_code == 409 and error_code(stale) == "placement.concurrent_update"
+    fresh = client.put(
+        f"/resource_providers/{rp}/inventories/VCPU",
+        json={"resource_provider_generation": 1, "total": 16, "allocation_ratio": 4.0},
+    )
+    assert fresh.status_code == 200 and fresh.json()["resource_provider_generation"] == 2
+    assert client.get(f"/resource_providers/{rp}/inventories/VCPU").json()["total"] == 16
+    assert client.get(f"/resource_providers/{rp}/inventories/DISK_GB").status_code == 404
+    unknown = client.put(
+        f"/resource_providers/{rp}/inventories",
+        json={"resource_provider_generation": 2, "inventories": {"CUSTOM_NOPE": {"total": 1}}},
+    )
+    assert unknown.status_code == 400
+    reserved = client.put(
+        f"/resource_providers/{rp}/inventories",
+        json={"resource_provider_generation": 2, "inventories": {"VCPU": {"total": 1, "reserved": 1}}},
+    )
+    assert reserved.status_code == 400
+    assert client.delete(f"/resource_providers/{rp}/inventories/VCPU").status_code == 204
+    assert client.delete(f"/resource_providers/{rp}/inventories/VCPU").status_code == 404
+    set_inventory(client, rp, VCPU={"total": 4})
+    old = client.delete(f"/resource_providers/{rp}/inventories", headers={"openstack-api-version": "placement 1.4"})
+    assert old.status_code == 405 or old.status_code == 404
+    assert client.delete(f"/resource_providers/{rp}/inventories").status_code == 204
+    assert client.get(f"/resource_providers/{rp}/inventories").json()["inventories"] == {}
+
+
+def test_allocations_capacity_and_usages(client):
+    rp = new_provider(client, "cn1")
+    set_inventory(
+        client,
+        rp,
+        VCPU={"total": 4, "reserved": 1, "allocation_ratio": 2.0},
+        MEMORY_MB={"total": 1024, "min_unit": 128, "max_unit": 512, "step_size": 128},
+    )
+    consumer = str(uuid.uuid4())
+    body = {"allocations": {rp: {"resources": {"VCPU": 6, "MEMORY_MB": 512}}}, "project_id": "p", "user_id": "u"}
+    assert client.put(f"/allocations/{consumer}", json=body).status_code == 204
+    # (4 - 1) * 2.0 - 6 = 0 left
+    second = str(uuid.uuid4())
+    over = {"allocations": {rp: {"resources": {"VCPU": 1}}}, "project_id": "p", "user_id": "u"}
+    response = client.put(f"/allocations/{second}", json=over)
+    assert response.status_code == 409 and "capacity" in response.json()["errors"][0]["detail"]
+    for amount in (64, 640, 200):  # min_unit, max_unit, step_size
+        bad = {"allocations": {rp: {"resources": {"MEMORY_MB": amount}}}, "project_id": "p", "user_id": "u"}
+        assert client.put(f"/allocations/{second}", json=bad).status_code == 409
+    got = client.get(f"/allocations/{consumer}").json()
+    assert got["allocations"][rp]["resources"] == {"VCPU": 6, "MEMORY_MB": 512}
+    assert got["project_id"] == "p" and got["user_id"] == "u"
+    usages = client.get(f"/resource_providers/{rp}/usages").json()["usages"]
+    assert usages == {"VCPU": 6, "MEMORY_MB": 512}
+    assert client.get("/usages?project_id=p").json()["usages"] == {"VCPU": 6, "MEMORY_MB": 512}
+    assert client.get("/usages?project_id=p&user_id=other").json()["usages"] == {}
+    assert client.get("/usages").status_code == 400
+    by_provider = client.get(f"/resource_providers/{rp}/allocations").json()["allocations"]
+    assert by_provider == {consumer: {"resources": {"VCPU": 6, "MEMORY_MB": 512}}}
+    in_use = client.delete(f"/resource_providers/{rp}/inventories/VCPU")
+    assert in_use.status_code == 409 and error_code(in_use) == "placement.inventory.inuse"
+    busy = client.delete(f"/resource_providers/{rp}")
+    assert busy.status_code == 409 and error_code(busy) == "placement.resource_provider.inuse"
+    # Replacing a consumer's allocations frees what it held.
+    smaller = {"allocations": {rp: {"resources": {"VCPU": 2}}}, "project_id": "p", "user_id": "u"}
+    assert client.put(f"/allocations/{consumer}", json=smaller).status_code == 204
+    assert client.get(f"/resource_providers/{rp}/usages").json()["usages"] == {"VCPU": 2, "MEMORY_MB": 0}
+    assert client.delete(f"/allocations/{consumer}").status_code == 204
+    assert client.delete(f"/allocations/{consumer}").status_code == 404
+    assert client.delete(f"/resource_providers/{rp}").status_code == 204
+
+
+def test_allocation_list_format_and_project_rules(client):
+    rp = new_provider(client, "cn1")
+    set_inventory(client, rp, DISK_GB={"total": 100})
+    consumer = str(uuid.uuid4())
+    listed = {"allocations": [{"resource_provider": {"uuid": rp}, "resources": {"DISK_GB": 10}}]}
+    v1_0 = {"openstack-api-version": "placement 1.0"}
+    assert client.put(f"/allocations/{consumer}", json=listed, headers=v1_0).status_code == 204
+    v1_8 = {"openstack-api-version": "placement 1.8"}
+    assert client.put(f"/allocations/{consumer}", json=listed, headers=v1_8).status_code == 400
+    with_owner = {**listed, "project_id": "p", "user_id": "u"}
+    assert client.put(f"/allocations/{consumer}", json=with_owner, headers=v1_8).status_code == 204
+    old = client.get(f"/allocations/{consumer}", headers=v1_8).json()
+    assert "project_id" not in old and old["allocations"][rp]["resources"] == {"DISK_GB": 10}
+    missing = {"allocations": {str(uuid.uuid4()): {"resources": {"DISK_GB": 1}}}, "project_id": "p", "user_id": "u"}
+    assert client.put(f"/allocations/{consumer}", json=missing).status_code == 400
+    unknown_class = {"allocations": {rp: {"resources": {"CUSTOM_X": 1}}}, "project_id": "p", "user_id": "u"}
+    assert client.put(f"/allocations/{consumer}", json=unknown_class).status_code == 400
+    no_inventory = {"allocations": {rp: {"resources": {"VCPU": 1}}}, "project_id": "p", "user_id": "u"}
+    assert client.put(f"/allocations/{consumer}", json=no_inventory).status_code == 409
+    assert client.put("/allocations/not-a-uuid", json=with_owner).status_code == 400
+
+
+def test_post_allocations_many_consumers(client):
+    rp = new_provider(client, "cn1")
+    set_inventory(client, rp, VCPU={"total": 2})
+    first, second, third = (str(uuid.uuid4()) for _ in range(3))
+
+    def entry(amount: int) -> dict:
+        return {"allocations": {rp: {"resources": {"VCPU": amount}}}, "project_id": "p", "user_id": "u"}
+
+    assert client.post("/allocations", json={first: entry(1), second: entry(1)}).status_code == 204
+    # All or nothing: the third does not fit, so the move of the first is not applied either.
+    response = client.post("/allocations", json={first: {**entry(1), "allocations": {}}, third: entry(2)})
+    assert response.status_code == 409
+    assert client.get(f"/allocations/{first}").json()["allocations"][rp]["resources"] == {"VCPU": 1}
+    assert (
+        client.post("/allocations", json={first: {**entry(1), "allocations": {}}, third: entry(1)}).status_code == 204
+    )
+    assert client.get(f"/allocations/{first}").json()["allocations"] == {}
+    assert client.post("/allocations", json={}, headers={"openstack-api-version": "placement 1.13"}).status_code == 400
+    assert client.post("/allocations", json={}, headers={"openstack-api-version": "placement 1.12"}).status_code in (
+        404,
+        405,
+    )
+
+
+def test_aggregates_and_member_of(client):
+    a, b = new_provider(client, "a"), new_provider(client, "b")
+    agg1, agg2 = str(uuid.uuid4()), str(uuid.uuid4())
+    assert client.put(f"/resource_providers/{a}/aggregates", json=[agg1, agg2]).json()["aggregates"] == sorted(
+        [agg1, agg2]
+    )
+    assert client.put(f"/resource_providers/{b}/aggregates", json=[agg2]).status_code == 200
+    assert client.get(f"/resource_providers/{a}/aggregates").json()["aggregates"] == sorted([agg1, agg2])
+    assert client.put(f"/resource_providers/{a}/aggregates", json=["nope"]).status_code == 400
+    only1 = client.get(f"/resource_providers?member_of={agg1}").json()["resource_providers"]
+    assert [p["uuid"] for p in only1] == [a]
+    both = client.get(f"/resource_providers?member_of=in:{agg1},{agg2}").json()["resource_providers"]
+    assert {p["uuid"] for p in both} == {a, b}
+    assert client.get(f"/resource_providers?member_of={agg1},{agg2}").status_code == 400
+    old = client.get(f"/resource_providers?member_of={agg1}", headers={"openstack-api-version": "placement 1.2"})
+    assert old.status_code == 400
+    assert (
+        client.get(
+            f"/resource_providers/{a}/aggregates", headers={"openstack-api-version": "placement 1.0"}
+        ).status_code
+        == 404
+    )
+
+
+def test_resources_filter(client):
+    small, big = new_provider(client, "small"), new_provider(client, "big")
+    set_inventory(client, small, VCPU={"total": 2}, MEMORY_MB={"total": 512})
+    set_inventory(client, big, VCPU={"total": 32}, MEMORY_MB={"total": 8192})
+    found = client.get("/resource_providers?resources=VCPU:4,MEMORY_MB:1024").json()["resource_providers"]
+    assert [p["uuid"] for p in found] == [big]
+    assert client.get("/resource_providers?resources=VCPU:0").status_code == 400
+    assert client.get("/resource_providers?resources=VCPU").status_code == 400
+    assert client.get("/resource_providers?resources=CUSTOM_NOPE:1").status_code == 400
+    assert client.get("/resource_providers?bogus=1").status_code == 400
+
+
+def test_traits(client):
+    assert "HW_CPU_X86_AVX2" in client.get("/traits").json()["traits"]
+    assert client.get("/traits/HW_CPU_X86_AVX2").status_code == 204
+    assert client.put("/traits/CUSTOM_GOLD").status_code == 201
+    assert client.put("/traits/CUSTOM_GOLD").status_code == 204
+    assert client.put("/traits/GOLD").status_code == 400
+    assert client.delete("/traits/HW_CPU_X86_AVX2").status_code == 400
+    rp = new_provider(client, "cn1")
+    response = client.put(
+        f"/resource_providers/{rp}/traits",
+        json={"traits": ["CUSTOM_GOLD", "HW_CPU_X86_AVX2"], "resource_provider_generation": 0},
+    )
+    assert response.status_code == 200
+    assert response.json() == {"traits": ["CUSTOM_GOLD", "HW_CPU_X86_AVX2"], "resource_provider_generation": 1}
+    stale = client.put(f"/resource_providers/{rp}/traits", json={"traits": [], "resource_provider_generation": 0})
+    assert stale.status_code == 409 and error_code(stale) == "placement.concurrent_update"
+    unknown = client.put(
+        f"/resource_providers/{rp}/traits", json={"traits": ["CUSTOM_NOPE"], "resource_provider_generation": 1}
+    )
+    assert unknown.status_code == 400
+    assert client.get("/traits?name=in:CUSTOM_GOLD,CUSTOM_NOPE").json()["traits"] == ["CUSTOM_GOLD"]
+    assert client.get("/traits?name=startswith:CUSTOM_").json()["traits"] == ["CUSTOM_GOLD"]
+    associated = client.get("/traits?associated=true").json()["traits"]
+    assert associated == ["CUSTOM_GOLD", "HW_CPU_X86_AVX2"]
+    assert client.delete("/traits/CUSTOM_GOLD").status_code == 409
+    assert client.delete(f"/resource_providers/{rp}/traits").status_code == 204
+    assert client.delete("/traits/CUSTOM_GOLD").status_code == 204
+    assert client.get("/traits/CUSTOM_GOLD").status_code == 404
+
+
+def test_resource_classes(client):
+    names = [rc["name"] for rc in client.get("/resource_classes").json()["resource_classes"]]
+    assert {"VCPU", "MEMORY_MB", "DISK_GB", "IPV4_ADDRESS"} <= set(names)
+    assert client.post("/resource_classes", json={"name": "CUSTOM_FPGA"}).status_code == 201
+    dup = client.post("/resource_classes", json={"name": "CUSTOM_FPGA"})
+    assert dup.status_code == 409 and error_code(dup) == "placement.duplicate_name"
+    assert client.post("/resource_classes", json={"name": "FPGA"}).status_code == 400
+    assert client.get("/resource_classes/CUSTOM_FPGA").json()["name"] == "CUSTOM_FPGA"
+    assert client.put("/resource_classes/CUSTOM_GPU").status_code == 201
+    assert client.put("/resource_classes/CUSTOM_GPU").status_code == 204
+    v1_2 = {"openstack-api-version": "placement 1.2"}
+    renamed = client.put("/resource_classes/CUSTOM_GPU", json={"name": "CUSTOM_VGPU"}, headers=v1_2)
+    assert renamed.status_code == 200 and renamed.json()["name"] == "CUSTOM_VGPU"
+    assert client.put("/resource_classes/VCPU", json={"name": "CUSTOM_X"}, headers=v1_2).status_code == 400
+    rp = new_provider(client, "cn1")
+    set_inventory(client, rp, CUSTOM_FPGA={"total": 2})
+    assert client.delete("/resource_classes/CUSTOM_FPGA").status_code == 409
+    assert client.delete("/resource_classes/VCPU").status_code == 400
+    assert client.delete("/resource_classes/CUSTOM_VGPU").status_code == 204
+    assert client.get("/resource_classes/CUSTOM_VGPU").status_code == 404
+    assert client.get("/resource_classes", headers={"openstack-api-version": "placement 1.1"}).status_code == 404
+
+
+def test_cache_headers_from_1_15(client):
+    assert (
+        "last-modified"
+        not in client.get("/resource_providers", headers={"openstack-api-version": "placement 1.14"}).headers
+    )
+    response = client.get("/resource_providers")
+    assert response.headers["cache-control"] == "no-cache" and response.headers["last-modified"].endswith("GMT")
