@@ -15,6 +15,8 @@ from typing import Any
 import jsonschema
 import jsonschema_rs
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import devtag_schema
 
@@ -135,3 +137,28 @@ def test_installed_schema_is_the_repository_file() -> None:
     mutated["required"] = []
     assert devtag_schema.load_schema()["required"] == ["devices"], "callers must get a fresh copy"
     assert copy.deepcopy(SCHEMA) == devtag_schema.load_schema()
+
+
+FIELD_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-5, 5000),
+    st.sampled_from(["pci", "scsi", "ide", "sata", "usb", "xen", "none", "nic", "disk", "0000:00:02.0", "0:1"]),
+    st.sampled_from(["0:0:1:2", "00:01.2/00.0", "52:54:00:00:00:01", "/dev/sda", "/dev/../x", "eth0", "none"]),
+    st.text(max_size=12),
+    st.lists(st.text(max_size=8), max_size=3),
+)
+DEVICE = st.dictionaries(
+    st.sampled_from(
+        ["type", "bus", "address", "pci_path", "mac", "serial", "path", "devname", "vlan", "vf_trusted", "tags"]
+    ),
+    FIELD_VALUES,
+    max_size=8,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(DEVICE, max_size=4))
+def test_validators_agree_on_arbitrary_documents(devices: list) -> None:
+    """jsonschema (2020-12 and draft 7) and jsonschema-rs never disagree."""
+    assert len(verdicts({"devices": devices})) == 1
