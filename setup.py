@@ -52,6 +52,10 @@ setup(
             "hypothesis>=6.100",
             "httpx>=0.27",
             "ruff==0.17.5",
+            # Debian's cloud-init is unpacked (not installed) for the config drive and
+            # metadata server tests; its readers import these besides requests.
+            "configobj>=5.0",
+            "pyyaml>=6.0",
         ],
     },
     entry_points={
