@@ -1,0 +1,156 @@
+"""GET /allocation_candidates, with the design's two sharing scenarios."""
+
+from __future__ import annotations
+
+import uuid
+
+from .test_api import new_provider, set_inventory
+
+
+def share(client, rp: str, aggregate: str, *traits: str) -> None:
+    assert client.put(f"/resource_providers/{rp}/aggregates", json=[aggregate]).status_code == 200
+    generation = client.get(f"/resource_providers/{rp}").json()["generation"]
+    body = {"traits": ["MISC_SHARES_VIA_AGGREGATE", *traits], "resource_provider_generation": generation}
+    assert client.put(f"/resource_providers/{rp}/traits", json=body).status_code == 200
+
+
+def candidates(client, query: str, version: str = "1.17") -> dict:
+    response = client.get(f"/allocation_candidates?{query}", headers={"openstack-api-version": f"placement {version}"})
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def as_sets(body: dict) -> set:
+    return {
+        frozenset((rp, frozenset(entry["resources"].items())) for rp, entry in request["allocations"].items())
+        for request in body["allocation_requests"]
+    }
+
+
+def test_single_providers(client):
+    cn1, cn2, small = new_provider(client, "cn1"), new_provider(client, "cn2"), new_provider(client, "small")
+    for rp in (cn1, cn2):
+        set_inventory(client, rp, VCPU={"total": 8}, MEMORY_MB={"total": 4096}, DISK_GB={"total": 100})
+    set_inventory(client, small, VCPU={"total": 1}, MEMORY_MB={"total": 4096})
+    body = candidates(client, "resources=VCPU:2,MEMORY_MB:1024")
+    assert as_sets(body) == {frozenset({(rp, frozenset({("VCPU", 2), ("MEMORY_MB", 1024)}))}) for rp in (cn1, cn2)}
+    assert body["provider_summaries"][cn1]["resources"] == {
+        "VCPU": {"capacity": 8, "used": 0},
+        "MEMORY_MB": {"capacity": 4096, "used": 0},
+    }
+    assert body["provider_summaries"][cn1]["traits"] == []
+    assert len(candidates(client, "resources=VCPU:2&limit=1")["allocation_requests"]) == 1
+
+
+def test_list_format_before_1_12_and_no_traits_before_1_17(client):
+    cn1 = new_provider(client, "cn1")
+    set_inventory(client, cn1, VCPU={"total": 8})
+    body = candidates(client, "resources=VCPU:1", version="1.10")
+    assert body["allocation_requests"] == [
+        {"allocations": [{"resource_provider": {"uuid": cn1}, "resources": {"VCPU": 1}}]}
+    ]
+    assert "traits" not in body["provider_summaries"][cn1]
+    too_early = client.get(
+        "/allocation_candidates?resources=VCPU:1", headers={"openstack-api-version": "placement 1.9"}
+    )
+    assert too_early.status_code == 404
+    no_limit = client.get(
+        "/allocation_candidates?resources=VCPU:1&limit=1", headers={"openstack-api-version": "placement 1.15"}
+    )
+    assert no_limit.status_code == 400
+    no_required = client.get(
+        "/allocation_candidates?resources=VCPU:1&required=HW_CPU_X86_AVX2",
+        headers={"openstack-api-version": "placement 1.16"},
+    )
+    assert no_required.status_code == 400
+
+
+def test_required_traits_and_member_of(client):
+    avx, plain = new_provider(client, "avx"), new_provider(client, "plain")
+    for rp in (avx, plain):
+        set_inventory(client, rp, VCPU={"total": 8})
+    assert (
+        client.put(
+            f"/resource_providers/{avx}/traits", json={"traits": ["HW_CPU_X86_AVX2"], "resource_provider_generation": 1}
+        ).status_code
+        == 200
+    )
+    body = candidates(client, "resources=VCPU:1&required=HW_CPU_X86_AVX2")
+    assert list(body["provider_summaries"]) == [avx]
+    assert body["provider_summaries"][avx]["traits"] == ["HW_CPU_X86_AVX2"]
+    agg = str(uuid.uuid4())
+    client.put(f"/resource_providers/{plain}/aggregates", json=[agg])
+    assert list(candidates(client, f"resources=VCPU:1&member_of={agg}")["provider_summaries"]) == [plain]
+    assert candidates(client, f"resources=VCPU:1&member_of={agg}&required=HW_CPU_X86_AVX2")["allocation_requests"] == []
+    assert client.get("/allocation_candidates?resources=VCPU:1&required=CUSTOM_NOPE").status_code == 400
+    assert client.get("/allocation_candidates?resources=CUSTOM_NOPE:1").status_code == 400
+    assert client.get("/allocation_candidates").status_code == 400
+
+
+def test_shared_nfs_pool_scenario(client):
+    """Scenario 1: an NFS share provides DISK_GB to the compute nodes of racks 6-10."""
+    aggregate = str(uuid.uuid4())
+    nodes = [new_provider(client, f"r1rck0{rack}") for rack in (6, 7)]
+    outside = new_provider(client, "r2rck01")
+    for rp in (*nodes, outside):
+        set_inventory(client, rp, VCPU={"total": 16}, MEMORY_MB={"total": 32768})
+        if rp != outside:
+            client.put(f"/resource_providers/{rp}/aggregates", json=[aggregate])
+    nfs = new_provider(client, "/mnt/nfs/row1racks0610/")
+    set_inventory(
+        client,
+        nfs,
+        DISK_GB={"total": 100000, "reserved": 1000, "min_unit": 50, "max_unit": 10000, "step_size": 10},
+    )
+    share(client, nfs, aggregate)
+    body = candidates(client, "resources=VCPU:2,MEMORY_MB:2048,DISK_GB:100")
+    assert as_sets(body) == {
+        frozenset({(rp, frozenset({("VCPU", 2), ("MEMORY_MB", 2048)})), (nfs, frozenset({("DISK_GB", 100)}))})
+        for rp in nodes
+    }
+    assert body["provider_summaries"][nfs]["resources"]["DISK_GB"] == {"capacity": 99000, "used": 0}
+    assert "MISC_SHARES_VIA_AGGREGATE" in body["provider_summaries"][nfs]["traits"]
+    # step_size 10: 105 GB cannot be allocated from the share.
+    assert candidates(client, "resources=VCPU:2,DISK_GB:105")["allocation_requests"] == []
+    # Claim one candidate: the usage lands on the share.
+    request = body["allocation_requests"][0]
+    consumer = str(uuid.uuid4())
+    claim = {**request, "project_id": "p", "user_id": "u"}
+    assert client.put(f"/allocations/{consumer}", json=claim).status_code == 204
+    assert client.get(f"/resource_providers/{nfs}/usages").json()["usages"] == {"DISK_GB": 100}
+    # A node with local disk gets both options: local and shared.
+    set_inventory(client, nodes[1], VCPU={"total": 16}, MEMORY_MB={"total": 32768}, DISK_GB={"total": 500})
+    body = candidates(client, "resources=VCPU:1,DISK_GB:100")
+    with_node1 = [r for r in body["allocation_requests"] if nodes[1] in r["allocations"]]
+    assert len(with_node1) == 2
+    # The share alone satisfies a disk-only request.
+    only_disk = candidates(client, "resources=DISK_GB:100")
+    assert frozenset({(nfs, frozenset({("DISK_GB", 100)}))}) in as_sets(only_disk)
+
+
+def test_routed_network_segment_scenario(client):
+    """Scenario 2a: a routed segment's IPv4 pool serves the hosts of row 3, rack 1."""
+    rack = str(uuid.uuid4())
+    hosts = [new_provider(client, f"r3rck1-{i}") for i in range(2)]
+    elsewhere = new_provider(client, "r4rck1-0")
+    for rp in (*hosts, elsewhere):
+        set_inventory(client, rp, VCPU={"total": 4}, MEMORY_MB={"total": 8192})
+    for rp in hosts:
+        client.put(f"/resource_providers/{rp}/aggregates", json=[rack])
+    subnet = str(uuid.uuid4())
+    segment = new_provider(client, "routed network rack 1 row 3", uuid=subnet)
+    set_inventory(
+        client,
+        segment,
+        IPV4_ADDRESS={"total": 254, "reserved": 5, "min_unit": 1, "max_unit": 1, "step_size": 1},
+    )
+    share(client, segment, rack)
+    body = candidates(client, "resources=VCPU:1,MEMORY_MB:512,IPV4_ADDRESS:1")
+    anchors = {rp for request in body["allocation_requests"] for rp in request["allocations"]} - {subnet}
+    assert anchors == set(hosts)
+    assert body["provider_summaries"][subnet]["resources"]["IPV4_ADDRESS"]["capacity"] == 249
+    # max_unit 1: nobody gets two addresses at once.
+    assert candidates(client, "resources=VCPU:1,IPV4_ADDRESS:2")["allocation_requests"] == []
+    # member_of narrows the compute nodes, the share still comes along.
+    narrowed = candidates(client, f"resources=VCPU:1,IPV4_ADDRESS:1&member_of={rack}")
+    assert len(narrowed["allocation_requests"]) == 2
