@@ -18,6 +18,7 @@ from urllib.parse import parse_qs, urlsplit
 import libvirt
 
 from .errors import InputError, RuntimeFailure
+from .locks import domain_lock
 from .metadata import (
     TAGS_NAMESPACE,
     DeviceSelectionError,
@@ -149,22 +150,23 @@ def update_tags(domain: libvirt.virDomain, change: Callable[[Domain], Tuple[TagE
 
     Each definition is changed on its own, so a device that exists only in one
     (hot-plugged live, or added to the config for the next boot) still gets its
-    tags where it is.  The change must succeed in at least one definition.
-    A concurrent writer can still interleave between read and write: libvirt
-    offers no compare-and-swap on metadata.
+    tags where it is.  The change must succeed in at least one definition, and
+    is computed for all of them before anything is written, so a refused change
+    leaves both untouched.  A per-domain lock keeps concurrent devtag processes
+    from losing each other's changes.
     """
-    first_miss: Optional[DeviceSelectionError] = None
-    applied = 0
-    for flag, inactive in _views(domain):
-        try:
-            entries = change(read_domain(domain, inactive=inactive))
-        except DeviceSelectionError as exc:
-            first_miss = first_miss or exc
-            continue
-        _write_tag_entries(domain, entries, flag)
-        applied += 1
-    if not applied:
-        raise first_miss or InputError(f"domain {domain.name()!r} is neither running nor defined")
+    with domain_lock(domain.UUIDString()):
+        first_miss: Optional[DeviceSelectionError] = None
+        writes = []
+        for flag, inactive in _views(domain):
+            try:
+                writes.append((flag, change(read_domain(domain, inactive=inactive))))
+            except DeviceSelectionError as exc:
+                first_miss = first_miss or exc
+        if not writes:
+            raise first_miss or InputError(f"domain {domain.name()!r} is neither running nor defined")
+        for flag, entries in writes:
+            _write_tag_entries(domain, entries, flag)
 
 
 def _write_tag_entries(domain: libvirt.virDomain, entries: Tuple[TagEntry, ...], flag: int) -> None:

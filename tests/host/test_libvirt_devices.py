@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Dict, List
 
 import pytest
 
 from devtag_host import devices_for_domain, virt
-from devtag_host.metadata import add_tags, devices_document, is_valid_document, parse_domain_xml
+from devtag_host.metadata import TagError, add_tags, devices_document, is_valid_document, parse_domain_xml
 from devtag_host.metadata.device_tags import taggable_devices
 
 pytestmark = pytest.mark.libvirt
@@ -257,3 +258,42 @@ def libvirt_address_inactive(domain: Any) -> ET.Element:
 
     interface = ET.fromstring(domain.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)).find("devices/interface")
     return interface.find("address")
+
+
+def test_concurrent_taggers_lose_nothing(define_domain: Callable) -> None:
+    """Many writers tagging different devices of one domain at once: every tag lands."""
+    nics = "".join(
+        f"<interface type='user'><mac address='52:54:00:40:00:{n:02x}'/><model type='virtio'/></interface>"
+        for n in range(8)
+    )
+    domain = define_domain(
+        f"""<domain type='qemu'><name>race</name><memory unit='MiB'>64</memory>
+        <os><type arch='x86_64' machine='q35'>hvm</type></os><devices>{nics}</devices></domain>"""
+    )
+
+    def tag_one(n: int) -> None:
+        for round_ in range(5):
+            mac = f"52:54:00:40:00:{n:02x}"
+            virt.update_tags(domain, lambda d, mac=mac, tag=f"t{n}-{round_}": add_tags(d, mac, [tag]))
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(tag_one, range(8)))
+    tags = {e["mac"]: e["tags"] for e in devices_document(virt.read_domain(domain, inactive=True))["devices"]}
+    assert tags == {f"52:54:00:40:00:{n:02x}": [f"t{n}-{r}" for r in range(5)] for n in range(8)}
+
+
+def test_a_refused_change_writes_nothing(define_domain: Callable, image_dir: Path) -> None:
+    images = make_images(image_dir, ["vda", "sda", "sdb", "sdc", "sdd", "sde", "sdf", "sdg", "vdb"])
+    domain = define_domain(q35_domain("q35-refused", images))
+    domain.create()
+    virt.update_tags(domain, lambda d: add_tags(d, "sda", ["db"]))
+    before = (domain.XMLDesc(0), domain.XMLDesc(libvirt_inactive()))
+    with pytest.raises(TagError):
+        virt.update_tags(domain, lambda d: add_tags(d, "sdb", ["db"]))
+    assert (domain.XMLDesc(0), domain.XMLDesc(libvirt_inactive())) == before
+
+
+def libvirt_inactive() -> int:
+    import libvirt
+
+    return libvirt.VIR_DOMAIN_XML_INACTIVE
