@@ -1,0 +1,92 @@
+"""The server follows libvirt: define, tag a running domain, hot-plug, undefine."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Iterator, Optional
+
+import httpx
+import pytest
+from metadata_server_samples import loopback_is
+
+from devtag_host import virt
+from devtag_host.metadata import add_tags
+from devtag_host.metadata_server import MetadataService
+
+pytestmark = pytest.mark.libvirt
+
+MAC = "52:54:00:50:00:01"
+DOMAIN = f"""<domain type='qemu'><name>{{name}}</name><memory unit='MiB'>64</memory>
+  <os><type arch='x86_64' machine='pc'>hvm</type></os><features><acpi/></features><devices>
+  <interface type='user'><mac address='{MAC}'/><model type='virtio'/></interface>
+</devices></domain>"""
+PATH = "/openstack/latest/meta_data.json"
+REFRESH_BUDGET = 0.5
+
+
+@pytest.fixture
+def service(libvirt_conn: Any) -> Iterator[MetadataService]:
+    service = MetadataService(libvirt_conn, addresses=loopback_is(MAC))
+    service.start_in_thread()
+    yield service
+    service.stop()
+
+
+def base_url(service: MetadataService) -> str:
+    return f"http://127.0.0.1:{service._server.port}"
+
+
+def wait_for(client: httpx.Client, check: Callable[[httpx.Response], bool], budget: float) -> Optional[float]:
+    """Seconds until ``check(GET PATH)`` holds, polling every 5 ms; None if not within ``budget``."""
+    started = time.monotonic()
+    while time.monotonic() - started < budget:
+        if check(client.get(PATH)):
+            return time.monotonic() - started
+        time.sleep(0.005)
+    return None
+
+
+def nic_tags(response: httpx.Response) -> Any:
+    if response.status_code != 200:
+        return None
+    return [d["tags"] for d in response.json()["devices"] if d.get("mac") == MAC]
+
+
+def test_a_tag_added_to_a_running_domain_is_served_within_half_a_second(
+    service: MetadataService, define_domain: Callable
+) -> None:
+    with httpx.Client(base_url=base_url(service)) as client:
+        handle = define_domain(DOMAIN.format(name="live-tag"))
+        assert wait_for(client, lambda r: r.status_code == 200, 2.0) is not None, "define event not followed"
+        handle.create()
+        assert nic_tags(client.get(PATH)) == [[]]
+
+        virt.update_tags(handle, lambda domain: add_tags(domain, MAC, ["nfvfunc1"]))
+        elapsed = wait_for(client, lambda r: nic_tags(r) == [["nfvfunc1"]], REFRESH_BUDGET)
+        assert elapsed is not None, f"tag not served within {REFRESH_BUDGET} s"
+
+        handle.destroy()
+        handle.undefine()
+        assert wait_for(client, lambda r: r.status_code == 404, 2.0) is not None, "undefine event not followed"
+
+
+def test_a_hot_plugged_disk_is_served_within_half_a_second(
+    service: MetadataService, define_domain: Callable, image_dir: Any
+) -> None:
+    image = image_dir / "hot.img"
+    image.write_bytes(b"\0" * 1024 * 1024)
+    disk = (
+        f"<disk type='file' device='disk'><driver name='qemu' type='raw'/><source file='{image}'/>"
+        "<target dev='vdb' bus='virtio'/><serial>hot-vol</serial></disk>"
+    )
+    with httpx.Client(base_url=base_url(service)) as client:
+        handle = define_domain(DOMAIN.format(name="live-plug"))
+        handle.create()
+
+        def serials(response: httpx.Response) -> Any:
+            return [d.get("serial") for d in response.json()["devices"]] if response.status_code == 200 else None
+
+        assert wait_for(client, lambda r: serials(r) == [None], 2.0) is not None
+        handle.attachDeviceFlags(disk, 1)  # VIR_DOMAIN_AFFECT_LIVE
+        assert wait_for(client, lambda r: "hot-vol" in (serials(r) or []), REFRESH_BUDGET) is not None
+        # (unplugging needs a guest OS to acknowledge it, so it is not tested here)
