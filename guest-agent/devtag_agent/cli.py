@@ -1,30 +1,111 @@
-"""``devtag-agent``: the guest side of devtag.
+"""``devtag-agent``: publish a VM's device role tags through udev, and look them up.
 
-This release only checks metadata documents against the shared schema
-(``devtag-agent validate``); publishing tags through udev comes with the
-guest-agent work.  Exit status: 0 valid, 1 invalid, 2 unreadable input.
+Verbs and exit status:
+
+* ``apply``: 0 state written and published (unmatched or invalid entries are
+  warnings), 1 no usable metadata (previous state kept), 3 system error
+  (cannot write /run/devtag, udevadm failed, lock held too long).
+* ``lookup TAG`` / ``list``: 0 found, 1 nothing matches (or apply never ran).
+* ``prune``: 0 (drops detached devices from the state).
+* ``validate FILE``: 0 valid, 1 invalid, 2 unreadable.
+* 2 for usage errors everywhere.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
 import sys
-from typing import Optional, Sequence
-
-import devtag_schema
+from typing import List, Optional, Sequence
 
 from . import __version__
+
+log = logging.getLogger("devtag_agent")
+
+EPILOG = """\
+how tags reach applications:
+  apply writes /run/devtag/ atomically; the static rule 70-devtag.rules imports
+  it at event time and sets, per tagged device:
+    DEVTAG_TAGS=<encoded tags, space separated>   DEVTAG_TAG_<encoded tag>=1
+    disks: /dev/disk/by-tag/<encoded tag> and /dev/disk/by-tag/<encoded tag>-part<N>
+    NICs: the tag as interface altname when it is a valid, non-kernel-like name
+  Encoding: characters other than [A-Za-z0-9#+-.:=@_] and printable non-ASCII
+  become \\xNN per UTF-8 byte (udev's *_ENC convention); see docs/agent.md.
+
+examples:
+  devtag-agent apply                      # at boot: config drive, metadata service, cloud-init
+  devtag-agent lookup squidcache --type disk
+  mkfs.ext4 "$(devtag-agent lookup oracledb --type disk)"
+  devtag-agent list --json
+"""
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="devtag-agent",
-        description="Guest agent of devtag: device role tags for VMs.",
+        description="Guest agent of devtag: publishes the device role tags of this VM's NICs and disks "
+        "through udev (properties, /dev/disk/by-tag links, interface altnames) and looks devices up by tag.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version="%(prog)s " + __version__)
+    parser.add_argument(
+        "--root", default="/", metavar="DIR", help="resolve every path (/sys, /dev, /run) under DIR (default: /)"
+    )
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv: debug)")
+    parser.add_argument("-q", "--quiet", action="store_true", help="log errors only")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
+
+    apply = commands.add_parser(
+        "apply",
+        help="read the metadata, resolve devices through sysfs, publish tags through udev",
+        description="Read the devices metadata, validate it against the devtag schema (bad entries are "
+        "skipped), find each device through sysfs, write the state database under /run/devtag atomically "
+        "and re-trigger exactly the devices whose tags changed. Exit 0 applied, 1 no usable metadata "
+        "(previous state kept), 3 system error.",
+    )
+    apply.add_argument(
+        "--source",
+        default="auto",
+        metavar="SOURCES",
+        help="auto (= configdrive,metadata,instance-data) or a comma-separated order of "
+        "configdrive, metadata, instance-data (default: auto)",
+    )
+    apply.add_argument("--metadata-url", default=None, metavar="URL", help="metadata service URL of meta_data.json")
+    apply.add_argument("--from-file", metavar="FILE", help="read this meta_data.json / devices document instead")
+    apply.add_argument(
+        "--no-trigger",
+        action="store_true",
+        help="write the state only: run neither udevadm nor ip (also the default with --root "
+        "unless DEVTAG_AGENT_UDEVADM is set)",
+    )
+    apply.add_argument("--json", action="store_true", help="print a JSON report of what was done")
+
+    lookup = commands.add_parser(
+        "lookup",
+        help="print the device(s) carrying a tag",
+        description="Print the device(s) carrying TAG: the device node for disks, the interface name for NICs, "
+        "one per line; --json for everything (links, sysfs path, MAC, serial). Exit 1 when nothing matches.",
+    )
+    lookup.add_argument("tag", metavar="TAG")
+    lookup.add_argument("--type", choices=("nic", "disk"), help="only NICs or only disks")
+    lookup.add_argument("--json", action="store_true", help="JSON list of device objects")
+
+    listing = commands.add_parser(
+        "list", help="list every tagged device", description="List every tagged device. Exit 1 when there is none."
+    )
+    listing.add_argument("--type", choices=("nic", "disk"), help="only NICs or only disks")
+    listing.add_argument("--json", action="store_true", help="JSON list of device objects")
+
+    commands.add_parser(
+        "prune",
+        help="drop detached devices from the state (run when a device goes away)",
+        description="Remove devices that no longer exist from the state database.",
+    )
+
     validate = commands.add_parser(
         "validate",
         help="check a devices / meta_data.json document against the devtag schema",
@@ -36,6 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _validate(name: str) -> int:
+    import devtag_schema
+
     try:
         if name == "-":
             document = json.load(sys.stdin)
@@ -53,10 +136,128 @@ def _validate(name: str) -> int:
     return 0
 
 
+def _sources(text: str) -> List[str]:
+    from .sources import SOURCES
+
+    names = list(SOURCES) if text == "auto" else [part.strip() for part in text.split(",") if part.strip()]
+    unknown = [name for name in names if name not in SOURCES]
+    if unknown or not names:
+        raise ValueError(f"unknown source {', '.join(unknown) or text!r}; use auto or {', '.join(SOURCES)}")
+    return names
+
+
+def _apply(args: argparse.Namespace) -> int:
+    from .apply import apply_document
+    from .publish import Publisher, PublishError
+    from .sources import DEFAULT_METADATA_URL, SourceError, fetch_document, read_file
+    from .sysfs import System
+
+    try:
+        sources = _sources(args.source)
+    except ValueError as exc:
+        sys.stderr.write(f"devtag-agent: error: {exc}\n")
+        return 2
+    system = System(args.root)
+    url = args.metadata_url or os.environ.get("DEVTAG_AGENT_METADATA_URL") or DEFAULT_METADATA_URL
+    try:
+        if args.from_file:
+            source, document = args.from_file, read_file(args.from_file)
+        else:
+            source, document = fetch_document(system, sources, url)
+    except SourceError as exc:
+        log.error("%s; previous state kept", exc)
+        return 1
+    publisher = Publisher(enabled=not args.no_trigger, root=system.root)
+    try:
+        report = apply_document(system, document, source, publisher)
+    except ValueError as exc:  # the document as a whole is unusable
+        log.error("%s: %s; previous state kept", source, exc)
+        return 1
+    except (OSError, TimeoutError, PublishError) as exc:
+        log.error("%s", exc)
+        return 3
+    if args.json:
+        json.dump(report.to_dict(), sys.stdout, indent=2, ensure_ascii=False)
+        sys.stdout.write("\n")
+    log.info(
+        "applied %s: %d device(s) tagged, %d entr%s unmatched, %d invalid, %d device(s) re-triggered",
+        source,
+        len(report.tagged),
+        len(report.unmatched),
+        "y" if len(report.unmatched) == 1 else "ies",
+        len(report.invalid),
+        len(report.triggered),
+    )
+    return 0
+
+
+def _show(devices: list, as_json: bool, with_tags: bool) -> None:
+    if as_json:
+        json.dump([d.to_dict() for d in devices], sys.stdout, indent=2, ensure_ascii=False)
+        sys.stdout.write("\n")
+        return
+    for device in devices:
+        target = device.devnode if device.type == "disk" else device.ifname
+        if with_tags:
+            sys.stdout.write(f"{device.type}\t{target}\t{' '.join(device.tags)}\n")
+        else:
+            sys.stdout.write(f"{target}\n")
+
+
+def _lookup(args: argparse.Namespace, tag: Optional[str]) -> int:
+    from .lookup import NoState, list_devices, lookup
+
+    try:
+        devices = lookup(tag, args.type, args.root) if tag is not None else list_devices(args.root, args.type)
+    except NoState as exc:
+        sys.stderr.write(f"devtag-agent: {exc}\n")
+        return 1
+    _show(devices, args.json, with_tags=tag is None)
+    if not devices:
+        what = f"tag {tag!r}" if tag is not None else "any tag"
+        sys.stderr.write(f"devtag-agent: no {args.type or 'device'} carries {what}\n")
+        return 1
+    return 0
+
+
+def _prune(args: argparse.Namespace) -> int:
+    from .apply import prune
+    from .publish import Publisher
+    from .sysfs import System
+
+    system = System(args.root)
+    try:
+        prune(system, Publisher(enabled=False, root=system.root))
+    except (OSError, TimeoutError) as exc:
+        log.error("%s", exc)
+        return 3
+    return 0
+
+
+def _setup_logging(verbose: int, quiet: bool) -> None:
+    level = logging.ERROR if quiet else (logging.DEBUG if verbose > 1 else logging.INFO if verbose else logging.WARNING)
+    if os.environ.get("INVOCATION_ID") and not quiet and verbose == 0:
+        level = logging.INFO  # under systemd: the journal gets the summary
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("devtag-agent: %(levelname)s: %(message)s"))
+    log.handlers[:] = [handler]
+    log.setLevel(level)
+    log.propagate = False
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
+    _setup_logging(args.verbose, args.quiet)
     if args.command == "validate":
         return _validate(args.file)
+    if args.command == "apply":
+        return _apply(args)
+    if args.command == "lookup":
+        return _lookup(args, args.tag)
+    if args.command == "list":
+        return _lookup(args, None)
+    if args.command == "prune":
+        return _prune(args)
     return 2  # pragma: no cover - argparse enforces a command
 
 

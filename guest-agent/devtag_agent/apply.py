@@ -1,0 +1,187 @@
+"""document -> validated entries -> sysfs resolution -> udev state -> trigger.
+
+:func:`apply_document` is the whole of ``devtag-agent apply`` after the
+document has been fetched; it returns an :class:`ApplyReport` saying what was
+tagged, what was skipped and why, and which devices were re-triggered.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from .encoding import altname_for
+from .publish import Publisher
+from .resolve import resolve_entries
+from .state import Database, db_file_text
+from .sysfs import Device, System
+from .validation import split_document
+
+log = logging.getLogger("devtag_agent")
+
+__all__ = ["ApplyReport", "apply_document", "prune"]
+
+
+@dataclass
+class ApplyReport:
+    source: str
+    tagged: List[Dict[str, Any]] = field(default_factory=list)  # index entries
+    invalid: List[str] = field(default_factory=list)
+    unmatched: List[str] = field(default_factory=list)
+    triggered: List[str] = field(default_factory=list)
+    generation: Optional[str] = None
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "source": self.source,
+            "tagged": self.tagged,
+            "invalid": self.invalid,
+            "unmatched": self.unmatched,
+            "triggered": self.triggered,
+            "generation": self.generation,
+        }
+
+
+def _device_record(device: Device, tags: List[str], entries: List[int], via: List[str]) -> Dict[str, Any]:
+    record: Dict[str, Any] = {
+        "type": device.kind,
+        "key": device.key,
+        "name": device.name,
+        "syspath": device.syspath,
+        "tags": tags,
+        "entries": entries,
+        "via": via,
+    }
+    if device.kind == "disk":
+        record["devnum"] = device.devnum
+        record["serials"] = device.serials
+    else:
+        record["ifindex"] = device.ifindex
+        record["mac"] = device.mac
+    return record
+
+
+def _affected(
+    system: System,
+    old_index: Optional[Dict[str, Any]],
+    old_db: Dict[str, str],
+    new_db: Dict[str, str],
+    records: Dict[str, Dict[str, Any]],
+) -> List[str]:
+    """Sysfs paths of the devices (and their partitions) whose udev state changed."""
+    old_records = {r["key"]: r for r in (old_index or {}).get("devices", [])}
+    paths: List[str] = []
+    for key in sorted(set(old_db) | set(new_db)):
+        if old_db.get(key) == new_db.get(key):
+            continue
+        record = records.get(key) or old_records.get(key)
+        if record is None or not system.exists(record["syspath"]):
+            continue  # gone: nothing left to trigger
+        paths.append(record["syspath"])
+        if record["type"] == "disk":
+            paths.extend(part["syspath"] for part in system.partitions(record["syspath"]))
+    return paths
+
+
+def _update_altnames(
+    publisher: Publisher, old_index: Optional[Dict[str, Any]], records: Dict[str, Dict[str, Any]]
+) -> None:
+    previous = {r["key"]: r.get("altnames", []) for r in (old_index or {}).get("devices", []) if r["type"] == "nic"}
+    for key, record in records.items():
+        if record["type"] != "nic":
+            continue
+        wanted = [name for name in (altname_for(t) for t in record["tags"]) if name]
+        had = previous.get(key, [])
+        kept = [name for name in had if name in wanted]
+        for name in had:
+            if name not in wanted:
+                publisher.altname("del", record["name"], name)
+        for name in wanted:
+            if name not in had and publisher.altname("add", record["name"], name):
+                kept.append(name)
+        record["altnames"] = kept
+    for key, had in previous.items():
+        if key not in records:
+            log.debug("interface %s no longer tagged; its altnames %s are left to the kernel", key, had)
+
+
+def apply_document(
+    system: System, document: Any, source: str, publisher: Publisher, lock_timeout: float = 60.0
+) -> ApplyReport:
+    report = ApplyReport(source)
+    entries, report.invalid = split_document(document)
+    for problem in report.invalid:
+        log.warning("skipping invalid entry: %s", problem)
+    resolutions = resolve_entries(system, entries)
+    records: Dict[str, Dict[str, Any]] = {}
+    for resolution in resolutions:
+        entry = resolution.entry
+        if resolution.problem:
+            what = f"{entry.get('type')}, tags {entry.get('tags', [])}"
+            message = f"devices/{resolution.index} ({what}): {resolution.problem}"
+            log.warning("unmatched: %s", message)
+            report.unmatched.append(message)
+            continue
+        for device in resolution.devices:
+            record = records.get(device.key)
+            if record is None:
+                record = records[device.key] = _device_record(device, [], [], [])
+            for tag in entry.get("tags", []):
+                if tag not in record["tags"]:
+                    record["tags"].append(tag)
+            record["entries"].append(resolution.index)
+            record["via"].append(resolution.via)
+    tagged = {key: record for key, record in records.items() if record["tags"]}
+    new_db = {key: db_file_text(record["tags"], record["type"]) for key, record in tagged.items()}
+    database = Database(system)
+    with database.locked(lock_timeout):
+        old_index = database.read_index()
+        old_db = database.read_db()
+        _update_altnames(publisher, old_index, tagged)
+        index = {
+            "version": 1,
+            "source": source,
+            "applied_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "devices": [tagged[key] for key in sorted(tagged)],
+            "unmatched": report.unmatched,
+            "invalid": report.invalid,
+        }
+        report.generation = database.write(index, new_db)
+        report.triggered = _affected(system, old_index, old_db, new_db, tagged)
+        publisher.trigger(report.triggered)
+    report.tagged = index["devices"]
+    for record in report.tagged:
+        log.info("%s %s (%s): tags %s", record["type"], record["name"], ",".join(record["via"]), record["tags"])
+    return report
+
+
+def prune(system: System, publisher: Publisher) -> List[str]:
+    """Drop devices that no longer exist from the database (used when one is detached)."""
+    database = Database(system)
+    with database.locked():
+        index = database.read_index()
+        if index is None:
+            return []
+        db = database.read_db()
+        gone = []
+        kept = []
+        for record in index.get("devices", []):
+            if _still_there(system, record):
+                kept.append(record)
+            else:
+                gone.append(record["key"])
+                db.pop(record["key"], None)
+        if gone:
+            index["devices"] = kept
+            database.write(index, db)
+            log.info("pruned detached devices %s", gone)
+        return gone
+
+
+def _still_there(system: System, record: Dict[str, Any]) -> bool:
+    if record["type"] == "disk":
+        device = system.block_device(record["syspath"]) if system.exists(record["syspath"]) else None
+        return device is not None and device.key == record["key"]
+    return any(nic.key == record["key"] for nic in system.all_nics())

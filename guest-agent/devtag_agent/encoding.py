@@ -1,0 +1,120 @@
+"""How a tenant's tag is carried through udev: file names, property values and names.
+
+Tags are hostile input.  Everything the agent writes that contains a tag goes
+through one of the two encoders here; both use udev's own ``\\xNN`` convention
+(the one ``ID_FS_LABEL_ENC`` and the ``/dev/disk/by-label`` links use), so a
+reader who knows udev already knows how to decode them, and :func:`decode`
+inverts both exactly.
+
+``encode_name(tag)`` -- link names under ``/dev/disk/by-tag/`` and the words
+of ``DEVTAG_TAGS``:
+
+* kept as is: ASCII letters and digits, ``# + - . : = @ _`` (the characters
+  udev keeps in link names), and printable non-ASCII characters (UTF-8);
+* escaped as ``\\xNN`` per UTF-8 byte: everything else -- ``\\`` itself,
+  ``/``, white space, quotes, ``$``, ``%``, ``*``, control, format (zero-width,
+  bidi), separator and unassigned characters, lone surrogates;
+* also escaped: a leading ``.`` (so ``.`` and ``..`` cannot name a directory
+  and no link is hidden), and the ``-`` of a trailing ``-part<N>`` (so the tag
+  ``data-part1`` can never collide with partition 1 of the tag ``data``).
+
+``encode_key(tag)`` -- the ``<name>`` in the property ``DEVTAG_TAG_<name>=1``:
+the same, except that only ASCII is kept and ``=`` and ``#`` are escaped too
+(a property name must not contain the ``=`` that ends it).
+
+Examples: ``squid cache`` -> ``squid\\x20cache``; ``../etc`` ->
+``\\x2e.\\x2fetc``; ``données`` -> ``données`` (name) / ``donn\\xc3\\xa9es`` (key).
+"""
+
+from __future__ import annotations
+
+import re
+import string
+import unicodedata
+from typing import Optional
+
+__all__ = ["MAX_LINK_NAME_BYTES", "altname_for", "decode", "encode_key", "encode_name", "link_name"]
+
+_NAME_SAFE = frozenset(string.ascii_letters + string.digits + "#+-.:=@_")
+_KEY_SAFE = frozenset(string.ascii_letters + string.digits + "+-.:@_")
+_PART_SUFFIX = re.compile(r"-part[0-9]+\Z")
+_ESCAPE = re.compile(r"\\x([0-9a-fA-F]{2})")
+# A file name is at most 255 bytes; keep room for "-part" and a partition number.
+MAX_LINK_NAME_BYTES = 240
+
+
+def _escape(char: str) -> str:
+    return "".join(f"\\x{byte:02x}" for byte in char.encode("utf-8", "surrogatepass"))
+
+
+def _printable_unicode(char: str) -> bool:
+    code = ord(char)
+    if 0xFDD0 <= code <= 0xFDEF or (code & 0xFFFE) == 0xFFFE:
+        return False  # non-characters: udev refuses them too
+    return unicodedata.category(char)[0] not in "CZ"
+
+
+def _encode(tag: str, safe: frozenset, keep_unicode: bool) -> str:
+    part = _PART_SUFFIX.search(tag)
+    part_dash = part.start() if part else -1
+    out = []
+    for index, char in enumerate(tag):
+        if char in safe and index != part_dash and not (index == 0 and char == "."):
+            out.append(char)
+        elif keep_unicode and ord(char) > 0x7F and _printable_unicode(char):
+            out.append(char)
+        else:
+            out.append(_escape(char))
+    return "".join(out)
+
+
+def encode_name(tag: str) -> str:
+    """The tag as a link name / ``DEVTAG_TAGS`` word (see module docstring)."""
+    return _encode(tag, _NAME_SAFE, keep_unicode=True)
+
+
+def encode_key(tag: str) -> str:
+    """The tag as the ``<name>`` of a ``DEVTAG_TAG_<name>`` property (ASCII only)."""
+    return _encode(tag, _KEY_SAFE, keep_unicode=False)
+
+
+def decode(text: str) -> str:
+    """Invert :func:`encode_name` and :func:`encode_key` exactly."""
+    if "\\" not in text:
+        return text
+    out = bytearray()
+    position = 0
+    for match in _ESCAPE.finditer(text):
+        out += text[position : match.start()].encode("utf-8", "surrogatepass")
+        out.append(int(match.group(1), 16))
+        position = match.end()
+    out += text[position:].encode("utf-8", "surrogatepass")
+    return out.decode("utf-8", "surrogatepass")
+
+
+def link_name(tag: str) -> Optional[str]:
+    """The ``/dev/disk/by-tag/`` name of a tag, or None when it is too long for a file name."""
+    name = encode_name(tag)
+    return name if len(name.encode("utf-8")) <= MAX_LINK_NAME_BYTES else None
+
+
+_ALTNAME = re.compile(r"[A-Za-z0-9_.@+=-]{1,127}\Z")
+# Names the kernel or udev's predictable naming may hand out later: an altname
+# taking one of them would make a future interface rename fail.
+_KERNEL_LIKE = re.compile(
+    r"((eth|wlan|wwan|usb|ib|bond|team|br|veth|tap|tun|vlan|dummy|sit|gre|can|vcan|ppp|wg|virbr|docker)[0-9]+"
+    r"|(en|wl|ww|ib|sl)([opsbacvdiPuf][0-9]|x[0-9a-f]).*|lo)\Z"
+)
+
+
+def altname_for(tag: str) -> Optional[str]:
+    """The tag itself if it can be an interface alternative name, else None.
+
+    Valid: 1-127 ASCII characters from ``[A-Za-z0-9_.@+=-]``, not ``.``/``..``,
+    and not shaped like a name the kernel or udev's predictable naming hands
+    out (``eth1``, ``wlan0``, ``br0``, ``ens3``, ``enp0s3``, ``enx525400...``),
+    which a later device could need.
+    """
+    if not _ALTNAME.match(tag) or tag in (".", "..") or _KERNEL_LIKE.match(tag):
+        return None
+    return tag

@@ -1,0 +1,109 @@
+"""Find devices by tag, for applications::
+
+    import devtag_agent
+
+    for disk in devtag_agent.lookup("squidcache", type="disk"):
+        print(disk.devnode, disk.links)          # /dev/vdb ['/dev/disk/by-tag/squidcache']
+    nic = devtag_agent.lookup("nfvfunc1", type="nic")[0]
+    print(nic.ifname, nic.mac)
+
+Reads the state database that ``devtag-agent apply`` wrote and refreshes what
+can change afterwards (interface names, partitions) from sysfs; devices that
+have been detached since are left out.  ``TaggedDevice.syspath`` can be handed
+to ``pyudev.Devices.from_sys_path`` for everything else udev knows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, List, Optional
+
+from .encoding import link_name
+from .state import Database
+from .sysfs import System
+
+__all__ = ["NoState", "TaggedDevice", "list_devices", "lookup"]
+
+
+class NoState(LookupError):
+    """``devtag-agent apply`` has not run (no /run/devtag/current)."""
+
+
+@dataclass
+class TaggedDevice:
+    type: str  # "disk" or "nic"
+    tags: List[str]
+    name: str  # kernel name now: vdb, ens3
+    syspath: str
+    devnode: Optional[str] = None  # disks: /dev/vdb
+    links: List[str] = field(default_factory=list)  # disks: /dev/disk/by-tag/... (and -partN)
+    ifname: Optional[str] = None  # NICs
+    mac: Optional[str] = None
+    serial: Optional[str] = None
+    altnames: List[str] = field(default_factory=list)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return asdict(self)
+
+
+def _refresh(system: System, record: Dict[str, Any]) -> Optional[TaggedDevice]:
+    if record["type"] == "disk":
+        if not system.exists(record["syspath"]):
+            return None
+        device = system.block_device(record["syspath"])
+        if device is None or device.key != record["key"]:
+            return None  # detached (and maybe another disk in its place)
+        links = []
+        for tag in record["tags"]:
+            name = link_name(tag)
+            if name is None:
+                continue
+            links.append("/dev/disk/by-tag/" + name)
+            links.extend(f"/dev/disk/by-tag/{name}-part{p['number']}" for p in system.partitions(device.syspath))
+        serials = record.get("serials") or device.serials
+        return TaggedDevice(
+            type="disk",
+            tags=list(record["tags"]),
+            name=device.name,
+            syspath=device.syspath,
+            devnode="/dev/" + device.name.replace("!", "/"),
+            links=links,
+            serial=serials[0] if serials else None,
+        )
+    for nic in system.all_nics():
+        if nic.key == record["key"]:
+            return TaggedDevice(
+                type="nic",
+                tags=list(record["tags"]),
+                name=nic.name,
+                syspath=nic.syspath,
+                ifname=nic.name,
+                mac=nic.mac,
+                altnames=list(record.get("altnames", [])),
+            )
+    return None
+
+
+def list_devices(root: str = "/", type: Optional[str] = None) -> List[TaggedDevice]:
+    """Every tagged device that is still present (raises :class:`NoState` before the first apply)."""
+    return _find(root, type, None)
+
+
+def _find(root: str, type: Optional[str], tag: Optional[str]) -> List[TaggedDevice]:
+    system = System(root)
+    index = Database(system).read_index()
+    if index is None:
+        raise NoState("no devtag state in {}/run/devtag (has `devtag-agent apply` run?)".format(root.rstrip("/")))
+    found = []
+    for record in index.get("devices", []):
+        if (type is not None and record["type"] != type) or (tag is not None and tag not in record["tags"]):
+            continue
+        device = _refresh(system, record)
+        if device is not None:
+            found.append(device)
+    return found
+
+
+def lookup(tag: str, type: Optional[str] = None, root: str = "/") -> List[TaggedDevice]:
+    """The devices carrying ``tag`` (exact, case-sensitive), optionally only ``"disk"`` or ``"nic"``."""
+    return _find(root, type, tag)

@@ -1,0 +1,72 @@
+"""Make udev and the kernel pick up a new state: trigger, settle, altnames.
+
+The only processes the agent starts are here: one ``udevadm trigger
+--action=change --settle`` for exactly the devices whose state changed (and
+their partitions), and one ``ip link property`` per alternative name added or
+removed.  Nothing runs per udev event.
+
+Tests and image builders never poke the host's udev: with ``--root`` other
+than ``/`` nothing is run unless the commands are given explicitly through
+``DEVTAG_AGENT_UDEVADM`` / ``DEVTAG_AGENT_IP`` (the tests point them at a
+recording fake), and ``--no-trigger`` turns it all off.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import subprocess
+from typing import List, Optional, Sequence
+
+log = logging.getLogger("devtag_agent")
+
+__all__ = ["Publisher"]
+
+
+class PublishError(RuntimeError):
+    pass
+
+
+class Publisher:
+    def __init__(self, enabled: bool, root: str = "/") -> None:
+        udevadm = os.environ.get("DEVTAG_AGENT_UDEVADM")
+        ip = os.environ.get("DEVTAG_AGENT_IP")
+        if root != "/" and not udevadm:
+            enabled_here = False
+        else:
+            enabled_here = enabled
+        self.enabled = enabled_here
+        self.udevadm = shlex.split(udevadm) if udevadm else ["udevadm"]
+        self.ip = shlex.split(ip) if ip else ["ip"]
+        if enabled and not enabled_here:
+            log.info("not triggering udev: --root %s is not the running system", root)
+
+    def _run(self, argv: Sequence[str], timeout: float) -> Optional[str]:
+        log.debug("running %s", " ".join(shlex.quote(a) for a in argv))
+        try:
+            done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return str(exc)
+        if done.returncode != 0:
+            return (done.stderr or done.stdout).strip() or f"exit status {done.returncode}"
+        return None
+
+    def trigger(self, syspaths: List[str], timeout: float = 60.0) -> None:
+        """``udevadm trigger --action=change --settle`` on exactly these devices."""
+        if not self.enabled or not syspaths:
+            return
+        argv = [*self.udevadm, "trigger", "--action=change", "--settle", "--", *sorted(set(syspaths))]
+        error = self._run(argv, timeout)
+        if error:
+            raise PublishError(f"udevadm trigger failed: {error}")
+
+    def altname(self, action: str, ifname: str, name: str) -> bool:
+        """``ip link property add|del dev IF altname NAME``; False (logged) on failure."""
+        if not self.enabled:
+            return True
+        error = self._run([*self.ip, "link", "property", action, "dev", ifname, "altname", name], 10.0)
+        if error:
+            log.warning("could not %s altname %s on %s: %s", action, name, ifname, error)
+            return False
+        return True

@@ -1,0 +1,170 @@
+"""Where the metadata document comes from.
+
+* ``configdrive``: the block device labelled ``config-2``/``CONFIG-2`` (iso9660
+  or vfat), mounted read-only in a private temporary directory just long enough
+  to read ``openstack/latest/meta_data.json``, then unmounted.  (Under a test
+  root, a *directory* standing in for the device is read directly.)
+* ``metadata``: ``http://169.254.169.254/openstack/latest/meta_data.json``,
+  a few tries within a short total budget.
+* ``instance-data``: cloud-init's ``/run/cloud-init/instance-data.json``,
+  ``ds.meta_data.devices``.
+
+``auto`` tries them in that order.  ``requests`` is imported only when the
+metadata service is asked.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import tempfile
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+from .sysfs import System
+
+log = logging.getLogger("devtag_agent")
+
+__all__ = ["DEFAULT_METADATA_URL", "SOURCES", "SourceError", "fetch_document"]
+
+DEFAULT_METADATA_URL = "http://169.254.169.254/openstack/latest/meta_data.json"
+SOURCES = ("configdrive", "metadata", "instance-data")
+CONFIG_DRIVE_LABELS = ("config-2", "CONFIG-2")
+_META_DATA = "openstack/latest/meta_data.json"
+
+
+class SourceError(RuntimeError):
+    """This source has no usable document (the message says why)."""
+
+
+def _parse(text: str, where: str) -> Dict[str, Any]:
+    try:
+        document = json.loads(text)
+    except ValueError as exc:
+        raise SourceError(f"{where}: not JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise SourceError(f"{where}: not a JSON object")
+    return document
+
+
+def _config_drive_device(system: System) -> Optional[str]:
+    for label in CONFIG_DRIVE_LABELS:
+        link = "/dev/disk/by-label/" + label
+        if os.path.lexists(system.path(link)):
+            return link
+    # Early boot, before udev made the by-label links: udev's database.
+    for name in system.listdir("/run/udev/data"):
+        if name.startswith("b"):
+            properties = system.udev_properties(name)
+            if properties.get("ID_FS_LABEL") in CONFIG_DRIVE_LABELS and properties.get("DEVNAME"):
+                return properties["DEVNAME"]
+    return None
+
+
+def read_config_drive(system: System) -> Dict[str, Any]:
+    device = _config_drive_device(system)
+    if device is None:
+        raise SourceError("configdrive: no block device labelled config-2")
+    real = os.path.realpath(system.path(device))
+    if os.path.isdir(real):  # a test root: the directory stands in for the filesystem
+        path = os.path.join(real, _META_DATA)
+        try:
+            with open(path, encoding="utf-8") as handle:
+                return _parse(handle.read(), "configdrive")
+        except OSError as exc:
+            raise SourceError(f"configdrive: {exc}") from None
+    if system.root != "/":
+        raise SourceError("configdrive: will not mount a device of another root")
+    mountpoint = tempfile.mkdtemp(prefix="devtag-configdrive-")
+    try:
+        for fstype in ("iso9660", "vfat"):
+            done = subprocess.run(
+                ["mount", "-t", fstype, "-o", "ro,nosuid,nodev,noexec", real, mountpoint],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if done.returncode == 0:
+                break
+        else:
+            raise SourceError(f"configdrive: cannot mount {device}: {done.stderr.strip()}")
+        try:
+            with open(os.path.join(mountpoint, _META_DATA), encoding="utf-8") as handle:
+                return _parse(handle.read(), "configdrive")
+        except OSError as exc:
+            raise SourceError(f"configdrive: {exc}") from None
+        finally:
+            subprocess.run(["umount", mountpoint], capture_output=True, check=False)
+    finally:
+        try:
+            os.rmdir(mountpoint)
+        except OSError:
+            log.warning("configdrive: could not remove %s (still mounted?)", mountpoint)
+
+
+def read_metadata_service(url: str, total_timeout: float = 10.0, tries: int = 3) -> Dict[str, Any]:
+    import requests  # imported here: costs ~50 ms and only this source needs it
+
+    deadline = time.monotonic() + total_timeout
+    last = "no attempt"
+    for attempt in range(tries):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        try:
+            response = requests.get(url, timeout=(min(2.0, remaining), min(5.0, remaining)))
+            if response.status_code == 200:
+                return _parse(response.text, "metadata")
+            last = f"HTTP {response.status_code}"
+            if 400 <= response.status_code < 500:
+                break  # will not change by asking again
+        except requests.RequestException as exc:
+            last = str(exc)
+        if attempt + 1 < tries:
+            time.sleep(min(0.5 * 2**attempt, max(0.0, deadline - time.monotonic())))
+    raise SourceError(f"metadata: {url}: {last}")
+
+
+def read_instance_data(system: System) -> Dict[str, Any]:
+    path = system.path("/run/cloud-init/instance-data.json")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            document = _parse(handle.read(), "instance-data")
+    except OSError as exc:
+        raise SourceError(f"instance-data: {exc}") from None
+    meta = (document.get("ds") or {}).get("meta_data")
+    if not isinstance(meta, dict) or "devices" not in meta:
+        raise SourceError("instance-data: no ds.meta_data.devices")
+    return meta
+
+
+def read_file(path: str) -> Dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return _parse(handle.read(), path)
+    except OSError as exc:
+        raise SourceError(f"{path}: {exc}") from None
+
+
+def fetch_document(system: System, sources: List[str], metadata_url: str) -> Tuple[str, Dict[str, Any]]:
+    """Try ``sources`` in order; return (source name, document) of the first that answers."""
+    failures = []
+    for source in sources:
+        try:
+            if source == "configdrive":
+                document = read_config_drive(system)
+            elif source == "metadata":
+                document = read_metadata_service(metadata_url)
+            elif source == "instance-data":
+                document = read_instance_data(system)
+            else:
+                raise SourceError(f"unknown source {source!r}")
+        except SourceError as exc:
+            log.info("%s", exc)
+            failures.append(str(exc))
+            continue
+        log.info("metadata from %s", source)
+        return source, document
+    raise SourceError("no metadata source answered: " + "; ".join(failures))

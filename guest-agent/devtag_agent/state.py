@@ -1,0 +1,167 @@
+"""The state database under ``/run/devtag/``, replaced atomically as a whole.
+
+Layout::
+
+    /run/devtag/current -> gen-<id>        symlink, swapped with rename(2)
+    /run/devtag/gen-<id>/devices.json      the index: what `lookup` and `list` read
+    /run/devtag/gen-<id>/db/b252:16:7      one file per tagged device, udev
+    /run/devtag/gen-<id>/db/n3             "KEY=value" format for IMPORT{file}
+    /run/devtag/lock                       flock: one apply at a time
+
+A generation directory is written completely (every file fsync'ed) before the
+``current`` symlink is pointed at it with one ``rename``; a crash at any point
+leaves ``current`` on the old generation or the new one, never on a half
+written one.  Leftover generations are removed by the next apply.
+
+File names inside the database are device keys (digits and ``:``), never tags;
+tags only appear encoded inside the files (see :mod:`devtag_agent.encoding`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import time
+from typing import Any, Dict, Iterator, List, Optional
+
+from .encoding import encode_key, encode_name, link_name
+from .sysfs import System
+
+__all__ = ["STATE_DIR", "Database", "db_file_text"]
+
+STATE_DIR = "/run/devtag"
+_FAIL_AFTER_ENV = "DEVTAG_AGENT_TEST_CRASH_AT"  # tests: crash at a named step
+
+
+def _crash_point(name: str) -> None:
+    """Let tests kill the process between two steps of a write (no-op otherwise)."""
+    if os.environ.get(_FAIL_AFTER_ENV) == name:
+        os._exit(99)
+
+
+def db_file_text(tags: List[str], kind: str) -> str:
+    """The udev ``IMPORT{file}`` contents for a device with these tags."""
+    lines = ["# devtag-agent: device role tags (encoded, see docs/agent.md)"]
+    lines.append("DEVTAG_TAGS=" + " ".join(encode_name(t) for t in tags))
+    lines.extend(f"DEVTAG_TAG_{encode_key(t)}=1" for t in tags)
+    if kind == "disk":
+        slot = 0
+        for tag in tags:
+            name = link_name(tag)
+            if name is not None:
+                slot += 1
+                lines.append(f"DEVTAG_LINK_{slot}={name}")
+    return "\n".join(lines) + "\n"
+
+
+def _write_file(path: str, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Database:
+    def __init__(self, system: System) -> None:
+        self.sys = system
+        self.dir = system.path(STATE_DIR)
+        self.current = os.path.join(self.dir, "current")
+
+    @contextlib.contextmanager
+    def locked(self, timeout: float = 60.0) -> Iterator[None]:
+        """Hold the apply lock (waits for a concurrent apply, up to ``timeout``)."""
+        os.makedirs(self.dir, mode=0o755, exist_ok=True)
+        fd = os.open(os.path.join(self.dir, "lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"another devtag-agent holds {self.dir}/lock") from None
+                    time.sleep(0.05)
+            yield
+        finally:
+            os.close(fd)
+
+    def read_index(self) -> Optional[Dict[str, Any]]:
+        """The current ``devices.json``, or None if the agent has not run."""
+        try:
+            with open(os.path.join(self.current, "devices.json"), encoding="utf-8") as handle:
+                return json.load(handle)
+        except FileNotFoundError:
+            return None
+
+    def read_db(self) -> Dict[str, str]:
+        """Current ``db/`` files by key."""
+        db = os.path.join(self.current, "db")
+        files: Dict[str, str] = {}
+        try:
+            names = os.listdir(db)
+        except FileNotFoundError:
+            return files
+        for name in names:
+            with open(os.path.join(db, name), encoding="utf-8") as handle:
+                files[name] = handle.read()
+        return files
+
+    def write(self, index: Dict[str, Any], db: Dict[str, str]) -> str:
+        """Write a new generation and make it current; return its directory name."""
+        os.makedirs(self.dir, mode=0o755, exist_ok=True)
+        name = f"gen-{time.time_ns()}-{os.getpid()}"
+        generation = os.path.join(self.dir, name)
+        os.mkdir(generation, 0o755)
+        os.mkdir(os.path.join(generation, "db"), 0o755)
+        for position, (key, text) in enumerate(sorted(db.items())):
+            if "/" in key or key.startswith("."):
+                raise ValueError(f"bad database key {key!r}")
+            _write_file(os.path.join(generation, "db", key), text.encode("utf-8"))
+            if position == 0:
+                _crash_point("db-file")
+        _fsync_dir(os.path.join(generation, "db"))
+        payload = json.dumps(index, indent=1, sort_keys=True, ensure_ascii=True).encode("ascii")
+        half = len(payload) // 2
+        fd = os.open(os.path.join(generation, "devices.json"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            os.write(fd, payload[:half])
+            _crash_point("index-half")
+            os.write(fd, payload[half:])
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        _fsync_dir(generation)
+        _crash_point("before-swap")
+        link = os.path.join(self.dir, f".current-{os.getpid()}")
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(link)
+        os.symlink(name, link)
+        os.replace(link, self.current)
+        _fsync_dir(self.dir)
+        _crash_point("after-swap")
+        self.collect_garbage(keep=name)
+        return name
+
+    def collect_garbage(self, keep: str) -> None:
+        """Remove generations other than ``keep`` and stray temporary links."""
+        for entry in os.listdir(self.dir):
+            path = os.path.join(self.dir, entry)
+            if entry.startswith("gen-") and entry != keep:
+                shutil.rmtree(path, ignore_errors=True)
+            elif entry.startswith(".current-"):
+                with contextlib.suppress(OSError):
+                    os.unlink(path)

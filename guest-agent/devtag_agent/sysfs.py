@@ -1,0 +1,194 @@
+"""The agent's view of one machine: sysfs, /dev, /run, all under a root directory.
+
+``System("/")`` is the running machine; ``System("/tmp/img")`` is an image or a
+fake tree built by the tests.  Every path the agent touches goes through
+:meth:`System.path`, so ``--root`` really covers all of them.
+
+A :class:`Device` is a block device or a network interface found in sysfs,
+with the key under which the udev rules find its state (the same naming as
+udev's own database: ``b<major>:<minor>:<diskseq>`` and ``n<ifindex>``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Dict, Iterator, List, Optional
+
+__all__ = ["Device", "System"]
+
+_PCI_NAME = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]\Z")
+_USB_DEVICE_NAME = re.compile(r"[0-9]+-[0-9.]+\Z")
+
+
+@dataclass
+class Device:
+    """A disk or NIC as the kernel shows it (paths are without the root prefix)."""
+
+    kind: str  # "disk" or "nic"
+    syspath: str  # /sys/devices/...
+    name: str  # kernel name: vdb, sda, eth0
+    key: str  # b252:16:7 / n3
+    mac: Optional[str] = None
+    ifindex: Optional[int] = None
+    devnum: Optional[str] = None  # "252:16"
+    serials: List[str] = field(default_factory=list)
+
+
+class System:
+    def __init__(self, root: str = "/") -> None:
+        self.root = os.path.abspath(root)
+
+    # -- paths -------------------------------------------------------------
+    def path(self, absolute: str) -> str:
+        """``/sys/...`` -> the real path under the root."""
+        if self.root == "/":
+            return absolute
+        return os.path.join(self.root, absolute.lstrip("/"))
+
+    def unroot(self, real: str) -> str:
+        """Real path under the root -> the path as the machine sees it."""
+        if self.root == "/":
+            return real
+        relative = os.path.relpath(real, self.root)
+        return "/" if relative == "." else "/" + relative
+
+    def realpath(self, absolute: str) -> str:
+        """Resolve symlinks of an in-machine path; result is an in-machine path."""
+        return self.unroot(os.path.realpath(self.path(absolute)))
+
+    def exists(self, absolute: str) -> bool:
+        return os.path.exists(self.path(absolute))
+
+    def listdir(self, absolute: str) -> List[str]:
+        try:
+            return sorted(os.listdir(self.path(absolute)))
+        except OSError:
+            return []
+
+    def read(self, absolute: str) -> Optional[str]:
+        """An attribute's text, stripped; None if absent or unreadable."""
+        try:
+            with open(self.path(absolute), encoding="utf-8", errors="surrogateescape") as handle:
+                return handle.read().strip()
+        except OSError:
+            return None
+
+    def read_bytes(self, absolute: str) -> Optional[bytes]:
+        try:
+            with open(self.path(absolute), "rb") as handle:
+                return handle.read()
+        except OSError:
+            return None
+
+    # -- devices -----------------------------------------------------------
+    def block_device(self, syspath: str) -> Optional[Device]:
+        devnum = self.read(syspath + "/dev")
+        if not devnum or not re.match(r"[0-9]+:[0-9]+\Z", devnum):
+            return None
+        diskseq = self.read(syspath + "/diskseq") or ""
+        if not diskseq.isdigit():
+            diskseq = ""
+        name = os.path.basename(syspath)
+        device = Device("disk", syspath, name, f"b{devnum}:{diskseq}", devnum=devnum)
+        device.serials = self.disk_serials(syspath, devnum)
+        return device
+
+    def net_device(self, syspath: str) -> Optional[Device]:
+        ifindex = self.read(syspath + "/ifindex")
+        if not ifindex or not ifindex.isdigit():
+            return None
+        mac = (self.read(syspath + "/address") or "").lower() or None
+        return Device("nic", syspath, os.path.basename(syspath), f"n{int(ifindex)}", mac=mac, ifindex=int(ifindex))
+
+    def udev_properties(self, key: str) -> Dict[str, str]:
+        """Properties udev recorded for a device (``/run/udev/data/<key>``)."""
+        properties: Dict[str, str] = {}
+        text = self.read("/run/udev/data/" + key)
+        for line in (text or "").splitlines():
+            if line.startswith("E:") and "=" in line:
+                name, _, value = line[2:].partition("=")
+                properties[name] = value
+        return properties
+
+    def disk_serials(self, syspath: str, devnum: str) -> List[str]:
+        """Every serial the guest can see for a disk, most direct first."""
+        found: List[str] = []
+        for attr in ("/serial", "/device/serial"):
+            value = self.read(syspath + attr)
+            if value:
+                found.append(value)
+        page = self.read_bytes(syspath + "/device/vpd_pg80")
+        if page and len(page) > 4:
+            value = page[4 : 4 + page[3]].decode("utf-8", "surrogateescape").strip(" \0")
+            if value:
+                found.append(value)
+        udev = self.udev_properties("b" + devnum)
+        for name in ("ID_SCSI_SERIAL", "ID_SERIAL_SHORT"):
+            if udev.get(name):
+                found.append(udev[name])
+        return list(dict.fromkeys(found))
+
+    def functions_under(self, syspath: str, kind: str, max_depth: int = 6) -> List[Device]:
+        """Disks (``block/X``) or NICs (``net/X``) below a device, not below child PCI/USB devices."""
+        wanted = "block" if kind == "disk" else "net"
+        found: List[Device] = []
+        for directory in self._walk(syspath, max_depth):
+            if os.path.basename(os.path.dirname(directory)) != wanted:
+                continue
+            device = self.block_device(directory) if kind == "disk" else self.net_device(directory)
+            if device is not None:
+                found.append(device)
+        return found
+
+    def _walk(self, start: str, max_depth: int) -> Iterator[str]:
+        stack = [(start, 0)]
+        while stack:
+            current, depth = stack.pop()
+            if depth >= max_depth:
+                continue
+            real = self.path(current)
+            try:
+                entries = sorted(os.scandir(real), key=lambda e: e.name)
+            except OSError:
+                continue
+            for entry in reversed(entries):
+                if not entry.is_dir(follow_symlinks=False):
+                    continue
+                if _PCI_NAME.match(entry.name) or (depth > 0 and _USB_DEVICE_NAME.match(entry.name)):
+                    continue  # another PCI function or USB device: not ours
+                child = current.rstrip("/") + "/" + entry.name
+                if os.path.basename(current) in ("block", "net"):
+                    yield child
+                    continue
+                stack.append((child, depth + 1))
+
+    def all_disks(self) -> List[Device]:
+        found = []
+        for name in self.listdir("/sys/class/block"):
+            syspath = self.realpath("/sys/class/block/" + name)
+            if self.exists(syspath + "/partition"):
+                continue
+            device = self.block_device(syspath)
+            if device is not None:
+                found.append(device)
+        return found
+
+    def all_nics(self) -> List[Device]:
+        found = []
+        for name in self.listdir("/sys/class/net"):
+            syspath = self.realpath("/sys/class/net/" + name)
+            device = self.net_device(syspath)
+            if device is not None:
+                found.append(device)
+        return found
+
+    def partitions(self, syspath: str) -> List[Dict[str, str]]:
+        """``[{"name": "vdb1", "number": "1", "syspath": ...}, ...]`` of a disk."""
+        parts = []
+        for name in self.listdir(syspath):
+            number = self.read(f"{syspath}/{name}/partition")
+            if number and number.isdigit():
+                parts.append({"name": name, "number": number, "syspath": f"{syspath}/{name}"})
+        return parts

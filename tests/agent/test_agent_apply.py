@@ -1,0 +1,199 @@
+"""`devtag-agent apply` on a fake VM with a device on every bus."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from devtag_agent.encoding import encode_key, encode_name
+from devtag_agent.state import db_file_text
+
+from . import scenario
+from .conftest import run_cli
+
+
+def _index(root: Path) -> dict:
+    return json.loads((root / "run/devtag/current/devices.json").read_text())
+
+
+def _db(root: Path) -> dict:
+    db = root / "run/devtag/current/db"
+    return {p.name: p.read_text() for p in db.iterdir()}
+
+
+def test_every_bus_resolves_to_the_right_device(vm, capsys):
+    machine, _ = vm
+    assert run_cli("--root", str(machine.root), "apply", "--source", "configdrive", "--json") == 0
+    report = json.loads(capsys.readouterr().out)
+    found = {d["name"]: (d["tags"], d["via"][0]) for d in report["tagged"]}
+    assert found == scenario.EXPECTED
+    assert len(report["unmatched"]) == scenario.UNMATCHED
+    assert any("ghost-disk" in u for u in report["unmatched"])
+    assert any("ghost-nic" in u for u in report["unmatched"])
+    assert len(report["invalid"]) == scenario.INVALID
+    assert any("'mac' is a required property" in p for p in report["invalid"])
+
+
+def test_database_files_are_keyed_like_udev_and_hold_the_encoded_tags(vm):
+    machine, _ = vm
+    assert run_cli("--root", str(machine.root), "apply", "--source", "configdrive", "--no-trigger") == 0
+    db = _db(machine.root)
+    index = {d["name"]: d for d in _index(machine.root)["devices"]}
+    assert index["vdb"]["key"] == "b252:16:5"  # major:minor:diskseq
+    assert index["sda"]["key"] == "b8:0:"  # no diskseq attribute on this "kernel"
+    assert index["eth0"]["key"].startswith("n")
+    assert set(db) == {d["key"] for d in index.values()}
+    assert db["b252:16:5"] == db_file_text(["squidcache", "fast-cache", "shared"], "disk")
+    text = db["b252:16:5"]
+    assert "DEVTAG_TAGS=squidcache fast-cache shared\n" in text
+    assert "DEVTAG_TAG_fast-cache=1\n" in text
+    assert "DEVTAG_LINK_2=fast-cache\n" in text
+    nic_text = db[index["ens4"]["key"]]
+    assert "DEVTAG_TAG_nfvfunc2=1\n" in nic_text and "DEVTAG_LINK" not in nic_text
+    assert "vda" not in index  # listed in the metadata, but untagged
+
+
+def test_lookup_and_list(vm, capsys):
+    machine, _ = vm
+    root = str(machine.root)
+    assert run_cli("--root", root, "apply", "--source", "configdrive", "--no-trigger") == 0
+    capsys.readouterr()
+    assert run_cli("--root", root, "lookup", "squidcache") == 0
+    assert capsys.readouterr().out == "/dev/vdb\n"
+    assert run_cli("--root", root, "lookup", "shared", "--type", "nic") == 0
+    assert capsys.readouterr().out == "ens4\n"
+    assert run_cli("--root", root, "lookup", "shared", "--json") == 0
+    shared = json.loads(capsys.readouterr().out)
+    assert sorted(d["name"] for d in shared) == ["ens4", "sdc", "vdb"]
+    vdb = next(d for d in shared if d["name"] == "vdb")
+    assert vdb["links"][-3:] == [
+        "/dev/disk/by-tag/shared",
+        "/dev/disk/by-tag/shared-part1",
+        "/dev/disk/by-tag/shared-part2",
+    ]
+    assert len(vdb["links"]) == 9  # 3 tags x (disk + 2 partitions)
+    assert vdb["serial"] == "demo-squid"
+    assert vdb["syspath"] == "/sys/devices/pci0000:00/0000:00:01.4/0000:0a:00.0/virtio3/block/vdb"
+    ens4 = next(d for d in shared if d["name"] == "ens4")
+    assert ens4["mac"] == "52:54:00:00:00:02" and ens4["ifname"] == "ens4"
+    assert run_cli("--root", root, "lookup", "nosuchtag") == 1
+    assert "no device carries tag 'nosuchtag'" in capsys.readouterr().err
+    assert run_cli("--root", root, "lookup", "squidcache", "--type", "nic") == 1
+    assert run_cli("--root", root, "list") == 0
+    listing = capsys.readouterr().out.splitlines()
+    assert len(listing) == len(scenario.EXPECTED)
+    assert "disk\t/dev/vdb\tsquidcache fast-cache shared" in listing
+
+
+def test_python_api(vm):
+    import devtag_agent
+
+    machine, _ = vm
+    assert run_cli("--root", str(machine.root), "apply", "--source", "configdrive", "--no-trigger") == 0
+    (disk,) = devtag_agent.lookup("oracledb", type="disk", root=str(machine.root))
+    assert disk.devnode == "/dev/sda" and disk.links == ["/dev/disk/by-tag/oracledb", "/dev/disk/by-tag/oracledb-part1"]
+    assert devtag_agent.lookup("oracledb", type="nic", root=str(machine.root)) == []
+    assert len(devtag_agent.list_devices(root=str(machine.root))) == len(scenario.EXPECTED)
+
+
+def test_lookup_before_any_apply_says_so(tmp_path, capsys):
+    assert run_cli("--root", str(tmp_path), "lookup", "x") == 1
+    assert "has `devtag-agent apply` run?" in capsys.readouterr().err
+    import devtag_agent
+
+    with pytest.raises(devtag_agent.NoState):
+        devtag_agent.lookup("x", root=str(tmp_path))
+
+
+def test_trigger_exactly_the_changed_devices_and_their_partitions(vm, recorder):
+    machine, document = vm
+    root = str(machine.root)
+    assert run_cli("--root", root, "apply", "--source", "configdrive") == 0
+    first = recorder.triggered()
+    index = {d["name"]: d["syspath"] for d in _index(machine.root)["devices"]}
+    vdb = index["vdb"]
+    assert sorted(first) == sorted([*index.values(), vdb + "/vdb1", vdb + "/vdb2", index["sda"] + "/sda1"])
+    assert all("--action=change" in c and "--settle" in c for c in recorder.calls() if c[0] == "udevadm")
+
+    recorder.clear()  # same metadata again: nothing changes, nothing is triggered
+    assert run_cli("--root", root, "apply", "--source", "configdrive") == 0
+    assert recorder.triggered() == []
+
+    recorder.clear()  # retag one disk, untag one NIC
+    document["devices"][4]["tags"] = ["squidcache"]
+    document["devices"][0]["tags"] = []
+    machine.config_drive(document)
+    assert run_cli("--root", root, "apply", "--source", "configdrive") == 0
+    assert sorted(recorder.triggered()) == sorted([vdb, vdb + "/vdb1", vdb + "/vdb2", index["eth0"]])
+    assert "eth0" not in {d["name"] for d in _index(machine.root)["devices"]}
+
+
+def test_altnames_added_for_valid_tags_and_removed_when_untagged(vm, recorder):
+    machine, document = vm
+    root = str(machine.root)
+    assert run_cli("--root", root, "apply", "--source", "configdrive") == 0
+    calls = recorder.ip_calls()
+    assert ["link", "property", "add", "dev", "ens4", "altname", "nfvfunc2"] in calls
+    assert ["link", "property", "add", "dev", "ens4", "altname", "shared"] in calls
+    assert not any(call[-1] == "eth9" for call in calls)
+    recorder.clear()
+    document["devices"][1]["tags"] = ["nfvfunc2", "eth7"]  # eth7 looks like a kernel name: no altname
+    machine.config_drive(document)
+    assert run_cli("--root", root, "apply", "--source", "configdrive") == 0
+    assert recorder.ip_calls() == [["link", "property", "del", "dev", "ens4", "altname", "shared"]]
+
+
+def test_root_other_than_slash_never_runs_the_hosts_udevadm(vm, monkeypatch, tmp_path):
+    machine, _ = vm
+    monkeypatch.delenv("DEVTAG_AGENT_UDEVADM", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # a udevadm run would fail: not found
+    assert run_cli("--root", str(machine.root), "apply", "--source", "configdrive") == 0
+
+
+def test_failed_trigger_is_exit_3(vm, monkeypatch):
+    machine, _ = vm
+    monkeypatch.setenv("DEVTAG_AGENT_UDEVADM", "false")
+    assert run_cli("--root", str(machine.root), "apply", "--source", "configdrive") == 3
+
+
+def test_hostile_tags_are_encoded_in_the_database(vm):
+    machine, document = vm
+    hostile = ['a b"c', "..\\..\\etc passwd", "x\\x2f", "$(reboot)", "..", "DEVTAG_TAGS=1", "é\u202e"]
+    document["devices"][4]["tags"] = hostile
+    machine.config_drive(document)
+    assert run_cli("--root", str(machine.root), "apply", "--source", "configdrive", "--no-trigger") == 0
+    text = _db(machine.root)["b252:16:5"]
+    assert text.splitlines()[1] == "DEVTAG_TAGS=" + " ".join(encode_name(t) for t in hostile)
+    for tag in hostile:
+        assert f"DEVTAG_TAG_{encode_key(tag)}=1" in text.splitlines()
+    # nothing named after a tag anywhere in the state directory
+    names = sorted(str(p.relative_to(machine.root)) for p in (machine.root / "run/devtag").rglob("*"))
+    assert all(
+        part.startswith(("current", "gen-", "lock", "db", "b", "n", "devices.json"))
+        for n in names
+        for part in n.split("/")[2:]
+    )
+
+
+def test_serial_truncation_ambiguity_is_reported_not_guessed(tmp_path):
+    from .fakesys import FakeMachine
+
+    machine = FakeMachine(tmp_path)
+    serial = "0123456789abcdefghij"
+    machine.virtio_disk(machine.pci("0000:00:04.0"), "virtio0", "vda", "252:0", serial=serial)
+    machine.virtio_disk(machine.pci("0000:00:05.0"), "virtio1", "vdb", "252:16", serial=serial)
+    machine.config_drive(
+        {
+            "devices": [
+                {"type": "disk", "bus": "pci", "address": "none", "serial": serial + "-one", "tags": ["one"]},
+                {"type": "disk", "bus": "pci", "address": "none", "serial": serial, "tags": ["exact"]},
+            ]
+        }
+    )
+    assert run_cli("--root", str(tmp_path), "apply", "--source", "configdrive", "--no-trigger") == 0
+    index = json.loads((tmp_path / "run/devtag/current/devices.json").read_text())
+    assert index["unmatched"] and "only when truncated" in index["unmatched"][0]
+    # the exact serial matches both disks, which both show it: one tag on several devices
+    assert sorted(d["name"] for d in index["devices"]) == ["vda", "vdb"]
