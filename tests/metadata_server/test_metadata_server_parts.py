@@ -1,0 +1,133 @@
+"""The pure parts: the site, the directory, the address book, the CLI verb."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List
+
+import httpx
+import pytest
+from metadata_server_samples import MAC_A, MAC_B, UUID_A, UUID_B, sample_instance
+
+from devtag_host.configdrive.commands import parse_listen
+from devtag_host.errors import InputError
+from devtag_host.metadata_server import AddressBook, InstanceDirectory, build_site
+from devtag_host.metadata_server.directory import AmbiguousMacError
+from devtag_host.metadata_server.requester import Refusal
+
+
+def test_site_has_the_ec2_tree_cloud_init_walks() -> None:
+    site = build_site(sample_instance(UUID_A, MAC_A, "alpha", public_keys=(("k1", "ssh-rsa AAA k1"),)))
+    index = site["/latest/meta-data/"].body.decode().splitlines()
+    assert "instance-id" in index and "placement/" in index and "public-keys/" in index
+    assert site["/latest/meta-data/instance-id"].body == UUID_A.encode()
+    assert site["/latest/meta-data/placement/availability-zone"].body == b"nova"
+    assert site["/latest/meta-data/public-keys/"].body == b"0=k1"
+    assert site["/latest/meta-data/public-keys/0/openssh-key"].body == b"ssh-rsa AAA k1"
+    assert site["/2009-04-04/"].body == b"meta-data/"
+    assert site["/"].body == b"2009-04-04\nlatest"
+    assert "/latest/user-data" not in site
+
+
+def test_directory_swaps_whole_entries() -> None:
+    directory = InstanceDirectory()
+    directory.put(sample_instance(UUID_A, MAC_A, "alpha"))
+    before = directory.by_mac(MAC_A.upper())
+    directory.put(sample_instance(UUID_A, MAC_B, "alpha2"))
+    assert directory.by_mac(MAC_A) is None and directory.by_mac(MAC_B).instance.name == "vm-alpha2"
+    assert before.instance.name == "vm-alpha", "a reader holding the old entry keeps a consistent view"
+    directory.put(sample_instance(UUID_B, MAC_B, "bravo"))
+    with pytest.raises(AmbiguousMacError):
+        directory.by_mac(MAC_B)
+    directory.remove(UUID_A)
+    assert directory.by_mac(MAC_B).instance.uuid == UUID_B and len(directory) == 1
+
+
+def test_address_book_rereads_on_a_miss_at_most_every_interval() -> None:
+    now = [100.0]
+    reads: List[int] = []
+    table: Dict[str, str] = {}
+
+    def neighbours() -> Dict[str, str]:
+        reads.append(1)
+        return dict(table)
+
+    book = AddressBook(neighbours=neighbours, neighbours6=dict, max_age=2.0, miss_interval=0.1, clock=lambda: now[0])
+    assert isinstance(book.lookup("10.0.0.9"), Refusal) and len(reads) == 1
+    for _ in range(50):
+        book.lookup("10.0.0.9")
+    assert len(reads) == 1, "misses within the interval do not re-read the table"
+    table["10.0.0.9"] = MAC_A
+    now[0] += 0.2
+    assert book.lookup("10.0.0.9") == (MAC_A, "neighbour") and len(reads) == 2
+    assert book.lookup("10.0.0.9") == (MAC_A, "neighbour") and len(reads) == 2, "hits are cached"
+    now[0] += 2.5
+    table["10.0.0.9"] = MAC_B
+    assert book.lookup("10.0.0.9") == (MAC_B, "neighbour"), "entries expire after max_age"
+    assert isinstance(book.lookup("not-an-address"), Refusal)
+
+
+def test_ipv6_neighbours_and_leases() -> None:
+    book = AddressBook(
+        leases=lambda: {"192.0.2.7": MAC_B.upper()},
+        neighbours=dict,
+        neighbours6=lambda: {"fe80::5054:ff:feaa:1": MAC_A},
+    )
+    assert book.lookup("fe80::5054:ff:feaa:1%br0") == (MAC_A, "neighbour")
+    assert book.lookup("192.0.2.7") == (MAC_B, "lease")
+
+
+def test_parse_listen() -> None:
+    assert parse_listen("127.0.0.1:8775") == ("127.0.0.1", 8775)
+    assert parse_listen("[::1]:80") == ("::1", 80)
+    for bad in ("localhost:80", "1.2.3.4", "1.2.3.4:0", "1.2.3.4:99999", "[::1:80"):
+        with pytest.raises(InputError):
+            parse_listen(bad)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.libvirt
+def test_cli_verb_serves_until_terminated_and_logs_json(tmp_path: Path) -> None:
+    port = free_port()
+    uri = f"qemu:///embed?root={tmp_path / 'libvirt'}"
+    command = [sys.executable, "-m", "devtag_host.cli", "metadata-server", "--connect", uri]
+    server = subprocess.Popen(
+        [*command, "--listen", f"127.0.0.1:{port}"], stderr=subprocess.PIPE, text=True, env=dict(os.environ)
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                response = httpx.get(f"http://127.0.0.1:{port}/openstack/latest/meta_data.json")
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline and server.poll() is None, "server did not come up"
+                time.sleep(0.1)
+        assert response.status_code == 404  # loopback is no instance
+        assert httpx.get(f"http://127.0.0.1:{port}/healthz").text == "ok\n"
+    finally:
+        server.send_signal(signal.SIGTERM)
+        _, err = server.communicate(timeout=30)
+    # uvicorn shuts down cleanly, then re-raises SIGTERM (systemd counts that as a clean exit)
+    assert server.returncode in (0, -signal.SIGTERM), err
+    lines = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    assert lines and lines[0]["status"] == 404 and lines[0]["instance"] is None
+
+    bad = subprocess.run([*command, "--listen", "nowhere"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "ADDR:PORT" in bad.stderr
+    secret = tmp_path / "empty"
+    secret.write_text("\n")
+    bad = subprocess.run([*command, "--proxy-shared-secret-file", str(secret)], capture_output=True, text=True)
+    assert bad.returncode == 2 and "is empty" in bad.stderr
