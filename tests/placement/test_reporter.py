@@ -1,0 +1,159 @@
+"""The compute-node reporter against the embedded libvirt driver and an in-process placement."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from devtag_host.placement import reporter
+from devtag_host.placement.app import Placement
+
+from .conftest import _free_port, wait_for_port
+
+CAPABILITIES = """<capabilities><host><uuid>859a3caa-14f1-40f7-9840-15b193f19a92</uuid>
+<cpu><arch>x86_64</arch><feature name='sse4.2'/><feature name='avx2'/><feature name='avx512f'/>
+<feature name='hypervisor'/><feature name='tsc-deadline'/></cpu></host></capabilities>"""
+
+DOMAIN = """<domain type='qemu'><name>{name}</name><memory unit='MiB'>64</memory><vcpu>1</vcpu>
+  <os><type arch='x86_64' machine='pc'>hvm</type></os><devices></devices></domain>"""
+
+
+def test_capabilities_to_traits():
+    host_uuid, features = reporter.parse_capabilities(CAPABILITIES)
+    assert host_uuid == "859a3caa-14f1-40f7-9840-15b193f19a92"
+    assert reporter.cpu_traits(features) == {"HW_CPU_X86_SSE42", "HW_CPU_X86_AVX2", "HW_CPU_X86_AVX512F"}
+
+
+@pytest.fixture
+def placement(sqlite_store):
+    import httpx
+
+    session = httpx.Client(transport=httpx.WSGITransport(app=Placement(sqlite_store).wsgi))
+    yield reporter.PlacementClient("http://placement", session=session)
+    session.close()
+
+
+def facts(**overrides) -> reporter.HostFacts:
+    values = dict(
+        uuid=str(uuid.uuid4()),
+        name="cn1",
+        vcpus=4,
+        memory_mb=8192,
+        disk_gb=100,
+        cpu_features=["avx2", "sse4.2"],
+        domains=[reporter.DomainUsage(str(uuid.uuid4()), "vm1", 2, 1024)],
+    )
+    values.update(overrides)
+    return reporter.HostFacts(**values)
+
+
+def test_report_is_idempotent_and_keeps_foreign_traits(placement):
+    host = facts()
+    first = reporter.report(placement, host, reporter.Settings())
+    assert "inventory" in first.changed and "traits" in first.changed and "allocation vm1" in first.changed
+    _, inventories = placement.call("GET", f"/resource_providers/{host.uuid}/inventories")
+    assert inventories["inventories"]["VCPU"]["allocation_ratio"] == 16.0
+    assert inventories["inventories"]["MEMORY_MB"]["reserved"] == 512
+    assert inventories["inventories"]["DISK_GB"]["total"] == 100
+    assert reporter.report(placement, host, reporter.Settings()).changed == []
+    # An operator's trait survives; a CPU flag that went away is dropped.
+    placement.call("PUT", "/traits/CUSTOM_RACK6")
+    _, traits = placement.call("GET", f"/resource_providers/{host.uuid}/traits")
+    body = {
+        "traits": [*traits["traits"], "CUSTOM_RACK6"],
+        "resource_provider_generation": traits["resource_provider_generation"],
+    }
+    assert placement.call("PUT", f"/resource_providers/{host.uuid}/traits", body)[0] == 200
+    host.cpu_features = ["sse4.2"]
+    assert reporter.report(placement, host, reporter.Settings()).changed == ["traits"]
+    _, traits = placement.call("GET", f"/resource_providers/{host.uuid}/traits")
+    assert traits["traits"] == ["CUSTOM_RACK6", "HW_CPU_X86_SSE42"]
+
+
+def test_prune_and_over_capacity(placement):
+    host = facts(vcpus=2)
+    settings = reporter.Settings(cpu_allocation_ratio=1.0, prune=True)
+    host.domains.append(reporter.DomainUsage(str(uuid.uuid4()), "too-big", 8, 64))
+    summary = reporter.report(placement, host, settings)
+    assert len(summary.failed) == 1 and "too-big" in summary.failed[0]
+    gone = host.domains.pop(0)
+    summary = reporter.report(placement, host, settings)
+    assert f"pruned {gone.uuid}" in summary.changed
+    assert placement.call("GET", f"/allocations/{gone.uuid}")[1]["allocations"] == {}
+
+
+def test_shared_pool_feeds_allocation_candidates(placement):
+    aggregate = str(uuid.uuid4())
+    host = facts(disk_gb=None, domains=[])
+    reporter.report(placement, host, reporter.Settings())
+    placement.call("PUT", f"/resource_providers/{host.uuid}/aggregates", [aggregate])
+    pool = reporter.report_shared_pool(
+        placement, name="/mnt/nfs/row1racks0610/", capacity_gb=100000, allocation_gb=1000, aggregate=aggregate
+    )
+    _, inventory = placement.call("GET", f"/resource_providers/{pool.provider}/inventories")
+    assert inventory["inventories"]["DISK_GB"]["total"] == 100000
+    assert inventory["inventories"]["DISK_GB"]["reserved"] == 1000
+    status, body = placement.call("GET", "/allocation_candidates?resources=VCPU:1,DISK_GB:50")
+    assert status == 200
+    assert body["allocation_requests"] == [
+        {"allocations": {host.uuid: {"resources": {"VCPU": 1}}, pool.provider: {"resources": {"DISK_GB": 50}}}}
+    ]
+    again = reporter.report_shared_pool(
+        placement, name="/mnt/nfs/row1racks0610/", capacity_gb=100000, allocation_gb=1000, aggregate=aggregate
+    )
+    assert again.changed == []
+
+
+@pytest.mark.libvirt
+def test_report_from_embedded_libvirt(libvirt_conn, define_domain, placement, tmp_path):
+    name = f"placement-{uuid.uuid4().hex[:8]}"
+    domain = define_domain(DOMAIN.format(name=name))
+    domain.create()
+    host = reporter.read_host(libvirt_conn, name="embedded-node", disk_path=str(tmp_path))
+    ours = [d for d in host.domains if d.name == name]
+    assert ours == [reporter.DomainUsage(domain.UUIDString(), name, 1, 64)]
+    summary = reporter.report(placement, host, reporter.Settings())
+    assert summary.failed == []
+    _, allocations = placement.call("GET", f"/allocations/{domain.UUIDString()}")
+    assert allocations["allocations"][host.uuid]["resources"] == {"VCPU": 1, "MEMORY_MB": 64}
+    _, inventory = placement.call("GET", f"/resource_providers/{host.uuid}/inventories")
+    assert inventory["inventories"]["VCPU"]["total"] == libvirt_conn.getInfo()[2]
+    assert reporter.report(placement, host, reporter.Settings()).changed == []
+
+
+@pytest.mark.libvirt
+def test_report_command(libvirt_conn, libvirt_uri, tmp_path):
+    port = _free_port()
+    devtag_host = str(Path(sys.executable).parent / "devtag-host")
+    server = subprocess.Popen(
+        [
+            devtag_host,
+            "placement",
+            "serve",
+            "--db",
+            f"sqlite:///{tmp_path / 'p.sqlite'}",
+            "--listen",
+            f"127.0.0.1:{port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_for_port(port)
+        from devtag_host.cli import main
+
+        argv = ["placement", "report", "--connect", libvirt_uri, "--placement-url", f"http://127.0.0.1:{port}"]
+        assert main([*argv, "--name", "cli-node", "--disk-path", str(tmp_path)]) == 0
+        client = reporter.PlacementClient(f"http://127.0.0.1:{port}")
+        _, providers = client.call("GET", "/resource_providers?name=cli-node")
+        (provider,) = providers["resource_providers"]
+        _, inventory = client.call("GET", f"/resource_providers/{provider['uuid']}/inventories")
+        assert set(inventory["inventories"]) == {"VCPU", "MEMORY_MB", "DISK_GB"}
+        assert main([*argv, "--aggregate", "nope"]) == 2
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
