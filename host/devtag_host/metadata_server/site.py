@@ -16,7 +16,7 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Tuple
 
 from ..configdrive.instance import (
@@ -37,6 +37,12 @@ OCTETS = b"application/octet-stream"
 class Page:
     content_type: bytes
     body: bytes
+    headers: Tuple[Tuple[bytes, bytes], ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # The response headers, built once: the request path only sends them.
+        length = str(len(self.body)).encode("ascii")
+        object.__setattr__(self, "headers", ((b"content-type", self.content_type), (b"content-length", length)))
 
 
 Site = Dict[str, Page]
