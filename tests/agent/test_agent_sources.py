@@ -1,0 +1,155 @@
+"""Where apply gets its document: config drive, metadata service, cloud-init instance data, `auto`."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+from typing import ClassVar, Iterator, List
+
+import pytest
+
+from devtag_agent.sources import read_metadata_service
+from devtag_agent.sysfs import System
+
+from .conftest import run_cli
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    document: ClassVar[bytes] = b"{}"
+    status: ClassVar[List[int]] = []
+    hits: ClassVar[List[str]] = []
+    url: ClassVar[str] = ""
+
+    def do_GET(self):
+        self.hits.append(self.path)
+        code = self.status.pop(0) if self.status else 200
+        self.send_response(code)
+        self.end_headers()
+        if code == 200:
+            self.wfile.write(self.document)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def metadata_server() -> Iterator[type]:
+    _Handler.status, _Handler.hits = [], []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    _Handler.url = f"http://127.0.0.1:{server.server_address[1]}/openstack/latest/meta_data.json"
+    yield _Handler
+    server.shutdown()
+    server.server_close()
+
+
+def _tagged(root) -> dict:
+    index = json.loads((root / "run/devtag/current/devices.json").read_text())
+    return {d["name"]: d["tags"] for d in index["devices"]}
+
+
+def test_metadata_service_with_retries(vm, metadata_server):
+    machine, document = vm
+    (machine.root / "dev/disk/by-label/config-2").unlink()
+    metadata_server.document = json.dumps(document).encode()
+    metadata_server.status = [503]  # first try fails, the retry succeeds
+    code = run_cli("--root", str(machine.root), "apply", "--metadata-url", metadata_server.url, "--no-trigger")
+    assert code == 0
+    assert _tagged(machine.root)["vdb"] == ["squidcache", "fast-cache", "shared"]
+    assert metadata_server.hits == ["/openstack/latest/meta_data.json"] * 2
+    index = json.loads((machine.root / "run/devtag/current/devices.json").read_text())
+    assert index["source"] == "metadata"
+
+
+def test_metadata_service_gives_up_within_its_budget(metadata_server):
+    metadata_server.status = [500] * 10
+    with pytest.raises(Exception, match="HTTP 500"):
+        read_metadata_service(metadata_server.url, total_timeout=2.0, tries=3)
+    assert len(metadata_server.hits) == 3
+    metadata_server.hits.clear()
+    metadata_server.status = [404]
+    with pytest.raises(Exception, match="HTTP 404"):
+        read_metadata_service(metadata_server.url, total_timeout=2.0, tries=3)
+    assert len(metadata_server.hits) == 1  # a 404 will not change by asking again
+
+
+def test_auto_prefers_the_config_drive(vm, metadata_server):
+    machine, _ = vm
+    metadata_server.document = json.dumps({"devices": []}).encode()
+    code = run_cli("--root", str(machine.root), "apply", "--metadata-url", metadata_server.url, "--no-trigger")
+    assert code == 0 and metadata_server.hits == []
+    assert "vdb" in _tagged(machine.root)
+
+
+def test_instance_data_and_upper_case_label(vm, tmp_path):
+    machine, document = vm
+    (machine.root / "dev/disk/by-label/config-2").unlink()
+    machine.instance_data(document)
+    assert run_cli("--root", str(machine.root), "apply", "--source", "instance-data", "--no-trigger") == 0
+    assert _tagged(machine.root)["sda"] == ["oracledb"]
+    document["devices"][5]["tags"] = ["renamed"]
+    machine.config_drive(document, label="CONFIG-2")
+    assert run_cli("--root", str(machine.root), "apply", "--source", "configdrive", "--no-trigger") == 0
+    assert _tagged(machine.root)["sda"] == ["renamed"]
+
+
+def test_config_drive_found_through_udevs_database(vm):
+    machine, _ = vm
+    (machine.root / "dev/disk/by-label/config-2").unlink()
+    machine.link("/dev/sr1", "/configdrive")
+    machine.write("/run/udev/data/b11:1", "E:ID_FS_LABEL=config-2\nE:DEVNAME=/dev/sr1\n")
+    assert run_cli("--root", str(machine.root), "apply", "--source", "configdrive", "--no-trigger") == 0
+
+
+def test_no_source_is_exit_1_and_keeps_the_previous_state(vm, capsys):
+    machine, _ = vm
+    root = str(machine.root)
+    assert run_cli("--root", root, "apply", "--source", "configdrive", "--no-trigger") == 0
+    before = (machine.root / "run/devtag/current").resolve()
+    (machine.root / "dev/disk/by-label/config-2").unlink()
+    assert run_cli("--root", root, "apply", "--source", "configdrive,instance-data", "--no-trigger") == 1
+    err = capsys.readouterr().err
+    assert "no block device labelled config-2" in err and "instance-data" in err and "previous state kept" in err
+    assert (machine.root / "run/devtag/current").resolve() == before
+
+
+def test_unusable_documents_and_bad_options(vm, tmp_path, capsys):
+    machine, _ = vm
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"devices": {"not": "a list"}}')
+    assert run_cli("--root", str(machine.root), "apply", "--from-file", str(bad), "--no-trigger") == 1
+    bad.write_text("not json")
+    assert run_cli("--root", str(machine.root), "apply", "--from-file", str(bad), "--no-trigger") == 1
+    assert run_cli("--root", str(machine.root), "apply", "--source", "floppy") == 2
+    assert "unknown source" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli("lookup")
+    assert exit_info.value.code == 2
+
+
+def test_help_explains_the_encoding_and_exit_codes(capsys):
+    with pytest.raises(SystemExit):
+        run_cli("--help")
+    text = capsys.readouterr().out
+    assert "\\xNN" in text and "/dev/disk/by-tag/" in text and "DEVTAG_TAG_" in text
+    with pytest.raises(SystemExit):
+        run_cli("apply", "--help")
+    assert "Exit 0 applied, 1 no usable metadata" in capsys.readouterr().out
+
+
+def test_prune_drops_a_detached_disk(vm):
+    import shutil
+
+    machine, _ = vm
+    root = str(machine.root)
+    assert run_cli("--root", root, "apply", "--source", "configdrive", "--no-trigger") == 0
+    shutil.rmtree(machine.root / "sys/devices/pci0000:00/0000:00:01.4/0000:0a:00.0/virtio3/block/vdb")
+    assert run_cli("--root", root, "lookup", "squidcache") == 1  # lookup already ignores it
+    assert run_cli("--root", root, "prune") == 0
+    tagged = _tagged(machine.root)
+    assert "vdb" not in tagged and "sda" in tagged
+    db = {p.name for p in (machine.root / "run/devtag/current/db").iterdir()}
+    assert "b252:16:5" not in db
+    assert System(root).exists("/run/devtag/current")
