@@ -32,7 +32,6 @@ from sqlalchemy import (
     select,
 )
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.pool import NullPool
 
 DEFAULT_DB_ENV = "DEVTAG_PLACEMENT_DB"
 MAX_INT = 2147483647
@@ -132,7 +131,8 @@ def _sqlite_engine(url: str, immediate: bool) -> Engine:
     database = url.split("///", 1)[1] if "///" in url else ""
     if database and database != ":memory:":
         Path(database).parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(url, poolclass=NullPool, connect_args={"timeout": 30, "check_same_thread": False})
+    # Pooled: closing the last connection to a WAL database checkpoints it (milliseconds).
+    engine = create_engine(url, pool_size=8, max_overflow=32, connect_args={"timeout": 30, "check_same_thread": False})
 
     @event.listens_for(engine, "connect")
     def _connect(dbapi_connection, _record):  # type: ignore[no-untyped-def]
@@ -140,6 +140,7 @@ def _sqlite_engine(url: str, immediate: bool) -> Engine:
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA busy_timeout=30000")
         cursor.close()
 
