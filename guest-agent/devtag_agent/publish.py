@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import os
 import shlex
-import subprocess
 from typing import List, Optional, Sequence
 
 log = logging.getLogger("devtag_agent")
@@ -43,6 +42,8 @@ class Publisher:
             log.info("not triggering udev: --root %s is not the running system", root)
 
     def _run(self, argv: Sequence[str], timeout: float) -> Optional[str]:
+        import subprocess  # only when something is run: saves the import on every other path
+
         log.debug("running %s", " ".join(shlex.quote(a) for a in argv))
         try:
             done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False)

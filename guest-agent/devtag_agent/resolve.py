@@ -34,6 +34,11 @@ _PCI_ADDRESS = re.compile(r"([0-9a-f]{4}):([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])\Z
 VIRTIO_BLK_SERIAL_BYTES = 20
 
 
+def _numbered(name: str, prefix: str) -> bool:
+    """``host3`` for ``host``; cheaper than a regular expression on the hot path."""
+    return name.startswith(prefix) and name[len(prefix) :].isdigit() and name[len(prefix) :].isascii()
+
+
 @dataclass
 class Resolution:
     index: int  # position in the document's devices list
@@ -61,8 +66,12 @@ class Resolver:
                     return None
                 current, first = candidate, False
                 continue
-            pattern = re.compile(r"0000:[0-9a-f]{2}:" + re.escape(hop) + r"\Z")
-            children = [name for name in self.sys.listdir(current) if pattern.match(name)]
+            suffix = ":" + hop
+            children = [
+                name
+                for name in self.sys.listdir(current)
+                if len(name) == 12 and name.startswith("0000:") and name.endswith(suffix)
+            ]
             if len(children) != 1:
                 return None
             current = f"{current}/{children[0]}"
@@ -96,11 +105,11 @@ class Resolver:
     def _scsi_hosts(self, controller_dir: str) -> List[Tuple[int, str]]:
         hosts = []
         for name in self.sys.listdir(controller_dir):
-            if re.match(r"host[0-9]+\Z", name):
+            if _numbered(name, "host"):
                 hosts.append((int(name[4:]), f"{controller_dir}/{name}"))
-            elif re.match(r"virtio[0-9]+\Z", name):
+            elif _numbered(name, "virtio"):
                 for sub in self.sys.listdir(f"{controller_dir}/{name}"):
-                    if re.match(r"host[0-9]+\Z", sub):
+                    if _numbered(sub, "host"):
                         hosts.append((int(sub[4:]), f"{controller_dir}/{name}/{sub}"))
         return hosts
 
@@ -121,7 +130,7 @@ class Resolver:
     def _ata_ports(self, controller_dir: str) -> List[Tuple[int, str]]:
         ports = []
         for name in self.sys.listdir(controller_dir):
-            if re.match(r"ata[0-9]+\Z", name):
+            if _numbered(name, "ata"):
                 ports.append((int(name[3:]), f"{controller_dir}/{name}"))
         return sorted(ports)
 
@@ -164,7 +173,7 @@ class Resolver:
         hops = port_path.split(".")
         found: List[Device] = []
         for hub in self.sys.listdir(controller_dir):
-            if not re.match(r"usb[0-9]+\Z", hub):
+            if not _numbered(hub, "usb"):
                 continue
             number = hub[3:]
             current = f"{controller_dir}/{hub}"

@@ -8,7 +8,8 @@ Layout::
     /run/devtag/gen-<id>/db/n3             "KEY=value" format for IMPORT{file}
     /run/devtag/lock                       flock: one apply at a time
 
-A generation directory is written completely (every file fsync'ed) before the
+A generation directory is written completely (and fsync'ed unless it is on
+tmpfs, as /run is) before the
 ``current`` symlink is pointed at it with one ``rename``; a crash at any point
 leaves ``current`` on the old generation or the new one, never on a half
 written one.  Leftover generations are removed by the next apply.
@@ -57,16 +58,43 @@ def db_file_text(tags: List[str], kind: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _write_file(path: str, data: bytes) -> None:
+def _memory_backed(path: str) -> bool:
+    """True when ``path`` is on tmpfs/ramfs (``/run`` on every systemd machine).
+
+    There, fsync() is a no-op for durability (a power cut loses the file system
+    anyway) and atomicity against a killed process comes from rename() alone;
+    on a disk (an image builder's ``--root``) the agent fsyncs before renaming.
+    """
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8") as handle:
+            mounts = handle.read().splitlines()
+    except OSError:
+        return False
+    real = os.path.realpath(path)
+    best, fstype = "", ""
+    for line in mounts:
+        fields = line.split(" ")
+        if " - " not in line or len(fields) < 5:
+            continue
+        mountpoint = fields[4].replace("\\040", " ")
+        if (real == mountpoint or real.startswith(mountpoint.rstrip("/") + "/")) and len(mountpoint) >= len(best):
+            best, fstype = mountpoint, line.split(" - ", 1)[1].split(" ", 1)[0]
+    return fstype in ("tmpfs", "ramfs")
+
+
+def _write_file(path: str, data: bytes, sync: bool) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     try:
         os.write(fd, data)
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
     finally:
         os.close(fd)
 
 
-def _fsync_dir(path: str) -> None:
+def _fsync_dir(path: str, sync: bool) -> None:
+    if not sync:
+        return
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
@@ -123,6 +151,7 @@ class Database:
     def write(self, index: Dict[str, Any], db: Dict[str, str]) -> str:
         """Write a new generation and make it current; return its directory name."""
         os.makedirs(self.dir, mode=0o755, exist_ok=True)
+        sync = not _memory_backed(self.dir)
         name = f"gen-{time.time_ns()}-{os.getpid()}"
         generation = os.path.join(self.dir, name)
         os.mkdir(generation, 0o755)
@@ -130,10 +159,10 @@ class Database:
         for position, (key, text) in enumerate(sorted(db.items())):
             if "/" in key or key.startswith("."):
                 raise ValueError(f"bad database key {key!r}")
-            _write_file(os.path.join(generation, "db", key), text.encode("utf-8"))
+            _write_file(os.path.join(generation, "db", key), text.encode("utf-8"), sync)
             if position == 0:
                 _crash_point("db-file")
-        _fsync_dir(os.path.join(generation, "db"))
+        _fsync_dir(os.path.join(generation, "db"), sync)
         payload = json.dumps(index, indent=1, sort_keys=True, ensure_ascii=True).encode("ascii")
         half = len(payload) // 2
         fd = os.open(os.path.join(generation, "devices.json"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -141,17 +170,18 @@ class Database:
             os.write(fd, payload[:half])
             _crash_point("index-half")
             os.write(fd, payload[half:])
-            os.fsync(fd)
+            if sync:
+                os.fsync(fd)
         finally:
             os.close(fd)
-        _fsync_dir(generation)
+        _fsync_dir(generation, sync)
         _crash_point("before-swap")
         link = os.path.join(self.dir, f".current-{os.getpid()}")
         with contextlib.suppress(FileNotFoundError):
             os.unlink(link)
         os.symlink(name, link)
         os.replace(link, self.current)
-        _fsync_dir(self.dir)
+        _fsync_dir(self.dir, sync)
         _crash_point("after-swap")
         self.collect_garbage(keep=name)
         return name
