@@ -32,11 +32,17 @@ def _python39() -> Optional[str]:
     """The first 3.9 candidate that has the agent's dependencies, else the first one at all."""
     candidates = [os.environ.get("DEVTAG_PYTHON39"), shutil.which("python3.9")]
     candidates += sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.9*/bin/python3.9")))
-    found = [c for c in candidates if c and os.access(c, os.X_OK)]
+    found = [c for c in candidates if c and os.access(c, os.X_OK) and _is_39(c)]
     for candidate in found:
         if _has(candidate, "jsonschema, pyudev, requests"):
             return candidate
     return found[0] if found else None
+
+
+def _is_39(python: str) -> bool:
+    """Really a 3.9 (a pyenv shim without a selected version prints nothing)."""
+    probe = [python, "-c", "import sys; print(sys.version_info[:2] == (3, 9))"]
+    return subprocess.run(probe, capture_output=True, text=True, check=False).stdout.strip() == "True"
 
 
 def _has(python: str, modules: str) -> bool:
@@ -48,8 +54,6 @@ def py39(tmp_path_factory) -> Dict[str, str]:
     python = _python39()
     if python is None:
         pytest.skip("no Python 3.9 interpreter (set DEVTAG_PYTHON39, see this module's docstring)")
-    version = subprocess.run([python, "-c", "import sys; print(sys.version_info[:2])"], capture_output=True, text=True)
-    assert version.stdout.strip() == "(3, 9)", f"{python} is not Python 3.9"
     if not _has(python, "jsonschema, pyudev, requests"):
         pytest.skip(f"{python} lacks jsonschema/pyudev/requests (set DEVTAG_PYTHON39 to a venv that has them)")
     site = tmp_path_factory.mktemp("py39-site")
