@@ -56,6 +56,9 @@ setup(
             # metadata server tests; its readers import these besides requests.
             "configobj>=5.0",
             "pyyaml>=6.0",
+            # The stock OpenStack client, run against the placement service.
+            "osc-placement>=4.0",
+            "python-openstackclient>=6.0",
         ],
     },
     entry_points={
