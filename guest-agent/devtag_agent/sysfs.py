@@ -20,6 +20,7 @@ __all__ = ["Device", "System"]
 
 _PCI_NAME = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]\Z")
 _USB_DEVICE_NAME = re.compile(r"[0-9]+-[0-9.]+\Z")
+_NVME_NAMESPACE = re.compile(r"nvme[0-9]+n[0-9]+\Z")  # .../nvme/nvme0/nvme0n1 (no "block" directory)
 
 
 @dataclass
@@ -135,7 +136,8 @@ class System:
         wanted = "block" if kind == "disk" else "net"
         found: List[Device] = []
         for directory in self._walk(syspath, max_depth):
-            if os.path.basename(os.path.dirname(directory)) != wanted:
+            parent = os.path.basename(os.path.dirname(directory))
+            if parent != wanted and not (kind == "disk" and _NVME_NAMESPACE.match(os.path.basename(directory))):
                 continue
             device = self.block_device(directory) if kind == "disk" else self.net_device(directory)
             if device is not None:
@@ -159,7 +161,7 @@ class System:
                 if _PCI_NAME.match(entry.name) or (depth > 0 and _USB_DEVICE_NAME.match(entry.name)):
                     continue  # another PCI function or USB device: not ours
                 child = current.rstrip("/") + "/" + entry.name
-                if os.path.basename(current) in ("block", "net"):
+                if os.path.basename(current) in ("block", "net") or _NVME_NAMESPACE.match(entry.name):
                     yield child
                     continue
                 stack.append((child, depth + 1))

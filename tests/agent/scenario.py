@@ -32,6 +32,7 @@ EXPECTED: Dict[str, Tuple[List[str], str]] = {
     "xvda": (["xen-disk"], "path"),
     "eth5": (["xen-nic"], "xen_vif"),
     "usb0": (["usbnic"], "usb_address"),
+    "nvme0n1": (["nvme"], "pci_address"),
 }
 UNMATCHED = 2  # entries that resolve to nothing
 INVALID = 2  # entries the schema rejects
@@ -90,6 +91,9 @@ def build(root: Path) -> Tuple[FakeMachine, Dict[str, Any]]:
     modem = m.usb_device(xhci, 2, "3")
     m.nic(modem + "/2-3:1.0", "usb0", "02:00:00:00:00:10", via_virtio=None)
     m.disk("/sys/devices/vbd-51712", "xvda", "202:0")
+    nvme = m.pci("0000:00:0a.0") + "/nvme/nvme0"  # an assigned NVMe: namespaces are not under block/
+    m.write(nvme + "/nvme0n1/dev", "259:0\n")
+    m.link("/sys/class/block/nvme0n1", nvme + "/nvme0n1")
 
     ctrl_scsi1 = {
         "type": "scsi",
@@ -150,6 +154,7 @@ def build(root: Path) -> Tuple[FakeMachine, Dict[str, Any]]:
         },
         {"type": "disk", "bus": "xen", "address": "none", "path": "/dev/xvda", "tags": ["xen-disk"]},
         {"type": "nic", "bus": "xen", "address": "1", "mac": "00:16:3e:00:00:05", "tags": ["xen-nic"]},
+        {"type": "disk", "bus": "pci", "address": "0000:00:0a.0", "tags": ["nvme"]},
         # unmatched
         {"type": "disk", "bus": "pci", "address": "0000:00:1e.0", "serial": "nope", "tags": ["ghost-disk"]},
         {"type": "nic", "bus": "pci", "address": "0000:02:00.0", "mac": "52:54:00:ff:ff:ff", "tags": ["ghost-nic"]},
