@@ -5,10 +5,7 @@ and an HTTP client on the WSGI side of the app (no sockets).
 
 from __future__ import annotations
 
-import os
-import shutil
 import socket
-import subprocess
 import time
 from pathlib import Path
 from typing import Iterator
@@ -20,64 +17,22 @@ from sqlalchemy import text
 from devtag_host.placement import migrate
 from devtag_host.placement.app import Placement
 from devtag_host.placement.db import Store
+from devtag_host.placement.testing import free_port, postgres_bin, throwaway_postgres
 
-PG_BIN = Path(os.environ.get("DEVTAG_PG_BIN", "/usr/lib/postgresql/15/bin"))
 TOKEN = "admin"
 LATEST = {"x-auth-token": TOKEN, "openstack-api-version": "placement latest"}
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _as_postgres(argv: list) -> list:
-    return ["runuser", "-u", "postgres", "--", *argv] if os.geteuid() == 0 else argv
+_free_port = free_port
 
 
 @pytest.fixture(scope="session")
 def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A PostgreSQL server for the session; yields a URL of database 'placement'."""
-    if not (PG_BIN / "initdb").exists():
-        pytest.fail(f"PostgreSQL binaries missing in {PG_BIN}: run ./setup.sh (Debian package postgresql)")
-    base = tmp_path_factory.mktemp("postgres")
-    data = base / "data"
-    if os.geteuid() == 0:
-        shutil.chown(base, "postgres")
-        for parent in base.parents:
-            if str(parent) in ("/", "/tmp"):
-                break
-            parent.chmod(parent.stat().st_mode | 0o011)
-    port = _free_port()
-    subprocess.run(
-        _as_postgres(
-            [str(PG_BIN / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust", "--no-sync", "-E", "UTF8"]
-        ),
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
-    options = f"-p {port} -k {base} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200"
-    subprocess.run(
-        _as_postgres([str(PG_BIN / "pg_ctl"), "-D", str(data), "-o", options, "-l", str(base / "log"), "-w", "start"]),
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
-    try:
-        admin = f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
-        from sqlalchemy import create_engine
-
-        engine = create_engine(admin, isolation_level="AUTOCOMMIT")
-        with engine.connect() as connection:
-            connection.execute(text("CREATE DATABASE placement"))
-        engine.dispose()
-        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/placement"
-    finally:
-        subprocess.run(
-            _as_postgres([str(PG_BIN / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"]),
-            stdout=subprocess.DEVNULL,
-            check=False,
-        )
+    if postgres_bin() is None:
+        pytest.fail("PostgreSQL binaries missing: run ./setup.sh (Debian package postgresql)")
+    with throwaway_postgres(tmp_path_factory.mktemp("postgres")) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

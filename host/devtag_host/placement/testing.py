@@ -1,0 +1,76 @@
+"""A throw-away PostgreSQL server for tests and benchmarks.
+
+``initdb`` + ``pg_ctl`` into a directory, listening on 127.0.0.1 and a free
+port, ``fsync=off``; run as the ``postgres`` user when we are root (initdb
+refuses root).  Debian's binaries: /usr/lib/postgresql/<version>/bin.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Iterator, List, Optional
+
+
+def postgres_bin() -> Optional[Path]:
+    configured = os.environ.get("DEVTAG_PG_BIN")
+    if configured:
+        return Path(configured)
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+    return Path(found[-1]).parent if found else None
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _as_postgres(argv: List[str]) -> List[str]:
+    return ["runuser", "-u", "postgres", "--", *argv] if os.geteuid() == 0 else argv
+
+
+@contextlib.contextmanager
+def throwaway_postgres(base: Path, database: str = "placement") -> Iterator[str]:
+    """Start PostgreSQL in ``base``; yield a SQLAlchemy URL of a fresh ``database``."""
+    from sqlalchemy import create_engine, text
+
+    binaries = postgres_bin()
+    if binaries is None or not (binaries / "initdb").exists():
+        raise RuntimeError("PostgreSQL binaries not found: install Debian's postgresql package (./setup.sh)")
+    base.mkdir(parents=True, exist_ok=True)
+    data = base / "data"
+    if os.geteuid() == 0:
+        shutil.chown(base, "postgres")
+        for parent in base.parents:
+            if parent in (Path("/"), Path(tempfile.gettempdir())):
+                break
+            parent.chmod(parent.stat().st_mode | 0o011)
+    port = free_port()
+    initdb = [str(binaries / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust", "--no-sync", "-E", "UTF8"]
+    subprocess.run(_as_postgres(initdb), check=True, stdout=subprocess.DEVNULL)
+    options = f"-p {port} -k {base} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200"
+    pg_ctl = str(binaries / "pg_ctl")
+    subprocess.run(
+        _as_postgres([pg_ctl, "-D", str(data), "-o", options, "-l", str(base / "log"), "-w", "start"]),
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        engine = create_engine(f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres", isolation_level="AUTOCOMMIT")
+        with engine.connect() as connection:
+            connection.execute(text(f'CREATE DATABASE "{database}"'))  # a fixed, trusted name
+        engine.dispose()
+        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/{database}"
+    finally:
+        subprocess.run(
+            _as_postgres([pg_ctl, "-D", str(data), "-m", "immediate", "-w", "stop"]),
+            stdout=subprocess.DEVNULL,
+            check=False,
+        )
