@@ -131,3 +131,28 @@ def test_cli_verb_serves_until_terminated_and_logs_json(tmp_path: Path) -> None:
     secret.write_text("\n")
     bad = subprocess.run([*command, "--proxy-shared-secret-file", str(secret)], capture_output=True, text=True)
     assert bad.returncode == 2 and "is empty" in bad.stderr
+
+
+def test_access_line_is_json_whatever_the_path() -> None:
+    from devtag_host.metadata_server.access_log import BufferedStreamSink, access_line
+
+    nasty = '/a"b\\c\n\x00\u00e9\ud800'
+    line = access_line(1.5, "::1", "GET", nasty, 404, 9, None, 'why "not"', 0.25)
+    record = json.loads(line)
+    assert record["path"] == nasty and record["instance"] is None and record["ms"] == 0.25
+    assert line.isascii() and "\n" not in line
+
+    class Stream:
+        written: List[str] = []
+
+        def write(self, text: str) -> None:
+            self.written.append(text)
+
+        def flush(self) -> None:
+            pass
+
+    stream = Stream()
+    sink = BufferedStreamSink(stream, max_lines=2)  # type: ignore[arg-type]
+    sink("one")  # no event loop here: written at once
+    sink("two")
+    assert "".join(stream.written) == "one\ntwo\n"

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import json
-import logging
 import re
 import sys
 from pathlib import Path
@@ -190,21 +189,10 @@ def instance_data_reader(directory: Path) -> Callable[[str], Mapping[str, Any]]:
     return extras
 
 
-def _configure_access_log(enabled: bool) -> None:
-    access = logging.getLogger("devtag_host.metadata_server.access")
-    access.propagate = False
-    if not enabled:
-        access.disabled = True
-        return
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    access.addHandler(handler)
-    access.setLevel(logging.INFO)
-
-
 def _cmd_metadata_server(args: argparse.Namespace) -> None:
     from .. import virt
     from ..metadata_server import MetadataService
+    from ..metadata_server.access_log import BufferedStreamSink
 
     host, port = parse_listen(args.listen)
     secret: Optional[bytes] = None
@@ -213,10 +201,12 @@ def _cmd_metadata_server(args: argparse.Namespace) -> None:
         if not secret:
             raise InputError(f"{args.proxy_shared_secret_file} is empty")
     extras = instance_data_reader(Path(args.instance_data)) if args.instance_data else (lambda _uuid: {})
-    _configure_access_log(not args.no_access_log)
+    access_log = None if args.no_access_log else BufferedStreamSink(sys.stderr)
     connection = virt.open_connection(args.connect)
     try:
-        service = MetadataService(connection, proxy_secret=secret, extras=extras)
+        service = MetadataService(
+            connection, proxy_secret=secret, extras=extras, log_requests=access_log is not None, access_log=access_log
+        )
         try:
             service.run(host=host, port=port)
         except OSError as exc:

@@ -45,6 +45,7 @@ class MetadataService:
         addresses: Optional[AddressBook] = None,
         extras: Callable[[str], Mapping[str, Any]] = lambda _uuid: {},
         log_requests: bool = True,
+        access_log: Optional[Callable[[str], None]] = None,
     ) -> None:
         from .libvirt_watch import LibvirtWatcher
 
@@ -52,18 +53,24 @@ class MetadataService:
         self.watcher = LibvirtWatcher(connection, self.directory, extras=extras)
         if proxy_secret is None and addresses is None:
             addresses = AddressBook(leases=self.watcher.leases)
-        self.app = create_app(self.directory, proxy_secret=proxy_secret, addresses=addresses, log_requests=log_requests)
+        self.app = create_app(
+            self.directory,
+            proxy_secret=proxy_secret,
+            addresses=addresses,
+            log_requests=log_requests,
+            access_log=access_log,
+        )
         self._server: Any = None
+        self._access_log = access_log
 
     def run(self, *, host: str = "127.0.0.1", port: int = 8775, fd: Optional[int] = None) -> None:
         """Serve in this thread until interrupted (SIGINT/SIGTERM)."""
-        import uvicorn
+        from .server import Server, server_config
 
-        from .server import server_config
-
+        flush = getattr(self._access_log, "flush", None)
         self.watcher.start()
         try:
-            uvicorn.Server(server_config(self.app, host=host, port=port, fd=fd)).run()
+            Server(server_config(self.app, host=host, port=port, fd=fd), on_shutdown=[flush] if flush else []).run()
         finally:
             self.watcher.stop()
 

@@ -12,8 +12,6 @@ supervisors) is a Starlette application beside it (:class:`MetadataApp`).
 
 from __future__ import annotations
 
-import json
-import logging
 import time
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 
@@ -22,11 +20,10 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
+from .access_log import LoggerSink, access_line
 from .directory import InstanceDirectory
 from .requester import DirectIdentifier, Identity, ProxyIdentifier, Refusal
 from .site import TEXT
-
-access_log = logging.getLogger("devtag_host.metadata_server.access")
 
 MAX_PATH_BYTES = 1024
 MAX_HEADER_BYTES = 8 * 1024
@@ -70,9 +67,10 @@ def _request_problem(scope: Scope) -> Optional[Refusal]:
 class MetadataEndpoint:
     """ASGI: the metadata site of whoever is asking."""
 
-    def __init__(self, identifier: Any, *, log_requests: bool = True) -> None:
+    def __init__(self, identifier: Any, *, access_log: Optional[Callable[[str], None]] = None) -> None:
         self._identifier = identifier
-        self._log_requests = log_requests
+        self._access_log = access_log
+        self._log_requests = access_log is not None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -117,24 +115,11 @@ class MetadataEndpoint:
         instance: Optional[str],
         note: str,
     ) -> None:
-        if not access_log.isEnabledFor(logging.INFO):
-            return
-        access_log.info(
-            json.dumps(
-                {
-                    "ts": round(time.time(), 3),
-                    "client": address,
-                    "method": scope["method"],
-                    "path": path[:MAX_PATH_BYTES],
-                    "status": status,
-                    "bytes": size,
-                    "instance": instance,
-                    "note": note,
-                    "ms": round((time.perf_counter() - started) * 1000, 3),
-                },
-                ensure_ascii=True,
-            )
+        elapsed = (time.perf_counter() - started) * 1000
+        line = access_line(
+            time.time(), address, scope["method"], path[:MAX_PATH_BYTES], status, size, instance, note, elapsed
         )
+        self._access_log(line)  # type: ignore[misc]
 
 
 async def _respond(send: Send, status: int, content_type: bytes, full: bytes, body: bytes, *, close: bool) -> None:
@@ -152,12 +137,15 @@ def create_app(
     proxy_secret: Optional[bytes] = None,
     addresses: Any = None,
     log_requests: bool = True,
+    access_log: Optional[Callable[[str], None]] = None,
 ) -> MetadataApp:
     """The ASGI application.
 
     With ``proxy_secret`` requesters are identified by Nova's signed proxy
     headers only; otherwise by source address through ``addresses`` (an
     :class:`~.requester.AddressBook`).  ``identifier`` overrides both.
+    Each request is logged to ``access_log`` (default: the
+    ``devtag_host.metadata_server.access`` logger) unless ``log_requests`` is false.
     """
     if identifier is None:
         if proxy_secret is not None:
@@ -170,7 +158,9 @@ def create_app(
     async def health(_request: Request) -> PlainTextResponse:
         return PlainTextResponse("ok\n")
 
-    endpoint = MetadataEndpoint(identifier, log_requests=log_requests)
+    if access_log is None and log_requests:
+        access_log = LoggerSink()
+    endpoint = MetadataEndpoint(identifier, access_log=access_log if log_requests else None)
     return MetadataApp(endpoint, Starlette(routes=[Route(HEALTH_PATH, health, methods=["GET"])]))
 
 

@@ -16,7 +16,7 @@ import logging
 import socket
 import threading
 import time
-from typing import Any, Optional
+from typing import Any, Callable, List, Optional, Sequence
 
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -67,6 +67,25 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if self._body_bytes > MAX_BODY_BYTES:
             raise RequestTooLarge("request body too large")
         super().on_body(body)
+
+
+class Server(uvicorn.Server):
+    """uvicorn's server, running ``on_shutdown`` callbacks once the connections are closed.
+
+    (uvicorn re-raises SIGTERM after shutting down, so code after ``run()``
+    never executes: flushing the access log has to happen here.)
+    """
+
+    def __init__(self, config: uvicorn.Config, on_shutdown: Sequence[Callable[[], None]] = ()) -> None:
+        super().__init__(config)
+        self._on_shutdown = list(on_shutdown)
+
+    async def shutdown(self, sockets: Optional[List[socket.socket]] = None) -> None:
+        try:
+            await super().shutdown(sockets)
+        finally:
+            for callback in self._on_shutdown:
+                callback()
 
 
 def server_config(

@@ -1,0 +1,239 @@
+"""Benchmark: the metadata server under wrk, 1,000 instances, against nginx.
+
+    sudo .venv/bin/python benchmarks/metadata_server_wrk.py [--duration 10] [--connections 16]
+
+Needs root (a network namespace), wrk and nginx.  In one run it:
+
+1. creates a network namespace "guest" with a veth whose MAC is instance
+   #500's NIC MAC (traffic stays on that veth pair);
+2. starts the metadata server as ONE separate process (uvicorn, uvloop,
+   httptools) with 1,000 registered instances (6 devices each), identifying
+   the requester for real: source address -> /proc/net/arp -> MAC -> instance;
+3. starts nginx (one worker, access log off) serving the same bytes as a
+   static file, on the same veth address;
+4. runs ``wrk -t1 -c<connections> --latency`` from inside the namespace
+   against ``/openstack/latest/meta_data.json`` of: our server without access
+   log, our server with its JSON access log (to a file), and nginx; after
+   checking that all three return identical bytes.
+
+Prints requests/s and latency percentiles of each, and our ratio to nginx.
+Target: >= 20,000 requests/s, p99 < 5 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+INSTANCES = 1000
+TARGET_INSTANCE = 500
+PATH = "/openstack/latest/meta_data.json"
+NGINX_CONF = """daemon off;
+worker_processes 1;
+pid {work}/nginx.pid;
+error_log {work}/nginx-error.log;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    default_type application/json;
+    client_body_temp_path {work}/tmp;
+    proxy_temp_path {work}/tmp;
+    fastcgi_temp_path {work}/tmp;
+    uwsgi_temp_path {work}/tmp;
+    scgi_temp_path {work}/tmp;
+    server {{
+        listen {address}:{port};
+        root {work}/www;
+        location / {{ }}
+    }}
+}}
+"""
+
+
+def mac_of(index: int) -> str:
+    return f"52:54:00:be:{index >> 8 & 255:02x}:{index & 255:02x}"
+
+
+def uuid_of(index: int) -> str:
+    return f"5e000000-0000-4000-8000-{index:012x}"
+
+
+def instances() -> List[object]:
+    from devtag_host.configdrive import Instance
+
+    made = []
+    for n in range(INSTANCES):
+        second_mac = f"52:54:01:be:{n >> 8 & 255:02x}:{n & 255:02x}"
+        devices = [
+            {"type": "nic", "bus": "pci", "address": "0000:00:03.0", "mac": mac_of(n), "tags": ["frontend"]},
+            {"type": "nic", "bus": "pci", "address": "0000:00:04.0", "mac": second_mac, "tags": []},
+            {"type": "disk", "bus": "pci", "address": "0000:00:05.0", "serial": f"root-{n}", "tags": ["root"]},
+            {"type": "disk", "bus": "scsi", "address": "0:0:0:1", "serial": f"db-{n}", "tags": ["oracledb"]},
+            {"type": "disk", "bus": "scsi", "address": "0:0:0:2", "serial": f"cache-{n}", "tags": ["squidcache"]},
+            {"type": "disk", "bus": "sata", "address": "0:1", "tags": []},
+        ]
+        made.append(
+            Instance(
+                uuid=uuid_of(n),
+                name=f"bench-{n}",
+                devices=tuple(devices),
+                macs=(mac_of(n), second_mac),
+                user_data=b"#cloud-config\n",
+                public_keys=(("ops", "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI ops@example"),),
+            )
+        )
+    return made
+
+
+def serve(address: str, port: int, access_log: Optional[str]) -> None:
+    """The server process: 1,000 instances, real address book, one uvicorn process."""
+    import uvicorn
+
+    from devtag_host.metadata_server import InstanceDirectory, create_app
+    from devtag_host.metadata_server.access_log import BufferedStreamSink
+    from devtag_host.metadata_server.server import server_config
+
+    directory = InstanceDirectory()
+    for instance in instances():
+        directory.put(instance)
+    sink = BufferedStreamSink(open(access_log, "a", encoding="ascii")) if access_log else None
+    app = create_app(directory, log_requests=sink is not None, access_log=sink)
+    print("ready", flush=True)
+    uvicorn.Server(server_config(app, host=address, port=port)).run()
+
+
+def run(*command: str) -> str:
+    return subprocess.run(command, check=True, capture_output=True, text=True).stdout
+
+
+def wait_until_listening(namespace: str, url: str, timeout: float = 60) -> bytes:
+    deadline = time.monotonic() + timeout
+    code = "import sys, urllib.request; sys.stdout.buffer.write(urllib.request.urlopen(sys.argv[1]).read())"
+    while True:
+        result = subprocess.run(
+            ["ip", "netns", "exec", namespace, sys.executable, "-c", code, url], capture_output=True, timeout=30
+        )
+        if result.returncode == 0:
+            return result.stdout
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{url} did not answer: {result.stderr.decode()[-500:]}")
+        time.sleep(0.2)
+
+
+def wrk(namespace: str, url: str, duration: int, connections: int) -> Dict[str, str]:
+    out = run("ip", "netns", "exec", namespace, "wrk", "-t1", f"-c{connections}", f"-d{duration}s", "--latency", url)
+    figures = {"rps": re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)}  # type: ignore[union-attr]
+    for percentile in ("50", "90", "99"):
+        figures[f"p{percentile}"] = re.search(rf"\s{percentile}%\s+(\S+)", out).group(1)  # type: ignore[union-attr]
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    figures["non2xx"] = errors.group(1) if errors else "0"
+    return figures
+
+
+def to_ms(text: str) -> float:
+    value, unit = re.fullmatch(r"([\d.]+)(us|ms|s)", text).groups()  # type: ignore[union-attr]
+    return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--duration", type=int, default=10)
+    parser.add_argument("--connections", type=int, default=16)
+    parser.add_argument("--serve", nargs=3, metavar=("ADDR", "PORT", "LOG"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        serve(args.serve[0], int(args.serve[1]), None if args.serve[2] == "-" else args.serve[2])
+        return 0
+    if os.geteuid() != 0:
+        parser.error("needs root (network namespace)")
+    for tool in ("wrk", "nginx", "ip"):
+        if not shutil.which(tool) and not Path(f"/usr/sbin/{tool}").exists():
+            parser.error(f"{tool} is not installed (./setup.sh installs it)")
+
+    suffix = secrets.token_hex(3)
+    namespace, host_end, guest_end = f"dtbench-{suffix}", f"dtbh{suffix}", f"dtbg{suffix}"
+    host, guest = "10.253.0.1", "10.253.0.2"
+    processes: List[subprocess.Popen] = []
+    work = Path(tempfile.mkdtemp(prefix="devtag-bench-"))
+    work.chmod(0o755)  # nginx's workers run as www-data
+    try:
+        run("ip", "netns", "add", namespace)
+        run("ip", "link", "add", host_end, "type", "veth", "peer", "name", guest_end)
+        run("ip", "link", "set", guest_end, "netns", namespace)
+        run("ip", "-n", namespace, "link", "set", guest_end, "address", mac_of(TARGET_INSTANCE))
+        run("ip", "addr", "add", f"{host}/30", "dev", host_end)
+        run("ip", "-n", namespace, "addr", "add", f"{guest}/30", "dev", guest_end)
+        run("ip", "link", "set", host_end, "up")
+        run("ip", "-n", namespace, "link", "set", guest_end, "up")
+        run("ip", "-n", namespace, "link", "set", "lo", "up")
+
+        from devtag_host.configdrive import instance_files
+
+        expected = instance_files(instances()[TARGET_INSTANCE])[PATH.lstrip("/")]  # type: ignore[arg-type]
+        (work / "www" / "openstack" / "latest").mkdir(parents=True)
+        (work / "www" / PATH.lstrip("/")).write_bytes(expected)
+        (work / "tmp").mkdir()
+        (work / "nginx.conf").write_text(NGINX_CONF.format(work=work, address=host, port=8080))
+
+        ours = [sys.executable, __file__, "--serve", host]
+        targets: List[Tuple[str, str, List[str]]] = [
+            ("devtag, no access log", f"http://{host}:8775{PATH}", [*ours, "8775", "-"]),
+            ("devtag, JSON access log", f"http://{host}:8776{PATH}", [*ours, "8776", str(work / "access.log")]),
+            (
+                "nginx (1 worker, static file)",
+                f"http://{host}:8080{PATH}",
+                ["nginx", "-c", str(work / "nginx.conf"), "-p", str(work)],
+            ),
+        ]
+        results = []
+        for label, url, command in targets:
+            process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            processes.append(process)
+            body = wait_until_listening(namespace, url)
+            if body != expected:
+                raise RuntimeError(f"{label} served different bytes")
+            wrk(namespace, url, 2, args.connections)  # warm up
+            results.append((label, wrk(namespace, url, args.duration, args.connections)))
+            process.send_signal(signal.SIGTERM if "nginx" not in label else signal.SIGQUIT)
+            process.wait(timeout=30)
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.terminate()  # nginx's master stops its workers on SIGTERM; SIGKILL would orphan them
+                try:
+                    process.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+        subprocess.run(["ip", "link", "del", host_end], capture_output=True)
+        subprocess.run(["ip", "netns", "del", namespace], capture_output=True)
+        shutil.rmtree(work, ignore_errors=True)
+
+    print(
+        f"GET {PATH}, {INSTANCES} instances, wrk -t1 -c{args.connections} -d{args.duration}s "
+        f"from a network namespace over a veth ({len(expected)}-byte document)"
+    )
+    print(f"  {'server':32} {'req/s':>10} {'p50':>9} {'p90':>9} {'p99':>9} {'non-2xx':>8}")
+    for label, figures in results:
+        print(
+            f"  {label:32} {float(figures['rps']):>10.0f} {figures['p50']:>9} {figures['p90']:>9} "
+            f"{figures['p99']:>9} {figures['non2xx']:>8}"
+        )
+    ours, logged, nginx = (float(figures["rps"]) for _, figures in results)
+    print(f"  ratio to nginx: {ours / nginx:.2f} (no access log), {logged / nginx:.2f} (access log)")
+    met = ours >= 20000 and to_ms(results[0][1]["p99"]) < 5
+    print(f"  target (>= 20,000 req/s, p99 < 5 ms, one process): {'met' if met else 'NOT met'}")
+    return 0 if met else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
