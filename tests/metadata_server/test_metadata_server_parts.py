@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -142,17 +143,8 @@ def test_access_line_is_json_whatever_the_path() -> None:
     assert record["path"] == nasty and record["instance"] is None and record["ms"] == 0.25
     assert line.isascii() and "\n" not in line
 
-    class Stream:
-        written: List[str] = []
-
-        def write(self, text: str) -> None:
-            self.written.append(text)
-
-        def flush(self) -> None:
-            pass
-
-    stream = Stream()
-    sink = BufferedStreamSink(stream, max_lines=2)  # type: ignore[arg-type]
+    stream = io.StringIO()
+    sink = BufferedStreamSink(stream, max_lines=2)
     sink("one")  # no event loop here: written at once
     sink("two")
-    assert "".join(stream.written) == "one\ntwo\n"
+    assert stream.getvalue() == "one\ntwo\n"
