@@ -177,7 +177,7 @@ def _apply(args: argparse.Namespace) -> int:
         log.error("%s", exc)
         return 3
     if args.json:
-        json.dump(report.to_dict(), sys.stdout, indent=2, ensure_ascii=False)
+        json.dump(report.to_dict(), sys.stdout, indent=2, ensure_ascii=True)
         sys.stdout.write("\n")
     log.info(
         "applied %s: %d device(s) tagged, %d entr%s unmatched, %d invalid, %d device(s) re-triggered",
@@ -192,14 +192,17 @@ def _apply(args: argparse.Namespace) -> int:
 
 
 def _show(devices: list, as_json: bool, with_tags: bool) -> None:
+    """Print devices; tags appear \\xNN-encoded as udev shows them (JSON: \\u escapes), never raw."""
+    from .encoding import encode_name
+
     if as_json:
-        json.dump([d.to_dict() for d in devices], sys.stdout, indent=2, ensure_ascii=False)
+        json.dump([d.to_dict() for d in devices], sys.stdout, indent=2, ensure_ascii=True)
         sys.stdout.write("\n")
         return
     for device in devices:
         target = device.devnode if device.type == "disk" else device.ifname
         if with_tags:
-            sys.stdout.write(f"{device.type}\t{target}\t{' '.join(device.tags)}\n")
+            sys.stdout.write(f"{device.type}\t{target}\t{' '.join(encode_name(t) for t in device.tags)}\n")
         else:
             sys.stdout.write(f"{target}\n")
 
