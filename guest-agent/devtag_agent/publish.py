@@ -28,18 +28,24 @@ class PublishError(RuntimeError):
 
 
 class Publisher:
+    """Runs udevadm and ip, or nothing.
+
+    On the running system (root ``/``) both run unless disabled.  Under another
+    root each runs only if its command is given explicitly
+    (``DEVTAG_AGENT_UDEVADM``, ``DEVTAG_AGENT_IP``): the interface and device
+    names of a fake tree must never reach the host's udev or network stack.
+    """
+
     def __init__(self, enabled: bool, root: str = "/") -> None:
         udevadm = os.environ.get("DEVTAG_AGENT_UDEVADM")
         ip = os.environ.get("DEVTAG_AGENT_IP")
-        if root != "/" and not udevadm:
-            enabled_here = False
-        else:
-            enabled_here = enabled
-        self.enabled = enabled_here
+        on_host = root == "/"
+        self.trigger_enabled = enabled and (on_host or bool(udevadm))
+        self.altnames_enabled = enabled and (on_host or bool(ip))
         self.udevadm = shlex.split(udevadm) if udevadm else ["udevadm"]
         self.ip = shlex.split(ip) if ip else ["ip"]
-        if enabled and not enabled_here:
-            log.info("not triggering udev: --root %s is not the running system", root)
+        if enabled and not on_host and not (self.trigger_enabled and self.altnames_enabled):
+            log.info("--root %s is not the running system: not running udevadm/ip unless configured", root)
 
     def _run(self, argv: Sequence[str], timeout: float) -> Optional[str]:
         import subprocess  # only when something is run: saves the import on every other path
@@ -55,7 +61,7 @@ class Publisher:
 
     def trigger(self, syspaths: List[str], timeout: float = 60.0) -> None:
         """``udevadm trigger --action=change --settle`` on exactly these devices."""
-        if not self.enabled or not syspaths:
+        if not self.trigger_enabled or not syspaths:
             return
         argv = [*self.udevadm, "trigger", "--action=change", "--settle", "--", *sorted(set(syspaths))]
         error = self._run(argv, timeout)
@@ -64,7 +70,7 @@ class Publisher:
 
     def altname(self, action: str, ifname: str, name: str) -> bool:
         """``ip link property add|del dev IF altname NAME``; False (logged) on failure."""
-        if not self.enabled:
+        if not self.altnames_enabled:
             return True
         error = self._run([*self.ip, "link", "property", action, "dev", ifname, "altname", name], 10.0)
         if error:

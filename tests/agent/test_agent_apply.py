@@ -152,10 +152,23 @@ def test_root_other_than_slash_never_runs_the_hosts_udevadm(vm, monkeypatch, tmp
     assert run_cli("--root", str(machine.root), "apply", "--source", "configdrive") == 0
 
 
-def test_failed_trigger_is_exit_3(vm, monkeypatch):
+def test_failed_trigger_is_exit_3(vm, recorder, monkeypatch):
     machine, _ = vm
     monkeypatch.setenv("DEVTAG_AGENT_UDEVADM", "false")
     assert run_cli("--root", str(machine.root), "apply", "--source", "configdrive") == 3
+
+
+def test_under_a_root_each_tool_runs_only_when_configured(vm, recorder, monkeypatch, tmp_path):
+    machine, _ = vm
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    for tool in ("ip", "udevadm"):  # what PATH would find: must never run
+        (fake_bin / tool).symlink_to(recorder.script)
+    monkeypatch.setenv("PATH", str(fake_bin))
+    monkeypatch.delenv("DEVTAG_AGENT_IP")
+    assert run_cli("--root", str(machine.root), "apply", "--source", "configdrive") == 0
+    assert recorder.triggered() and recorder.ip_calls() == []  # only the configured udevadm ran
+    assert all(call[0] == "udevadm" for call in recorder.calls())
 
 
 def test_hostile_tags_are_encoded_in_the_database(vm):
