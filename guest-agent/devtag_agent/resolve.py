@@ -215,11 +215,21 @@ class Resolver:
 
     def nics(self) -> List[Device]:
         if self._nics is None:
-            self._nics = [n for n in self.sys.all_nics() if self.sys.exists(n.syspath + "/device")]
+            self._nics = self.sys.all_nics()
         return self._nics
 
     def by_mac(self, mac: str) -> List[Device]:
-        return [nic for nic in self.nics() if nic.mac == mac.lower()]
+        """Interfaces backed by a device with this MAC; else the one virtual interface that has it.
+
+        Bridges, bonds and VLANs copy their ports' MACs, so virtual interfaces only
+        count when nothing else has the address and exactly one of them does (a
+        container's veth).
+        """
+        same = [nic for nic in self.nics() if nic.mac == mac.lower()]
+        backed = [nic for nic in same if self.sys.exists(nic.syspath + "/device")]
+        if backed:
+            return backed
+        return same if len(same) == 1 else []
 
     def by_serial(self, serial: str) -> Tuple[List[Device], str]:
         """Disks showing ``serial``: exact matches, else truncated/udev-mangled ones."""

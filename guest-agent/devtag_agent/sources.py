@@ -5,7 +5,7 @@
   to read ``openstack/latest/meta_data.json``, then unmounted.  (Under a test
   root, a *directory* standing in for the device is read directly.)
 * ``metadata``: ``http://169.254.169.254/openstack/latest/meta_data.json``,
-  a few tries within a short total budget.
+  three tries within 10 s, never through a proxy from the environment.
 * ``instance-data``: cloud-init's ``/run/cloud-init/instance-data.json``,
   ``ds.meta_data.devices``.
 
@@ -109,12 +109,14 @@ def read_metadata_service(url: str, total_timeout: float = 10.0, tries: int = 3)
 
     deadline = time.monotonic() + total_timeout
     last = "no attempt"
+    session = requests.Session()
+    session.trust_env = False  # the metadata service is link-local: never through http_proxy
     for attempt in range(tries):
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             break
         try:
-            response = requests.get(url, timeout=(min(2.0, remaining), min(5.0, remaining)))
+            response = session.get(url, timeout=(min(2.0, remaining), min(5.0, remaining)))
             if response.status_code == 200:
                 return _parse(response.text, "metadata")
             last = f"HTTP {response.status_code}"

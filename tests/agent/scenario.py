@@ -33,6 +33,7 @@ EXPECTED: Dict[str, Tuple[List[str], str]] = {
     "eth5": (["xen-nic"], "xen_vif"),
     "usb0": (["usbnic"], "usb_address"),
     "nvme0n1": (["nvme"], "pci_address"),
+    "veth1": (["container-mac"], "mac"),
 }
 UNMATCHED = 2  # entries that resolve to nothing
 INVALID = 2  # entries the schema rejects
@@ -51,6 +52,7 @@ def build(root: Path) -> Tuple[FakeMachine, Dict[str, Any]]:
     m.link("/sys/bus/xen/devices/vif-1", xen)
     m.nic(xen, "eth5", "00:16:3e:00:00:05", via_virtio=None)
     m.virtual_nic("br0", "52:54:00:00:00:03")  # shares ens5's MAC but is virtual
+    m.virtual_nic("veth1", "52:54:00:00:00:0a")  # a container's interface found by MAC alone
     # Disks ------------------------------------------------------------------
     m.virtio_disk(m.pci("0000:00:05.0"), "virtio2", "vda", "252:0", serial="root-disk")
     port4 = m.pci("0000:00:01.4")
@@ -155,6 +157,7 @@ def build(root: Path) -> Tuple[FakeMachine, Dict[str, Any]]:
         {"type": "disk", "bus": "xen", "address": "none", "path": "/dev/xvda", "tags": ["xen-disk"]},
         {"type": "nic", "bus": "xen", "address": "1", "mac": "00:16:3e:00:00:05", "tags": ["xen-nic"]},
         {"type": "disk", "bus": "pci", "address": "0000:00:0a.0", "tags": ["nvme"]},
+        {"type": "nic", "bus": "none", "address": "none", "mac": "52:54:00:00:00:0A", "tags": ["container-mac"]},
         # unmatched
         {"type": "disk", "bus": "pci", "address": "0000:00:1e.0", "serial": "nope", "tags": ["ghost-disk"]},
         {"type": "nic", "bus": "pci", "address": "0000:02:00.0", "mac": "52:54:00:ff:ff:ff", "tags": ["ghost-nic"]},
