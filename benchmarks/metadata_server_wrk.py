@@ -11,23 +11,26 @@ Needs root (a network namespace), wrk and nginx.  In one run it:
    the requester for real: source address -> /proc/net/arp -> MAC -> instance;
 3. starts nginx (one worker, access log off) serving the same bytes as a
    static file, on the same veth address;
-4. runs ``wrk -t1 -c<connections> --latency`` from inside the namespace
-   against ``/openstack/latest/meta_data.json`` of: our server without access
+4. runs ``wrk -t1 -c<connections> --latency`` from inside the namespace, in
+   interleaved rounds (default 3), against ``/openstack/latest/meta_data.json`` of: our server without access
    log, our server with its JSON access log (to a file), and nginx; after
    checking that all three return identical bytes.
 
-Prints requests/s and latency percentiles of each, and our ratio to nginx.
+Prints the median over rounds of requests/s and latency percentiles of
+each, and our ratio to nginx.  The machine is shared: expect noise, compare
+within a run.
 Target: >= 20,000 requests/s, p99 < 5 ms.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import re
 import secrets
 import shutil
-import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -108,6 +111,7 @@ def serve(address: str, port: int, access_log: Optional[str]) -> None:
         directory.put(instance)
     sink = BufferedStreamSink(open(access_log, "a", encoding="ascii")) if access_log else None
     app = create_app(directory, log_requests=sink is not None, access_log=sink)
+    gc.freeze()  # as MetadataService does after loading: the sites are long-lived
     print("ready", flush=True)
     uvicorn.Server(server_config(app, host=address, port=port)).run()
 
@@ -149,6 +153,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--duration", type=int, default=10)
     parser.add_argument("--connections", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--serve", nargs=3, metavar=("ADDR", "PORT", "LOG"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
@@ -195,17 +200,15 @@ def main() -> int:
                 ["nginx", "-c", str(work / "nginx.conf"), "-p", str(work)],
             ),
         ]
-        results = []
-        for label, url, command in targets:
-            process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            processes.append(process)
-            body = wait_until_listening(namespace, url)
-            if body != expected:
+        for label, url, command in targets:  # all three idle until their turn
+            processes.append(subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+            if wait_until_listening(namespace, url) != expected:
                 raise RuntimeError(f"{label} served different bytes")
             wrk(namespace, url, 2, args.connections)  # warm up
-            results.append((label, wrk(namespace, url, args.duration, args.connections)))
-            process.send_signal(signal.SIGTERM if "nginx" not in label else signal.SIGQUIT)
-            process.wait(timeout=30)
+        rounds: Dict[str, List[Dict[str, str]]] = {label: [] for label, _, _ in targets}
+        for _ in range(args.rounds):  # interleaved, so a noisy neighbour hurts all three alike
+            for label, url, _ in targets:
+                rounds[label].append(wrk(namespace, url, args.duration, args.connections))
     finally:
         for process in processes:
             if process.poll() is None:
@@ -219,19 +222,28 @@ def main() -> int:
         shutil.rmtree(work, ignore_errors=True)
 
     print(
-        f"GET {PATH}, {INSTANCES} instances, wrk -t1 -c{args.connections} -d{args.duration}s "
-        f"from a network namespace over a veth ({len(expected)}-byte document)"
+        f"GET {PATH}, {INSTANCES} instances, wrk -t1 -c{args.connections} -d{args.duration}s x {args.rounds} "
+        f"rounds, from a network namespace over a veth ({len(expected)}-byte document); median of rounds"
     )
-    print(f"  {'server':32} {'req/s':>10} {'p50':>9} {'p90':>9} {'p99':>9} {'non-2xx':>8}")
-    for label, figures in results:
-        print(
-            f"  {label:32} {float(figures['rps']):>10.0f} {figures['p50']:>9} {figures['p90']:>9} "
-            f"{figures['p99']:>9} {figures['non2xx']:>8}"
-        )
-    ours, logged, nginx = (float(figures["rps"]) for _, figures in results)
-    print(f"  ratio to nginx: {ours / nginx:.2f} (no access log), {logged / nginx:.2f} (access log)")
-    met = ours >= 20000 and to_ms(results[0][1]["p99"]) < 5
-    print(f"  target (>= 20,000 req/s, p99 < 5 ms, one process): {'met' if met else 'NOT met'}")
+    print(f"  {'server':32} {'req/s':>8} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8}  {'req/s of each round':24}")
+    medians = {}
+    for label, figures in rounds.items():
+        rps = [float(f["rps"]) for f in figures]
+        medians[label] = {
+            "rps": statistics.median(rps),
+            **{p: statistics.median(to_ms(f[p]) for f in figures) for p in ("p50", "p90", "p99")},
+        }
+        errors = sum(int(f["non2xx"]) for f in figures)
+        m = medians[label]
+        each = " ".join(f"{r:.0f}" for r in rps)
+        print(f"  {label:32} {m['rps']:>8.0f} {m['p50']:>8.2f} {m['p90']:>8.2f} {m['p99']:>8.2f}  {each}")
+        if errors:
+            print(f"    {errors} non-2xx responses!")
+    ours, logged, nginx = (medians[label] for label, _, _ in targets)
+    plain, with_log = ours["rps"] / nginx["rps"], logged["rps"] / nginx["rps"]
+    print(f"  ratio to nginx: {plain:.2f} (no access log), {with_log:.2f} (access log)")
+    met = ours["rps"] >= 20000 and ours["p99"] < 5
+    print(f"  target (>= 20,000 req/s, p99 < 5 ms, one process, no access log): {'met' if met else 'NOT met'}")
     return 0 if met else 1
 
 

@@ -15,6 +15,7 @@ Example (in a host daemon)::
 
 from __future__ import annotations
 
+import gc
 from typing import Any, Callable, Mapping, Optional
 
 from .app import create_app
@@ -69,6 +70,8 @@ class MetadataService:
 
         flush = getattr(self._access_log, "flush", None)
         self.watcher.start()
+        # The sites are long-lived: keep the collector from re-scanning them (cheaper collections, lower p99).
+        gc.freeze()
         try:
             Server(server_config(self.app, host=host, port=port, fd=fd), on_shutdown=[flush] if flush else []).run()
         finally:
