@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -148,3 +149,17 @@ def test_access_line_is_json_whatever_the_path() -> None:
     sink("one")  # no event loop here: written at once
     sink("two")
     assert stream.getvalue() == "one\ntwo\n"
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
+def test_systemd_unit_verifies(tmp_path: Path) -> None:
+    unit = Path(__file__).resolve().parents[2] / "packaging" / "systemd" / "devtag-metadata-server.service"
+    text = unit.read_text()
+    assert "--listen ${DEVTAG_METADATA_LISTEN}" in text and "metadata-server" in text
+    result = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True)
+    problems = [
+        line
+        for line in (result.stdout + result.stderr).splitlines()
+        if line.strip() and "/usr/local/bin/devtag-host is not executable" not in line  # not installed here
+    ]
+    assert problems == []
