@@ -46,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="devtag-agent",
         description="Guest agent of devtag: publishes the device role tags of this VM's NICs and disks "
-        "through udev (properties, /dev/disk/by-tag links, interface altnames) and looks devices up by tag.",
+        "through udev (properties, /dev/disk/by-tag links, interface altnames) and looks devices up by tag. "
+        "Exit status: 0 success, 1 nothing matches / no usable metadata, 2 usage, 3 system error.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -58,9 +59,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-q", "--quiet", action="store_true", help="log errors only")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
+    # --root is accepted after the verb too (devtag-agent apply --root DIR).
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--root", default=argparse.SUPPRESS, metavar="DIR", help="as above: resolve paths under DIR")
 
     apply = commands.add_parser(
         "apply",
+        parents=[common],
         help="read the metadata, resolve devices through sysfs, publish tags through udev",
         description="Read the devices metadata, validate it against the devtag schema (bad entries are "
         "skipped), find each device through sysfs, write the state database under /run/devtag atomically "
@@ -79,13 +84,14 @@ def build_parser() -> argparse.ArgumentParser:
     apply.add_argument(
         "--no-trigger",
         action="store_true",
-        help="write the state only: run neither udevadm nor ip (also the default with --root "
-        "unless DEVTAG_AGENT_UDEVADM is set)",
+        help="write the state only: run neither udevadm nor ip (under a --root other than /, each "
+        "runs only if DEVTAG_AGENT_UDEVADM / DEVTAG_AGENT_IP name the command)",
     )
     apply.add_argument("--json", action="store_true", help="print a JSON report of what was done")
 
     lookup = commands.add_parser(
         "lookup",
+        parents=[common],
         help="print the device(s) carrying a tag",
         description="Print the device(s) carrying TAG: the device node for disks, the interface name for NICs, "
         "one per line; --json for everything (links, sysfs path, MAC, serial). Exit 1 when nothing matches.",
@@ -95,13 +101,18 @@ def build_parser() -> argparse.ArgumentParser:
     lookup.add_argument("--json", action="store_true", help="JSON list of device objects")
 
     listing = commands.add_parser(
-        "list", help="list every tagged device", description="List every tagged device. Exit 1 when there is none."
+        "list",
+        parents=[common],
+        help="list every tagged device",
+        description="List every tagged device: type, device node or interface, tags (\\xNN-encoded). "
+        "Exit 1 when there is none.",
     )
     listing.add_argument("--type", choices=("nic", "disk"), help="only NICs or only disks")
     listing.add_argument("--json", action="store_true", help="JSON list of device objects")
 
     commands.add_parser(
         "prune",
+        parents=[common],
         help="drop detached devices from the state (run when a device goes away)",
         description="Remove devices that no longer exist from the state database.",
     )

@@ -42,6 +42,9 @@ class Publisher:
         on_host = root == "/"
         self.trigger_enabled = enabled and (on_host or bool(udevadm))
         self.altnames_enabled = enabled and (on_host or bool(ip))
+        if self.trigger_enabled and on_host and not udevadm and not os.path.exists("/run/udev/control"):
+            log.warning("udevd is not running (no /run/udev/control): state written, no devices triggered")
+            self.trigger_enabled = False
         self.udevadm = shlex.split(udevadm) if udevadm else ["udevadm"]
         self.ip = shlex.split(ip) if ip else ["ip"]
         if enabled and not on_host and not (self.trigger_enabled and self.altnames_enabled):

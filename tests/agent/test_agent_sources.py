@@ -153,3 +153,10 @@ def test_prune_drops_a_detached_disk(vm):
     db = {p.name for p in (machine.root / "run/devtag/current/db").iterdir()}
     assert "b252:16:5" not in db
     assert System(root).exists("/run/devtag/current")
+
+
+def test_root_is_accepted_after_the_verb_too(vm, capsys):
+    machine, _ = vm
+    assert run_cli("apply", "--root", str(machine.root), "--source", "configdrive", "--no-trigger") == 0
+    assert run_cli("lookup", "oracledb", "--root", str(machine.root)) == 0
+    assert capsys.readouterr().out == "/dev/sda\n"
