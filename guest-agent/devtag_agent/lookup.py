@@ -9,8 +9,10 @@
 
 Reads the state database that ``devtag-agent apply`` wrote and refreshes what
 can change afterwards (interface names, partitions) from sysfs; devices that
-have been detached since are left out.  ``TaggedDevice.syspath`` can be handed
-to ``pyudev.Devices.from_sys_path`` for everything else udev knows.
+have been detached since are left out.  ``TaggedDevice.udev_device()`` gives
+the ``pyudev.Device`` for everything else udev knows; to select by tag with
+pyudev alone: ``context.list_devices(subsystem="block").match_property(
+"DEVTAG_TAG_" + devtag_agent.encoding.encode_key(tag), "1")``.
 """
 
 from __future__ import annotations
@@ -44,6 +46,15 @@ class TaggedDevice:
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
+
+    def udev_device(self, context: Any = None) -> Any:
+        """This device as a ``pyudev.Device`` (everything udev knows: ID_*, links, DEVTAG_*).
+
+        Only meaningful on the running system (root ``/``).
+        """
+        import pyudev  # imported here: lookup itself needs nothing beyond the standard library
+
+        return pyudev.Devices.from_sys_path(context or pyudev.Context(), self.syspath)
 
 
 def _refresh(system: System, record: Dict[str, Any]) -> Optional[TaggedDevice]:

@@ -79,6 +79,7 @@ class FakeMachine:
     ) -> str:
         syspath = f"{parent}/block/{name}"
         self.write(syspath + "/dev", devnum + "\n")
+        self.link(syspath + "/device", parent)
         if serial is not None:
             self.write(syspath + "/serial", serial + "\n")
         if diskseq is not None:

@@ -210,3 +210,12 @@ def test_serial_truncation_ambiguity_is_reported_not_guessed(tmp_path):
     assert index["unmatched"] and "only when truncated" in index["unmatched"][0]
     # the exact serial matches both disks, which both show it: one tag on several devices
     assert sorted(d["name"] for d in index["devices"]) == ["vda", "vdb"]
+
+
+@pytest.mark.skipif(not Path("/sys/devices/virtual/net/lo").exists(), reason="needs the real /sys (loopback)")
+def test_tagged_device_as_pyudev_device():
+    import devtag_agent
+
+    loopback = devtag_agent.TaggedDevice(type="nic", tags=["x"], name="lo", syspath="/sys/devices/virtual/net/lo")
+    device = loopback.udev_device()
+    assert device.sys_name == "lo" and device.subsystem == "net"

@@ -98,6 +98,10 @@ def test_untagged_devices_get_nothing_and_new_devices_ask_for_the_hotplug_servic
     assert not any(k.startswith("DEVTAG_") for k in after.env) and after.links == []
     change = udevrules.run_event(rules, udevrules.event_for(root, vda))
     assert "SYSTEMD_WANTS" not in change.env
+    veth = udevrules.run_event(rules, udevrules.event_for(root, "/sys/devices/virtual/net/br0", action="add"))
+    assert "SYSTEMD_WANTS" not in veth.env  # virtual interfaces are not in the metadata
+    ens4 = "/sys/devices/pci0000:00/0000:00:01.2/0000:07:00.0/virtio1/net/ens4"
+    assert "SYSTEMD_WANTS" in udevrules.run_event(rules, udevrules.event_for(root, ens4, action="add")).env
 
 
 def test_a_new_disk_reusing_major_minor_does_not_inherit_old_tags(vm):

@@ -202,8 +202,11 @@ def _apply(event: Event, token: Token) -> bool:
             result = _glob(token.value, event.env["SUBSYSTEM"])
         elif key == "ENV":
             result = _glob(token.value, event.env.get(token.attr or "", ""))
-        elif key == "TEST":
-            result = os.path.exists(os.path.join(event.root, _format(event, token.value, False).lstrip("/")))
+        elif key == "TEST":  # a relative path is relative to the device's sysfs directory
+            path = _format(event, token.value, False)
+            if not path.startswith("/"):
+                path = f"{event.syspath}/{path}"
+            result = os.path.exists(os.path.join(event.root, path.lstrip("/")))
         elif key == "IMPORT" and token.attr == "file":
             result = _import_file(event, _format(event, token.value, False))
         elif key == "IMPORT" and token.attr == "parent":
