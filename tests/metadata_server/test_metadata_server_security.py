@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import socket
+import time
 from typing import Any, Callable, Dict, Optional
 from urllib.parse import urlsplit
 
@@ -215,3 +216,29 @@ def test_access_log_is_one_json_object_per_request(
     records: Any = [json.loads(r.getMessage()) for r in caplog.records if r.name.endswith(".access")]
     assert [(r["path"], r["status"], r["instance"]) for r in records] == [(PATH, 200, UUID_A), ("/nope", 404, UUID_A)]
     assert records[0]["client"] == "127.0.0.1" and records[0]["note"] == "neighbour" and records[0]["ms"] >= 0
+
+
+def test_slow_or_silent_request_heads_are_cut_off(
+    directory: InstanceDirectory, serve: Callable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from devtag_host.metadata_server.server import BoundedHttpToolsProtocol
+
+    monkeypatch.setattr(BoundedHttpToolsProtocol, "head_timeout", 0.3)
+    base = serve(create_app(directory, addresses=loopback_is(MAC_A)))
+    parts = urlsplit(base)
+    for first in (b"", b"GET /openstack HTTP/1.1\r\nHost: x\r\n"):  # silent; head never completed
+        with socket.create_connection((parts.hostname, parts.port), timeout=5) as sock:
+            sock.sendall(first)
+            started = time.monotonic()
+            try:
+                while True:  # trickle a header byte every 0.1 s: never completes
+                    sock.sendall(b"X")
+                    time.sleep(0.1)
+                    assert time.monotonic() - started < 3, "the server kept the connection open"
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+    # a prompt client is unaffected, also on a reused connection
+    with httpx.Client(base_url=base) as client:
+        assert client.get(PATH).status_code == 200
+        time.sleep(0.5)
+        assert client.get(PATH).status_code == 200

@@ -5,7 +5,8 @@
 * The HTTP protocol refuses, before the application sees them, request lines
   and headers over :data:`MAX_REQUEST_HEAD_BYTES` and bodies over
   :data:`MAX_BODY_BYTES` (400, connection closed).
-* Idle keep-alive connections close after ``timeout_keep_alive`` seconds;
+* A request head must arrive within :data:`REQUEST_HEAD_TIMEOUT` seconds
+  (slowloris); idle keep-alive connections close after ``timeout_keep_alive`` seconds;
   at most ``limit_concurrency`` connections are served at once (503 beyond).
 """
 
@@ -23,6 +24,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 MAX_REQUEST_HEAD_BYTES = 16 * 1024
 MAX_BODY_BYTES = 1024
+REQUEST_HEAD_TIMEOUT = 10.0
 
 log = logging.getLogger(__name__)
 
@@ -32,10 +34,40 @@ class RequestTooLarge(Exception):
 
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with caps on request head and body sizes, and TCP_NODELAY."""
+    """uvicorn's httptools protocol with caps on request head size, body size and head time.
 
+    uvicorn times out idle keep-alive connections, but not a new connection
+    that sends nothing nor a request head trickling in a byte at a time
+    (slowloris): a connection must deliver each complete request head within
+    :attr:`head_timeout` seconds of opening or of the request's first byte.
+    """
+
+    head_timeout = REQUEST_HEAD_TIMEOUT
     _head_bytes = 0
     _body_bytes = 0
+    _head_timer: Optional[asyncio.TimerHandle] = None
+
+    def _arm_head_timer(self) -> None:
+        if self._head_timer is None:
+            self._head_timer = self.loop.call_later(self.head_timeout, self._head_timed_out)
+
+    def _disarm_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if not self.transport.is_closing():
+            self.transport.close()
+
+    def connection_lost(self, exc: Optional[Exception]) -> None:
+        self._disarm_head_timer()
+        super().connection_lost(exc)
+
+    def on_headers_complete(self) -> None:
+        self._disarm_head_timer()
+        super().on_headers_complete()
 
     def connection_made(self, transport: Any) -> None:  # type: ignore[override]
         # uvicorn writes the head and the body of a response separately: without
@@ -44,8 +76,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         super().connection_made(transport)
+        self._arm_head_timer()
 
     def on_message_begin(self) -> None:
+        self._arm_head_timer()
         self._head_bytes = 0
         self._body_bytes = 0
         super().on_message_begin()
