@@ -59,8 +59,14 @@ class Reply:
     headers: Dict[str, str] = field(default_factory=dict)
 
 
+_VALIDATORS: Dict[int, Any] = {}
+
+
 def validate(body: Any, schema: Dict[str, Any]) -> Any:
-    validator = jsonschema.Draft4Validator(schema, format_checker=_FORMATS)
+    """``body`` if it matches ``schema`` (a module-level constant), else 400."""
+    validator = _VALIDATORS.get(id(schema))
+    if validator is None:
+        validator = _VALIDATORS[id(schema)] = jsonschema.Draft4Validator(schema, format_checker=_FORMATS)
     error = jsonschema.exceptions.best_match(validator.iter_errors(body))
     if error is not None:
         raise PlacementError(400, f"JSON does not validate: {error.message[:500]}")

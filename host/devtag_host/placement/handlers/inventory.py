@@ -48,8 +48,7 @@ def replace_inventories(call: Call) -> Reply:
         provider = rp.get_or_404(connection, call.params["uuid"])
         check_generation(provider, body["resource_provider_generation"])
         inv.replace_all(connection, provider, wanted)
-        current = inv.of_provider(connection, provider.id)
-    return Reply(200, _all(provider.generation, current))
+    return Reply(200, _all(provider.generation, dict(sorted(wanted.items()))))
 
 
 def delete_inventories(call: Call) -> Reply:

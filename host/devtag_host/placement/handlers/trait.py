@@ -80,7 +80,7 @@ def set_provider_traits(call: Call) -> Reply:
         provider = rp.get_or_404(connection, call.params["uuid"])
         check_generation(provider, body["resource_provider_generation"])
         trait.set_for_provider(connection, provider, body["traits"])
-        names = trait.of_provider(connection, provider.id)
+    names = sorted(set(body["traits"]))
     return Reply(200, {"traits": names, "resource_provider_generation": provider.generation})
 
 

@@ -57,7 +57,7 @@ def of_provider(connection: Connection, provider_id: int) -> Dict[str, Inventory
         .where(inventories.c.resource_provider_id == provider_id)
         .order_by(resource_classes.c.name)
     )
-    return {row.name: Inventory(*row[1:]) for row in connection.execute(query)}
+    return {name: Inventory(*values) for name, *values in connection.execute(query).all()}
 
 
 def _classes_in_use(connection: Connection, provider_id: int) -> Set[str]:
@@ -86,7 +86,7 @@ def replace_all(connection: Connection, provider: Provider, wanted: Dict[str, In
     for name, inventory in wanted.items():
         validate(name, inventory)
     removed = set(of_provider(connection, provider.id)) - set(wanted)
-    busy = removed & _classes_in_use(connection, provider.id)
+    busy = removed & _classes_in_use(connection, provider.id) if removed else set()
     if busy:
         raise errors.conflict(
             f"update conflict: Inventory for '{', '.join(sorted(busy))}' on resource provider "

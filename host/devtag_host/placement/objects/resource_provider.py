@@ -153,6 +153,7 @@ def create(
 ) -> Provider:
     uuid = uuid or str(uuidlib.uuid4())
     parent_id = root_id = None
+    parent = None
     if parent_uuid is not None:
         parent = get(connection, parent_uuid)
         if parent is None:
@@ -163,24 +164,20 @@ def create(
                 resource_providers.c.id == parent.id
             )
         )
-    if get(connection, uuid) is not None:
-        raise errors.conflict(f"Conflicting resource provider uuid: {uuid} already exists.", errors.DUPLICATE_NAME)
-    if connection.scalar(select(resource_providers.c.id).where(resource_providers.c.name == name)) is not None:
+    rp = resource_providers
+    taken = connection.execute(select(rp.c.uuid, rp.c.name).where(or_(rp.c.uuid == uuid, rp.c.name == name))).all()
+    for taken_uuid, _taken_name in taken:
+        if taken_uuid == uuid:
+            raise errors.conflict(f"Conflicting resource provider uuid: {uuid} already exists.", errors.DUPLICATE_NAME)
+    if taken:
         raise errors.conflict(f"Conflicting resource provider name: {name} already exists.", errors.DUPLICATE_NAME)
-    try:
-        with connection.begin_nested():
-            new_id = connection.execute(
-                resource_providers.insert().values(
-                    uuid=uuid, name=name, generation=0, parent_provider_id=parent_id, root_provider_id=root_id
-                )
-            ).inserted_primary_key[0]
-            if root_id is None:
-                connection.execute(
-                    resource_providers.update().where(resource_providers.c.id == new_id).values(root_provider_id=new_id)
-                )
-    except IntegrityError as exc:
-        raise _duplicate(exc, name, uuid) from None
-    return get_or_404(connection, uuid)
+    # A concurrent twin fails the unique constraints: IntegrityError, answered 409 by the app.
+    new_id = connection.execute(
+        rp.insert().values(uuid=uuid, name=name, generation=0, parent_provider_id=parent_id, root_provider_id=root_id)
+    ).inserted_primary_key[0]
+    if root_id is None:
+        connection.execute(rp.update().where(rp.c.id == new_id).values(root_provider_id=new_id))
+    return Provider(new_id, uuid, name, 0, parent_uuid, parent.root_provider_uuid if parent else uuid)
 
 
 def update(
