@@ -30,6 +30,7 @@ class ApplyReport:
     tagged: List[Dict[str, Any]] = field(default_factory=list)  # index entries
     invalid: List[str] = field(default_factory=list)
     unmatched: List[str] = field(default_factory=list)
+    ignored: List[str] = field(default_factory=list)
     triggered: List[str] = field(default_factory=list)
     generation: Optional[str] = None
 
@@ -39,6 +40,7 @@ class ApplyReport:
             "tagged": self.tagged,
             "invalid": self.invalid,
             "unmatched": self.unmatched,
+            "ignored": self.ignored,
             "triggered": self.triggered,
             "generation": self.generation,
         }
@@ -121,8 +123,12 @@ def apply_document(
         if resolution.problem:
             what = f"{entry.get('type')}, tags {entry.get('tags', [])}"
             message = f"devices/{resolution.index} ({what}): {resolution.problem}"
-            log.warning("unmatched: %s", message)
-            report.unmatched.append(message)
+            if resolution.ignored:
+                log.info("ignored: %s", message)
+                report.ignored.append(message)
+            else:
+                log.warning("unmatched: %s", message)
+                report.unmatched.append(message)
             continue
         for device in resolution.devices:
             record = records.get(device.key)
@@ -146,6 +152,7 @@ def apply_document(
             "applied_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "devices": [tagged[key] for key in sorted(tagged)],
             "unmatched": report.unmatched,
+            "ignored": report.ignored,
             "invalid": report.invalid,
         }
         report.generation = database.write(index, new_db)

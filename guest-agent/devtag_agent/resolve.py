@@ -46,6 +46,7 @@ class Resolution:
     devices: List[Device] = field(default_factory=list)
     via: Optional[str] = None
     problem: Optional[str] = None  # why nothing (or something dubious) matched
+    ignored: bool = False  # a device type this agent does not publish (Nova's "share")
 
 
 class Resolver:
@@ -240,13 +241,17 @@ class Resolver:
         truncated = raw[:VIRTIO_BLK_SERIAL_BYTES]
         mangled = re.sub(r"\s", "_", serial.strip())
         loose = []
+        how = "serial_truncated"
         for disk in self.disks():
             for seen in disk.serials:
-                seen_raw = seen.encode("utf-8", "surrogateescape")
-                if (len(raw) > len(truncated) and seen_raw == truncated) or seen == mangled:
+                if len(raw) > len(truncated) and seen.encode("utf-8", "surrogateescape") == truncated:
                     loose.append(disk)
                     break
-        return loose, "serial_truncated"
+                if seen == mangled and mangled != serial:
+                    loose.append(disk)
+                    how = "serial_udev"  # udev's ID_SERIAL_SHORT: white space made "_"
+                    break
+        return loose, how
 
     # -- one entry -------------------------------------------------------------
     def resolve(self, index: int, entry: Dict[str, Any]) -> Resolution:
@@ -254,6 +259,7 @@ class Resolver:
         kind = entry["type"]
         if kind not in ("nic", "disk"):
             result.problem = f"type {kind!r} is not published by this agent"
+            result.ignored = True
             return result
         bus = entry["bus"]
         address = entry.get("address")
@@ -280,8 +286,8 @@ class Resolver:
             devices, via = self.by_mac(entry["mac"]), "mac"
         if not devices and kind == "disk" and entry.get("serial"):
             devices, via = self.by_serial(entry["serial"])
-            if len(devices) > 1 and via == "serial_truncated":
-                result.problem = f"serial {entry['serial']!r} matches {len(devices)} disks only when truncated"
+            if len(devices) > 1 and via in ("serial_truncated", "serial_udev"):
+                result.problem = f"serial {entry['serial']!r} matches {len(devices)} disks only when truncated/mangled"
                 return result
         if not devices:
             result.problem = "no device matches (bus {}, address {}{}{})".format(

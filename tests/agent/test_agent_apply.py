@@ -219,3 +219,24 @@ def test_tagged_device_as_pyudev_device():
     loopback = devtag_agent.TaggedDevice(type="nic", tags=["x"], name="lo", syspath="/sys/devices/virtual/net/lo")
     device = loopback.udev_device()
     assert device.sys_name == "lo" and device.subsystem == "net"
+
+
+def test_udev_mangled_serial_and_ignored_types(tmp_path):
+    from .fakesys import FakeMachine
+
+    machine = FakeMachine(tmp_path)
+    host = machine.scsi_host(machine.pci("0000:00:04.0"), 0)
+    machine.scsi_disk(host, 0, 0, 0, 0, "sda", "8:0", udev={"ID_SERIAL_SHORT": "my_data_disk"})
+    machine.config_drive(
+        {
+            "devices": [
+                {"type": "disk", "bus": "scsi", "address": "none", "serial": "my data disk", "tags": ["data"]},
+                {"type": "share", "bus": "none", "tags": ["fs"]},
+            ]
+        }
+    )
+    assert run_cli("--root", str(tmp_path), "apply", "--source", "configdrive", "--no-trigger") == 0
+    index = json.loads((tmp_path / "run/devtag/current/devices.json").read_text())
+    assert [(d["name"], d["via"]) for d in index["devices"]] == [("sda", ["serial_udev"])]
+    assert index["unmatched"] == []  # the share is ignored, not unmatched
+    assert len(index["ignored"]) == 1 and "'share' is not published" in index["ignored"][0]
