@@ -160,3 +160,25 @@ def test_root_is_accepted_after_the_verb_too(vm, capsys):
     assert run_cli("apply", "--root", str(machine.root), "--source", "configdrive", "--no-trigger") == 0
     assert run_cli("lookup", "oracledb", "--root", str(machine.root)) == 0
     assert capsys.readouterr().out == "/dev/sda\n"
+
+
+def test_hotplug_attach_then_detach(vm, recorder, metadata_server):
+    """What devtag-agent-hotplug@.service does: apply from the metadata service on add, prune on removal."""
+    import shutil
+
+    machine, document = vm
+    root = str(machine.root)
+    assert run_cli("--root", root, "apply", "--source", "configdrive") == 0
+    recorder.clear()
+    pci = machine.pci("0000:00:0c.0")
+    new = machine.virtio_disk(pci, "virtio9", "vdd", "252:48", serial="hot", diskseq=9)
+    document["devices"].append({"type": "disk", "bus": "pci", "address": "0000:00:0c.0", "tags": ["hot"]})
+    metadata_server.document = json.dumps(document).encode()
+    source = "metadata,instance-data,configdrive"  # as in the unit
+    assert run_cli("--root", root, "apply", "--source", source, "--metadata-url", metadata_server.url) == 0
+    assert recorder.triggered() == [new]  # only the new disk
+    assert run_cli("--root", root, "lookup", "hot") == 0
+    shutil.rmtree(machine.root / pci.lstrip("/"))
+    assert run_cli("--root", root, "prune") == 0
+    assert "vdd" not in _tagged(machine.root)
+    assert run_cli("--root", root, "lookup", "hot") == 1
