@@ -1,8 +1,10 @@
 """Where the metadata document comes from.
 
 * ``configdrive``: the block device labelled ``config-2``/``CONFIG-2`` (iso9660
-  or vfat), mounted read-only in a private temporary directory just long enough
-  to read ``openstack/latest/meta_data.json``, then unmounted.  (Under a test
+  or vfat; found through ``/dev/disk/by-label``, udev's database, or by reading
+  the labels when udev has not processed the devices yet), mounted read-only
+  in a private temporary directory just long enough to read
+  ``openstack/latest/meta_data.json``, then unmounted.  (Under a test
   root, a *directory* standing in for the device is read directly.)
 * ``metadata``: ``http://169.254.169.254/openstack/latest/meta_data.json``,
   three tries within 10 s, never through a proxy from the environment.
@@ -49,17 +51,46 @@ def _parse(text: str, where: str) -> Dict[str, Any]:
     return document
 
 
+def probe_label(path: str) -> Optional[str]:
+    """The iso9660 or FAT volume label of a block device (or image file), read directly."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        boot = os.pread(fd, 512, 0)
+        descriptor = os.pread(fd, 2048, 16 * 2048)  # iso9660: primary volume descriptor at sector 16
+    except OSError:  # a CD-ROM drive without a disc, ...
+        return None
+    finally:
+        os.close(fd)
+    if descriptor[:6] == b"\x01CD001":
+        return descriptor[40:72].decode("ascii", "replace").strip()
+    if len(boot) == 512 and boot[510:512] == b"\x55\xaa":
+        for offset in (0x47, 0x2B):  # FAT32, FAT12/16 extended boot record: signature 0x29, label
+            if boot[offset - 5] == 0x29:
+                return boot[offset : offset + 11].decode("ascii", "replace").strip()
+    return None
+
+
 def _config_drive_device(system: System) -> Optional[str]:
     for label in CONFIG_DRIVE_LABELS:
         link = "/dev/disk/by-label/" + label
         if os.path.lexists(system.path(link)):
             return link
-    # Early boot, before udev made the by-label links: udev's database.
+    # Early boot, before udev made the by-label links: udev's database ...
     for name in system.listdir("/run/udev/data"):
         if name.startswith("b"):
             properties = system.udev_properties(name)
             if properties.get("ID_FS_LABEL") in CONFIG_DRIVE_LABELS and properties.get("DEVNAME"):
                 return properties["DEVNAME"]
+    # ... or before udev has even processed the device: read the labels ourselves.
+    for name in system.listdir("/sys/class/block"):
+        if name.startswith(("loop", "ram", "zram", "dm-", "md")):
+            continue
+        node = "/dev/" + name
+        if probe_label(system.path(node)) in CONFIG_DRIVE_LABELS:
+            return node
     return None
 
 

@@ -182,3 +182,36 @@ def test_hotplug_attach_then_detach(vm, recorder, metadata_server):
     assert run_cli("--root", root, "prune") == 0
     assert "vdd" not in _tagged(machine.root)
     assert run_cli("--root", root, "lookup", "hot") == 1
+
+
+def _iso_header(label: str) -> bytes:
+    descriptor = b"\x01CD001\x01\x00" + b" " * 32 + label.encode().ljust(32) + b"\x00" * (2048 - 72)
+    return b"\x00" * 32768 + descriptor
+
+
+def _fat_boot_sector(label: str, fat32: bool) -> bytes:
+    sector = bytearray(512)
+    offset = 0x47 if fat32 else 0x2B
+    sector[offset - 5] = 0x29
+    sector[offset : offset + 11] = label.encode().ljust(11)
+    sector[510:512] = b"\x55\xaa"
+    return bytes(sector)
+
+
+def test_config_drive_found_by_reading_labels_before_udev(tmp_path):
+    from devtag_agent.sources import _config_drive_device, probe_label
+
+    from .fakesys import FakeMachine
+
+    machine = FakeMachine(tmp_path)
+    machine.scsi_disk(machine.scsi_host(machine.pci("0000:00:01.1") + "/ata2", 1), 1, 0, 0, 0, "sr0", "11:0")
+    machine.disk("/sys/devices/pci0000:00/0000:00:07.0/virtio5", "vdz", "252:400")
+    (tmp_path / "dev").mkdir(exist_ok=True)
+    (tmp_path / "dev/vdz").write_bytes(_fat_boot_sector("data", fat32=True) + b"\x00" * 40000)
+    (tmp_path / "dev/sr0").write_bytes(_iso_header("config-2"))
+    assert probe_label(str(tmp_path / "dev/sr0")) == "config-2"
+    assert probe_label(str(tmp_path / "dev/vdz")) == "data"
+    assert _config_drive_device(System(str(tmp_path))) == "/dev/sr0"
+    (tmp_path / "dev/sr0").write_bytes(b"\x00" * 40000)
+    (tmp_path / "dev/vdz").write_bytes(_fat_boot_sector("CONFIG-2", fat32=False) + b"\x00" * 40000)
+    assert _config_drive_device(System(str(tmp_path))) == "/dev/vdz"
