@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import logging
+import time
 import xml.etree.ElementTree as ET
 from typing import Any, Dict, Optional
 from xml.sax.saxutils import escape, quoteattr
@@ -25,6 +26,7 @@ log = logging.getLogger(__name__)
 
 SMBIOS_PRODUCT = "OpenStack Nova"
 SMBIOS_MANUFACTURER = "OpenStack Foundation"
+_MEDIUM_CHANGE_ATTEMPTS = 4
 
 
 def instance_from_domain(domain: Domain, **fields: Any) -> Instance:
@@ -134,12 +136,17 @@ def attach_config_drive(handle: Any, iso_path: str, *, bus: Optional[str] = None
     flags = libvirt.VIR_DOMAIN_AFFECT_CONFIG if handle.isPersistent() else 0
     if existing is not None and existing.target_dev:
         xml = _cdrom_xml(iso_path, existing.target_bus or "ide", existing.target_dev)
-        live = 0 if inactive else libvirt.VIR_DOMAIN_AFFECT_LIVE
-        try:
-            handle.updateDeviceFlags(xml, flags | live)
-        except libvirt.libvirtError as exc:
-            raise RuntimeFailure(f"cannot change the config drive medium: {exc.get_error_message()}") from None
-        return existing.target_dev
+        # Live, QEMU must open the tray first; FORCE ejects even if the guest locked it.
+        live = 0 if inactive else libvirt.VIR_DOMAIN_AFFECT_LIVE | libvirt.VIR_DOMAIN_DEVICE_MODIFY_FORCE
+        for attempt in range(_MEDIUM_CHANGE_ATTEMPTS):
+            try:
+                handle.updateDeviceFlags(xml, flags | live)
+                return existing.target_dev
+            except libvirt.libvirtError as exc:
+                # libvirt waits a bounded time for the tray; on a busy host it may not have opened yet
+                if "tray" not in (exc.get_error_message() or "").lower() or attempt + 1 == _MEDIUM_CHANGE_ATTEMPTS:
+                    raise RuntimeFailure(f"cannot change the config drive medium: {exc.get_error_message()}") from None
+                time.sleep(0.2 * (attempt + 1))
     if bus is None:
         bus = "sata" if domain.machine and "q35" in domain.machine else "ide"
     target = _free_target(domain, bus)

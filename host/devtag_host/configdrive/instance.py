@@ -142,7 +142,6 @@ def ec2_meta_data(instance: Instance) -> Dict[str, Any]:
         "ami-id": "ami-00000000",
         "ami-launch-index": instance.launch_index,
         "ami-manifest-path": "FIXME",  # sic: what Nova writes
-        "block-device-mapping": {"ami": "vda", "root": "/dev/vda"},
         "hostname": instance.host_name,
         "instance-action": "none",
         "instance-id": instance.uuid,
