@@ -47,6 +47,9 @@ def build(root: Path) -> Tuple[FakeMachine, Dict[str, Any]]:
     m.nic(m.pci("0000:07:00.0", parent=port), "ens4", "52:54:00:00:00:02", via_virtio="virtio1")
     port3 = m.pci("0000:00:01.3")
     m.nic(m.pci("0000:09:00.0", parent=port3), "ens5", "52:54:00:00:00:03", via_virtio=None)
+    # Decoy: the firmware happened to number this bus 05, libvirt's number for ens5's bus;
+    # using a PCI address off bus 00 would tag it instead of ens5.
+    m.nic(m.pci("0000:05:00.0", parent=m.pci("0000:00:01.6")), "decoy0", "52:54:00:00:00:66", via_virtio=None)
     m.virtual_nic("eth9", "52:54:00:00:00:09")  # a container's interface (no device link)
     xen = "/sys/devices/vif-1"
     m.link("/sys/bus/xen/devices/vif-1", xen)
@@ -74,6 +77,7 @@ def build(root: Path) -> Tuple[FakeMachine, Dict[str, Any]]:
     lsi = m.pci("0000:00:06.0")
     host2 = m.scsi_host(lsi, 2)
     m.scsi_disk(host2, 2, 0, 4, 0, "sdc", "8:32")
+    m.scsi_disk(host2, 2, 0, 0, 4, "sdx", "8:144")  # decoy: target and LUN swapped
     m.scsi_disk(host2, 2, 0, 5, 0, "sdh", "8:112", udev={"ID_SCSI_SERIAL": "scsi-serial-77"})
     piix = m.pci("0000:00:01.1")
     ide0 = m.ata_port(piix, 1, 3, None)
