@@ -7,6 +7,7 @@ Verbs and exit status:
   (cannot write /run/devtag, udevadm failed, lock held too long).
 * ``lookup TAG`` / ``list``: 0 found, 1 nothing matches (or apply never ran).
 * ``prune``: 0 (drops detached devices from the state).
+* ``check``: 0 udev's properties and links match the state, 1 problems.
 * ``validate FILE``: 0 valid, 1 invalid, 2 unreadable.
 * 2 for usage errors everywhere.
 """
@@ -110,6 +111,13 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--type", choices=("nic", "disk"), help="only NICs or only disks")
     listing.add_argument("--json", action="store_true", help="JSON list of device objects")
 
+    commands.add_parser(
+        "check",
+        parents=[common],
+        help="cross-check udev's properties and /dev/disk/by-tag links against the state",
+        description="For every tagged device, check that udev holds DEVTAG_TAGS and DEVTAG_TAG_<name>=1 and that "
+        "every /dev/disk/by-tag link points at the device. Exit 0 consistent, 1 problems (printed) or no state.",
+    )
     commands.add_parser(
         "prune",
         parents=[common],
@@ -234,6 +242,21 @@ def _lookup(args: argparse.Namespace, tag: Optional[str]) -> int:
     return 0
 
 
+def _check(args: argparse.Namespace) -> int:
+    from .check import check_published
+    from .lookup import NoState
+
+    try:
+        checked, problems = check_published(args.root)
+    except NoState as exc:
+        sys.stderr.write(f"devtag-agent: {exc}\n")
+        return 1
+    for problem in problems:
+        sys.stdout.write(f"problem: {problem}\n")
+    sys.stdout.write(f"{checked} tagged device(s) checked, {len(problems)} problem(s)\n")
+    return 1 if problems else 0
+
+
 def _prune(args: argparse.Namespace) -> int:
     from .apply import prune
     from .publish import Publisher
@@ -272,6 +295,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return _lookup(args, None)
     if args.command == "prune":
         return _prune(args)
+    if args.command == "check":
+        return _check(args)
     return 2  # pragma: no cover - argparse enforces a command
 
 

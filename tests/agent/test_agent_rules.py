@@ -113,3 +113,22 @@ def test_a_new_disk_reusing_major_minor_does_not_inherit_old_tags(vm):
     assert udevrules.run_event(rules, udevrules.event_for(root, vdb)).links
     (machine.root / vdb.lstrip("/") / "diskseq").write_text("6\n")  # detached, another disk attached: 252:16 again
     assert udevrules.run_event(rules, udevrules.event_for(root, vdb, action="add")).links == []
+
+
+def test_check_verb_cross_checks_udev_against_the_state(vm, capsys):
+    machine, document = vm
+    document["devices"][4]["tags"] = HOSTILE
+    machine.config_drive(document)
+    root = str(machine.root)
+    assert run_cli("--root", root, "apply", "--source", "configdrive", "--no-trigger") == 0
+    assert run_cli("--root", root, "check") == 1  # udev has not seen the new state yet
+    assert "udev has no DEVTAG_TAGS" in capsys.readouterr().out
+    udevrules.simulate_udev(udevrules.parse(RULES.read_text()), root)
+    assert run_cli("--root", root, "check") == 0, capsys.readouterr().out
+    assert "0 problem(s)" in capsys.readouterr().out
+    link = machine.root / "dev/disk/by-tag" / (encode_name("données") + "-part2")
+    assert os.readlink(link) == "../../vdb2"
+    link.unlink()
+    link.symlink_to("../../vdb1")
+    assert run_cli("--root", root, "check") == 1
+    assert "points to /dev/vdb1, expected /dev/vdb2" in capsys.readouterr().out

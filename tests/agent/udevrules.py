@@ -263,3 +263,42 @@ def links_of(rules: List[Rule], root: str, syspath: str) -> Tuple[Event, Dict[st
             part = run_event(rules, event_for(root, f"{syspath}/{name}", parent_env=disk.env))
             result[name] = part.links
     return disk, result
+
+
+def simulate_udev(rules: List[Rule], root: str) -> None:
+    """Do what udevd would after ``udevadm trigger``: run every disk, partition and NIC through the
+    rules, write ``/run/udev/data/<b|n>...`` (``E:`` properties) and make the ``SYMLINK``s."""
+    base = os.path.join(root, "sys/class")
+    for subsystem in ("block", "net"):
+        for name in (
+            sorted(os.listdir(os.path.join(base, subsystem))) if os.path.isdir(os.path.join(base, subsystem)) else []
+        ):
+            syspath = "/" + os.path.relpath(os.path.realpath(os.path.join(base, subsystem, name)), root)
+            if subsystem == "block" and os.path.exists(os.path.join(root, syspath.lstrip("/"), "partition")):
+                continue  # handled with its disk
+            if subsystem == "block":
+                disk, _ = links_of(rules, root, syspath)
+                events = [disk]
+                for part in sorted(os.listdir(os.path.join(root, syspath.lstrip("/")))):
+                    if os.path.exists(os.path.join(root, syspath.lstrip("/"), part, "partition")):
+                        events.append(run_event(rules, event_for(root, f"{syspath}/{part}", parent_env=disk.env)))
+            else:
+                events = [run_event(rules, event_for(root, syspath))]
+            for event in events:
+                if event.env["SUBSYSTEM"] == "net":
+                    key = "n" + event.attr("ifindex")
+                else:
+                    key = f"b{event.env['MAJOR']}:{event.env['MINOR']}"
+                data = os.path.join(root, "run/udev/data", key)
+                os.makedirs(os.path.dirname(data), exist_ok=True)
+                with open(data, "w", encoding="utf-8") as handle:
+                    handle.write("".join(f"E:{k}={v}\n" for k, v in event.env.items() if k != "ACTION"))
+                for link in event.links:
+                    path = os.path.join(root, link.lstrip("/"))
+                    os.makedirs(os.path.dirname(path), exist_ok=True)
+                    if os.path.lexists(path):
+                        os.unlink(path)
+                    os.symlink(
+                        os.path.relpath(os.path.join(root, event.env["DEVNAME"].lstrip("/")), os.path.dirname(path)),
+                        path,
+                    )
