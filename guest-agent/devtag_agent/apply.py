@@ -94,8 +94,11 @@ def _update_altnames(
     for key, record in records.items():
         if record["type"] != "nic":
             continue
-        wanted = [name for name in (altname_for(t) for t in record["tags"]) if name]
         had = previous.get(key, [])
+        if not publisher.altnames_enabled:
+            record["altnames"] = list(had)  # nothing changes in the kernel, so nothing changes here
+            continue
+        wanted = [name for name in (altname_for(t) for t in record["tags"]) if name]
         kept = [name for name in had if name in wanted]
         for name in had:
             if name not in wanted:

@@ -240,3 +240,14 @@ def test_udev_mangled_serial_and_ignored_types(tmp_path):
     assert [(d["name"], d["via"]) for d in index["devices"]] == [("sda", ["serial_udev"])]
     assert index["unmatched"] == []  # the share is ignored, not unmatched
     assert len(index["ignored"]) == 1 and "'share' is not published" in index["ignored"][0]
+
+
+def test_altnames_are_recorded_only_when_set(vm, recorder):
+    machine, _ = vm
+    root = str(machine.root)
+    assert run_cli("--root", root, "apply", "--source", "configdrive", "--no-trigger") == 0
+    assert all(d.get("altnames") == [] for d in _index(machine.root)["devices"] if d["type"] == "nic")
+    assert recorder.ip_calls() == []
+    assert run_cli("--root", root, "apply", "--source", "configdrive") == 0
+    ens4 = next(d for d in _index(machine.root)["devices"] if d["name"] == "ens4")
+    assert ens4["altnames"] == ["nfvfunc2", "shared"]
