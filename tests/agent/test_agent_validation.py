@@ -70,7 +70,7 @@ def test_the_schema_uses_only_keywords_the_agent_evaluates():
     assert _uses_only_known(SCHEMA)
 
 
-@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(entries(), scalars))
 def test_agent_evaluator_agrees_with_jsonschema(entry):
     ours = not entry_checker()(entry, "e")
