@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -66,6 +67,18 @@ class FakeConnection:
     def listAllNetworks(self) -> List[FakeNetwork]:
         return self.networks
 
+    def domainEventRegisterAny(self, _dom: Any, event: int, _callback: Any, _opaque: Any) -> int:
+        return event
+
+    def domainEventDeregisterAny(self, _callback_id: int) -> None:
+        pass
+
+    def registerCloseCallback(self, callback: Any, _opaque: Any) -> None:
+        self.on_close = callback
+
+    def unregisterCloseCallback(self) -> None:
+        pass
+
 
 def test_resync_refresh_and_leases(tmp_path: Path) -> None:
     (tmp_path / UUID).mkdir()
@@ -98,3 +111,32 @@ def test_resync_refresh_and_leases(tmp_path: Path) -> None:
 def test_instance_data_reader_ignores_what_is_not_a_uuid(tmp_path: Path) -> None:
     extras = instance_data_reader(tmp_path)
     assert extras("../etc") == {} and extras(UUID) == {}
+
+
+def test_reconnects_when_libvirt_goes_away() -> None:
+    first = FakeConnection()
+    first.domains[UUID] = FakeDomain(UUID, XML)
+    second = FakeConnection()  # libvirtd came back: the domain was undefined meanwhile
+    attempts: List[str] = []
+
+    def reconnect() -> FakeConnection:
+        attempts.append("try")
+        if len(attempts) == 1:
+            raise RuntimeError("libvirtd not up yet")
+        return second
+
+    directory = InstanceDirectory()
+    watcher = LibvirtWatcher(first, directory, reconnect=reconnect)  # type: ignore[arg-type]
+    watcher.start()
+    try:
+        assert directory.by_uuid(UUID) is not None
+        watcher.refreshed.clear()
+        first.on_close(first, 0, None)  # what libvirt calls when the daemon goes away
+        deadline = time.monotonic() + 10
+        while directory.by_uuid(UUID) is not None:
+            assert time.monotonic() < deadline, "did not reconnect and resync"
+            time.sleep(0.05)
+        assert attempts == ["try", "try"]
+        assert hasattr(second, "on_close"), "events registered on the new connection"
+    finally:
+        watcher.stop()

@@ -205,7 +205,12 @@ def _cmd_metadata_server(args: argparse.Namespace) -> None:
     connection = virt.open_connection(args.connect)
     try:
         service = MetadataService(
-            connection, proxy_secret=secret, extras=extras, log_requests=access_log is not None, access_log=access_log
+            connection,
+            proxy_secret=secret,
+            extras=extras,
+            log_requests=access_log is not None,
+            access_log=access_log,
+            reconnect=lambda: virt.open_connection(args.connect),
         )
         try:
             service.run(host=host, port=port)

@@ -47,11 +47,12 @@ class MetadataService:
         extras: Callable[[str], Mapping[str, Any]] = lambda _uuid: {},
         log_requests: bool = True,
         access_log: Optional[Callable[[str], None]] = None,
+        reconnect: Optional[Callable[[], Any]] = None,
     ) -> None:
         from .libvirt_watch import LibvirtWatcher
 
         self.directory = InstanceDirectory()
-        self.watcher = LibvirtWatcher(connection, self.directory, extras=extras)
+        self.watcher = LibvirtWatcher(connection, self.directory, extras=extras, reconnect=reconnect)
         if proxy_secret is None and addresses is None:
             addresses = AddressBook(leases=self.watcher.leases)
         self.app = create_app(

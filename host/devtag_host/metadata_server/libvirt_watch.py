@@ -35,6 +35,7 @@ _EVENTS = (
     libvirt.VIR_DOMAIN_EVENT_ID_METADATA_CHANGE,
 )
 _RESYNC = "*"
+_RECONNECT = "!"
 _STOP = ""
 
 
@@ -43,6 +44,11 @@ class LibvirtWatcher:
 
     ``extras(uuid)`` returns more :class:`~devtag_host.configdrive.Instance`
     fields (user data, keys, meta) for a domain; default none.
+
+    When the connection closes (libvirtd restarted), ``reconnect()`` is called
+    until it returns a new connection (every 1 s, backing off to 10 s); the
+    events are registered again and everything is re-read.  Without
+    ``reconnect`` the watcher keeps serving what it last knew and logs errors.
     """
 
     def __init__(
@@ -52,8 +58,10 @@ class LibvirtWatcher:
         *,
         extras: Callable[[str], Mapping[str, Any]] = lambda _uuid: {},
         resync_interval: float = 60.0,
+        reconnect: Optional[Callable[[], libvirt.virConnect]] = None,
     ) -> None:
         self._connection = connection
+        self._reconnect = reconnect
         self._directory = directory
         self._extras = extras
         self._resync_interval = resync_interval
@@ -65,19 +73,34 @@ class LibvirtWatcher:
 
     def start(self) -> None:
         """Register for events, load every domain, and start the worker thread."""
-        for event in _EVENTS:
-            self._callbacks.append(self._connection.domainEventRegisterAny(None, event, self._on_event, None))
+        self._register()
         self.resync()
         self._thread = threading.Thread(target=self._work, name="devtag-libvirt-watch", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
+    def _register(self) -> None:
+        self._callbacks = [
+            self._connection.domainEventRegisterAny(None, event, self._on_event, None) for event in _EVENTS
+        ]
+        try:
+            self._connection.registerCloseCallback(self._on_close, None)
+        except libvirt.libvirtError:
+            log.debug("this libvirt driver reports no connection close")
+
+    def _deregister(self) -> None:
         for callback in self._callbacks:
             try:
                 self._connection.domainEventDeregisterAny(callback)
             except libvirt.libvirtError:
                 pass
         self._callbacks.clear()
+        try:
+            self._connection.unregisterCloseCallback()
+        except libvirt.libvirtError:
+            pass
+
+    def stop(self) -> None:
+        self._deregister()
         if self._thread is not None:
             self._queue.put(_STOP)
             self._thread.join(timeout=5)
@@ -93,6 +116,10 @@ class LibvirtWatcher:
         except libvirt.libvirtError:
             self._queue.put(_RESYNC)
 
+    def _on_close(self, _connection: Any, reason: int, _opaque: Any) -> None:
+        log.warning("the libvirt connection closed (reason %d)", reason)
+        self._queue.put(_RECONNECT)
+
     def _work(self) -> None:
         while True:
             try:
@@ -102,7 +129,10 @@ class LibvirtWatcher:
             if item == _STOP:
                 return
             try:
-                if item == _RESYNC:
+                if item == _RECONNECT:
+                    if not self._reopen():
+                        return
+                elif item == _RESYNC:
                     self.resync()
                 else:
                     self.refresh(item)
@@ -110,12 +140,38 @@ class LibvirtWatcher:
                 log.exception("cannot refresh %s", item)
             self.refreshed.set()
 
+    def _reopen(self) -> bool:
+        """Replace the closed connection; False if asked to stop meanwhile."""
+        if self._reconnect is None:
+            log.error("the libvirt connection is gone and no reconnect was configured: serving what is known")
+            return True
+        self._callbacks.clear()  # they died with the old connection
+        delay = 1.0
+        while True:
+            try:
+                self._connection = self._reconnect()
+                self._register()
+                break
+            except Exception as exc:  # RuntimeFailure, libvirtError: try again later
+                log.warning("cannot reconnect to libvirt: %s; again in %.0f s", exc, delay)
+            try:
+                if self._queue.get(timeout=delay) == _STOP:
+                    return False
+            except queue.Empty:
+                pass
+            delay = min(delay * 2, 10.0)
+        log.info("reconnected to libvirt")
+        self.resync()
+        return True
+
     def resync(self) -> None:
         """Re-read every domain and the DHCP leases; forget domains that are gone."""
         try:
             domains = self._connection.listAllDomains()
         except libvirt.libvirtError as exc:
             log.warning("cannot list domains: %s", exc.get_error_message())
+            if self._reconnect is not None and not self._alive():
+                self._queue.put(_RECONNECT)
             return
         seen = set()
         for handle in domains:
@@ -125,6 +181,12 @@ class LibvirtWatcher:
         for uuid in self._directory.uuids() - seen:
             self._directory.remove(uuid)
         self._leases = self._read_leases()
+
+    def _alive(self) -> bool:
+        try:
+            return bool(self._connection.isAlive())
+        except libvirt.libvirtError:
+            return False
 
     def refresh(self, uuid: str) -> None:
         """Re-read one domain (or forget it if it is gone)."""
