@@ -28,6 +28,8 @@ apt_packages=(
     genisoimage xorriso libxml2-utils                    # ISO tools the tests compare against
     udev iproute2                                        # udevadm verify, network namespaces
     postgresql nginx wrk                                 # placement on PostgreSQL, HTTP baselines
+    debhelper dh-python python3-all python3-setuptools lintian  # build and lint the .debs
+    debootstrap e2fsprogs                                # the end-to-end test's Debian 12 guest image
 )
 missing=()
 for package in "${apt_packages[@]}"; do

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Build the devtag-agent and devtag-host .deb packages from this checkout.
+#
+#   packaging/build-debs.sh [--agent-only] [OUTDIR]     (default OUTDIR: dist/)
+#
+# --agent-only builds just devtag-agent (Architecture: all), without vendoring
+# the host libraries: what the end-to-end test installs into its guest.
+#
+# Needs the build dependencies (setup.sh installs them) and the project's
+# .venv (to vendor the host libraries).  Runs lintian on the result.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+build=binary
+if [ "${1:-}" = "--agent-only" ]; then
+    build=all
+    shift
+fi
+out=$(mkdir -p "${1:-$repo/dist}" && cd "${1:-$repo/dist}" && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# The source: the files git knows, as they are in the working tree.
+mkdir "$work/devtag"
+(cd "$repo" && git ls-files -z --cached --others --exclude-standard | xargs -0 tar -cf - --ignore-failed-read) \
+    | tar -C "$work/devtag" -xf -
+cp -a "$work/devtag/packaging/debian" "$work/devtag/debian"
+
+if [ "$build" = binary ]; then
+# devtag-host vendors its libraries (packaging/README.md says why): devtag
+# itself plus the "host" extra, except libvirt-python (python3-libvirt).
+requirements=$("$repo/.venv/bin/python" - <<'PY'
+from importlib.metadata import requires
+from packaging.requirements import Requirement
+for line in requires("devtag") or []:
+    requirement = Requirement(line)
+    if requirement.marker and requirement.marker.evaluate({"extra": "host"}) and requirement.name != "libvirt-python":
+        print(str(requirement).split(";")[0].strip())
+PY
+)
+# shellcheck disable=SC2086 # one requirement per word
+"$repo/.venv/bin/pip" install --quiet --disable-pip-version-check --no-compile \
+    --target "$work/devtag/debian/vendor" "$work/devtag" $requirements
+rm -rf "$work/devtag/debian/vendor/bin"
+fi
+
+(cd "$work/devtag" && dpkg-buildpackage --no-sign --build="$build" >"$work/build.log" 2>&1) || {
+    tail -40 "$work/build.log" >&2
+    echo "build-debs.sh: dpkg-buildpackage failed (log above)" >&2
+    exit 1
+}
+cp "$work"/*.deb "$out"/
+echo "built:" && ls -1 "$out"/*.deb
+if command -v lintian >/dev/null; then
+    lintian --fail-on error --suppress-tags-from-file "$repo/packaging/debian/lintian-suppressions" "$out"/devtag-*.deb
+fi
