@@ -59,6 +59,21 @@ fi
 .venv/bin/pip install -q --upgrade pip >/dev/null
 .venv/bin/pip install -q -e '.[host,test]'
 
+# The guest agent must run on the Pythons of current cloud images (3.9+) with
+# the jsonschema they ship (3.2 on Ubuntu 22.04 / RHEL 9). Debian 12 has no
+# Python 3.9 package; where one exists (e.g. pyenv), tests/agent uses .venv39.
+python39=""
+for candidate in "$(command -v python3.9 || true)" "$HOME"/.pyenv/versions/3.9*/bin/python3.9; do
+    if [ -x "$candidate" ] && "$candidate" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 9))' 2>/dev/null; then
+        python39=$candidate
+        break
+    fi
+done
+if [ -n "$python39" ] && [ ! -x .venv39/bin/python ]; then
+    "$python39" -m venv .venv39
+    .venv39/bin/pip install -q jsonschema==3.2.0 pyudev requests pytest pytest-timeout hypothesis
+fi
+
 if [ "$run_demo" -eq 1 ]; then
     echo "setup.sh: running the demo: .venv/bin/devtag-host demo" >&2
     .venv/bin/devtag-host demo

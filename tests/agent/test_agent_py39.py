@@ -1,7 +1,7 @@
 """The agent on Python 3.9 with only jsonschema (3.2 as on Ubuntu 22.04), pyudev and requests.
 
-The interpreter is ``$DEVTAG_PYTHON39``, else ``python3.9`` on PATH, else a pyenv
-3.9.  It must have the agent's runtime dependencies; to set one up::
+The interpreter is ``$DEVTAG_PYTHON39``, else the ``.venv39`` that ``setup.sh``
+makes where a Python 3.9 exists, else ``python3.9`` on PATH, else a pyenv 3.9.  It must have the agent's runtime dependencies; to set one up::
 
     python3.9 -m venv /tmp/agent39
     /tmp/agent39/bin/pip install jsonschema==3.2.0 pyudev requests pytest pytest-timeout hypothesis
@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _python39() -> Optional[str]:
     """The first 3.9 candidate that has the agent's dependencies, else the first one at all."""
-    candidates = [os.environ.get("DEVTAG_PYTHON39"), shutil.which("python3.9")]
+    candidates = [os.environ.get("DEVTAG_PYTHON39"), str(REPO / ".venv39/bin/python"), shutil.which("python3.9")]
     candidates += sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.9*/bin/python3.9")))
     found = [c for c in candidates if c and os.access(c, os.X_OK) and _is_39(c)]
     for candidate in found:
