@@ -45,6 +45,7 @@ setup(
             "psycopg[binary]>=3.1",
             "os-traits>=3.0",
             "os-resource-classes>=1.1",
+            "orjson>=3.9",  # placement: large allocation-candidate documents
         ],
         "test": [
             "pytest>=8",

@@ -23,6 +23,7 @@ Targets: candidates >= 10x faster than the reference and < 50 ms, loading
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import random
@@ -34,6 +35,8 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import orjson
 
 from devtag_host.placement import migrate
 from devtag_host.placement.app import Placement
@@ -125,7 +128,7 @@ def wsgi_call(app: Callable) -> Call:
         data = b"".join(chunks)
         if hasattr(chunks, "close"):
             chunks.close()
-        return int(status[0].split()[0]), (json.loads(data) if data else None)
+        return int(status[0].split()[0]), (orjson.loads(data) if data else None)
 
     return call
 
@@ -189,38 +192,54 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--providers", type=int, default=5000)
     parser.add_argument("--repeat", type=int, default=20, help="query repetitions (ours; the reference: a quarter)")
     parser.add_argument("--no-stock", action="store_true", help="skip openstack-placement")
+    parser.add_argument("--no-contention", action="store_true", help="skip the PostgreSQL run")
     parser.add_argument("--threads", type=int, default=8, help="writers in the PostgreSQL contention run")
     parser.add_argument("--writes", type=int, default=100, help="writes per thread")
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    parser.add_argument("--workdir", metavar="DIR", help="keep the databases here; reuse (skip loading) if present")
     args = parser.parse_args(argv)
     providers = dataset(args.providers)
     results: Dict[str, Any] = {"providers": args.providers}
-    with tempfile.TemporaryDirectory(prefix="placement-bench-") as tmp:
+    with contextlib.ExitStack() as stack:
+        tmp = args.workdir or stack.enter_context(tempfile.TemporaryDirectory(prefix="placement-bench-"))
+        Path(tmp).mkdir(parents=True, exist_ok=True)
+        reuse = args.workdir and (Path(tmp) / "ours.sqlite").exists()
         store = Store(f"sqlite:///{tmp}/ours.sqlite")
         migrate.upgrade(store)
         call = ours_call(store)
-        results["ours_load_s"] = load(call, providers)
-        print(f"ours:  load {args.providers} providers {results['ours_load_s']:.1f} s", flush=True)
+        if not reuse:
+            results["ours_load_s"] = load(call, providers)
+            print(f"ours:  load {args.providers} providers {results['ours_load_s']:.1f} s", flush=True)
         median, count = time_query(call, "1.17", args.repeat)
         results.update(ours_query_ms=median * 1000, ours_candidates=count)
         print(f"ours:  allocation candidates {median * 1000:.1f} ms ({count} candidates)", flush=True)
         store.dispose()
         if not args.no_stock:
             call = wsgi_call(stock_app(Path(tmp) / "stock.sqlite"))
-            results["stock_load_s"] = load(call, providers)
-            print(f"stock: load {args.providers} providers {results['stock_load_s']:.1f} s", flush=True)
+            if not reuse:
+                results["stock_load_s"] = load(call, providers)
+                print(f"stock: load {args.providers} providers {results['stock_load_s']:.1f} s", flush=True)
             median, count = time_query(call, "1.21", max(3, args.repeat // 4))
             results.update(stock_query_ms=median * 1000, stock_candidates=count)
             print(f"stock: allocation candidates {median * 1000:.1f} ms ({count} candidates)", flush=True)
-            results["load_speedup"] = results["stock_load_s"] / results["ours_load_s"]
             results["query_speedup"] = results["stock_query_ms"] / results["ours_query_ms"]
-            print(f"speed-up: load x{results['load_speedup']:.1f}, candidates x{results['query_speedup']:.1f}")
-        with throwaway_postgres(Path(tmp) / "pg") as url:
+            print(f"speed-up: candidates x{results['query_speedup']:.1f}")
+            if not reuse:
+                results["load_speedup"] = results["stock_load_s"] / results["ours_load_s"]
+                print(f"speed-up: load x{results['load_speedup']:.1f}")
+        if args.no_contention:
+            return _finish(args, results)
+        pg_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="placement-bench-pg-"))
+        with throwaway_postgres(Path(pg_dir) / "pg") as url:
             results["postgresql_contention"] = figures = contention(url, args.threads, args.writes)
         print(
             f"ours on PostgreSQL: {figures['writes_per_second']:.0f} allocation writes/s with {args.threads} "
             f"racing threads on 4 providers ({figures['ok']:.0f} ok, {figures['conflicts']:.0f} x 409)"
         )
+    return _finish(args, results)
+
+
+def _finish(args: argparse.Namespace, results: Dict[str, Any]) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     return 0

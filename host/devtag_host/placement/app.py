@@ -16,6 +16,7 @@ import uuid as uuidlib
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 from urllib.parse import parse_qsl
 
+import orjson
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from . import errors, microversion
@@ -176,7 +177,7 @@ class Placement:
         if reply.body is None:
             return Response(reply.status, out_headers, b"")
         out_headers.append(("content-type", "application/json"))
-        return Response(reply.status, out_headers, json.dumps(reply.body).encode())
+        return Response(reply.status, out_headers, orjson.dumps(reply.body))
 
     def _route(
         self,

@@ -14,15 +14,13 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Set, Tuple
 
 import os_traits
-from sqlalchemy import and_, exists, or_, select
+from sqlalchemy import and_, exists, func, null, or_, select
 from sqlalchemy.engine import Connection
 
 from .. import errors
 from ..db import inventories, provider_aggregates, provider_traits, resource_providers, traits
 from . import resource_class, trait
 from .resource_provider import fitting_rows, used_of_inventory
-
-_CHUNK = 2000
 
 
 @dataclass
@@ -94,6 +92,7 @@ def find(
             inv.c.reserved,
             inv.c.allocation_ratio,
             used_of_inventory().label("used"),
+            _trait_list(connection).label("traits") if with_traits else null().label("traits"),
         )
         .select_from(source)
         .where(*conditions)
@@ -101,17 +100,21 @@ def find(
 
     rows: Dict[int, Dict[int, Tuple[int, int]]] = {}
     uuids: Dict[int, str] = {}
-    # fetchall on the driver cursor: SQLAlchemy's per-row fetch costs more than the query here.
-    for rp_id, uuid, rc_id, total, reserved, ratio, used in connection.execute(
+    trait_lists: Dict[int, Optional[str]] = {}
+    for rp_id, uuid, rc_id, total, reserved, ratio, used, names in connection.execute(
         query.order_by(inv.c.resource_provider_id)
     ).all():
-        rows.setdefault(rp_id, {})[rc_id] = (int((total - reserved) * ratio), int(used))
-        uuids[rp_id] = uuid
+        per = rows.get(rp_id)
+        if per is None:
+            per = rows[rp_id] = {}
+            uuids[rp_id] = uuid
+            trait_lists[rp_id] = names
+        per[rc_id] = (int((total - reserved) * ratio), int(used))
 
-    wanted = set(amounts)
     combos: List[Dict[int, Dict[int, int]]] = []
     if not (sharing & set(rows)):
-        combos = [{rp_id: dict(amounts)} for rp_id, have in rows.items() if set(have) == wanted]
+        # Rows are only those of requested classes: a provider with all of them can take the request.
+        combos = [{rp_id: amounts} for rp_id, have in rows.items() if len(have) == len(amounts)]
     else:
         combos = _with_sharing(connection, rows, amounts, sharing, member_of)
         if required_ids:
@@ -120,24 +123,28 @@ def find(
         combos = combos[:limit]
 
     involved = sorted({rp_id for combo in combos for rp_id in combo})
+    order = [(rc_id, class_names[rc_id]) for rc_id in sorted(amounts)]
     summaries: Dict[str, Dict[str, object]] = {}
     for rp_id in involved:
+        have = rows[rp_id]
         summary: Dict[str, object] = {
             "resources": {
-                class_names[rc_id]: {"capacity": capacity, "used": used}
-                for rc_id, (capacity, used) in sorted(rows[rp_id].items())
+                name: {"capacity": have[rc_id][0], "used": have[rc_id][1]} for rc_id, name in order if rc_id in have
             }
         }
         if with_traits:
-            summary["traits"] = []
+            listed = trait_lists[rp_id]
+            summary["traits"] = sorted(listed.split(",")) if listed else []
         summaries[uuids[rp_id]] = summary
-    if with_traits and involved:
-        for rp_id, name in _trait_names(connection, involved):
-            summaries[uuids[rp_id]]["traits"].append(name)  # type: ignore[attr-defined]
-    requests = [
-        [(uuids[rp_id], {class_names[rc]: n for rc, n in sorted(per.items())}) for rp_id, per in combo.items()]
-        for combo in combos
-    ]
+    named: Dict[Tuple, Dict[str, int]] = {}  # one dict per distinct split, shared by the requests
+
+    def by_name(per: Dict[int, int]) -> Dict[str, int]:
+        key = tuple(sorted(per.items()))
+        if key not in named:
+            named[key] = {class_names[rc]: n for rc, n in key}
+        return named[key]
+
+    requests = [[(uuids[rp_id], by_name(per)) for rp_id, per in combo.items()] for combo in combos]
     return Candidates(requests, summaries)
 
 
@@ -213,15 +220,16 @@ def _with_traits(
     return [combo for combo in combos if required_ids <= set().union(*(has.get(rp, set()) for rp in combo))]
 
 
-def _trait_names(connection: Connection, provider_ids: List[int]) -> List[Tuple[int, str]]:
-    result: List[Tuple[int, str]] = []
-    for start in range(0, len(provider_ids), _CHUNK):
-        chunk = provider_ids[start : start + _CHUNK]
-        query = (
-            select(provider_traits.c.resource_provider_id, traits.c.name)
-            .join(traits, traits.c.id == provider_traits.c.trait_id)
-            .where(provider_traits.c.resource_provider_id.in_(chunk))
-            .order_by(provider_traits.c.resource_provider_id, traits.c.name)
-        )
-        result.extend(tuple(row) for row in connection.execute(query).all())
-    return result
+def _trait_list(connection: Connection):  # type: ignore[no-untyped-def]
+    """SQL: the comma-joined trait names of the current row's provider (names have no commas)."""
+    if connection.dialect.name == "postgresql":
+        joined = func.string_agg(traits.c.name, ",")
+    else:
+        joined = func.group_concat(traits.c.name, ",")
+    return (
+        select(joined)
+        .select_from(provider_traits.join(traits, traits.c.id == provider_traits.c.trait_id))
+        .where(provider_traits.c.resource_provider_id == inventories.c.resource_provider_id)
+        .correlate(inventories)
+        .scalar_subquery()
+    )
