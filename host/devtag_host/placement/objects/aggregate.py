@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import List
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.engine import Connection
 
 from ..db import provider_aggregates
@@ -20,12 +20,18 @@ def of_provider(connection: Connection, provider_id: int) -> List[str]:
     return list(connection.scalars(query))
 
 
+_DELETE_OF_PROVIDER = provider_aggregates.delete().where(
+    provider_aggregates.c.resource_provider_id == bindparam("b_provider")
+)
+_INSERT = provider_aggregates.insert()
+
+
 def set_for_provider(connection: Connection, provider: Provider, aggregates: List[str]) -> None:
     """Replace the provider's aggregates (Placement < 1.19 does not bump the generation)."""
-    connection.execute(provider_aggregates.delete().where(provider_aggregates.c.resource_provider_id == provider.id))
+    connection.execute(_DELETE_OF_PROVIDER, {"b_provider": provider.id})
     wanted = sorted(set(aggregates))
     if wanted:
         connection.execute(
-            provider_aggregates.insert(),
+            _INSERT,
             [{"resource_provider_id": provider.id, "aggregate_uuid": agg} for agg in wanted],
         )

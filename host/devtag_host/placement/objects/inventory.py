@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Dict, Set
 
-from sqlalchemy import func, select
+from sqlalchemy import bindparam, func, select
 from sqlalchemy.engine import Connection
 
 from .. import errors
@@ -50,14 +50,19 @@ def validate(name: str, inventory: Inventory) -> None:
         raise errors.bad_request(f"Invalid inventory for '{name}': min_unit must not exceed max_unit.")
 
 
+_OF_PROVIDER = (
+    select(resource_classes.c.name, *(inventories.c[field] for field in FIELDS))
+    .join(resource_classes, resource_classes.c.id == inventories.c.resource_class_id)
+    .where(inventories.c.resource_provider_id == bindparam("b_provider"))
+    .order_by(resource_classes.c.name)
+)
+_DELETE_ALL = inventories.delete().where(inventories.c.resource_provider_id == bindparam("b_provider"))
+_INSERT = inventories.insert()
+
+
 def of_provider(connection: Connection, provider_id: int) -> Dict[str, Inventory]:
-    query = (
-        select(resource_classes.c.name, *(inventories.c[field] for field in FIELDS))
-        .join(resource_classes, resource_classes.c.id == inventories.c.resource_class_id)
-        .where(inventories.c.resource_provider_id == provider_id)
-        .order_by(resource_classes.c.name)
-    )
-    return {name: Inventory(*values) for name, *values in connection.execute(query).all()}
+    rows = connection.execute(_OF_PROVIDER, {"b_provider": provider_id}).all()
+    return {name: Inventory(*values) for name, *values in rows}
 
 
 def _classes_in_use(connection: Connection, provider_id: int) -> Set[str]:
@@ -94,10 +99,10 @@ def replace_all(connection: Connection, provider: Provider, wanted: Dict[str, In
             errors.INVENTORY_INUSE,
         )
     bump_generation(connection, provider)
-    connection.execute(inventories.delete().where(inventories.c.resource_provider_id == provider.id))
+    connection.execute(_DELETE_ALL, {"b_provider": provider.id})
     if wanted:
         connection.execute(
-            inventories.insert(),
+            _INSERT,
             [
                 {"resource_provider_id": provider.id, "resource_class_id": class_ids[name], **inventory.as_dict()}
                 for name, inventory in wanted.items()

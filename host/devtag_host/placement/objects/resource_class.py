@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Dict, Iterable, List
 
 import os_resource_classes
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
@@ -19,13 +19,16 @@ def is_custom(name: str) -> bool:
     return name.startswith("CUSTOM_")
 
 
+_IDS_BY_NAME = select(resource_classes.c.name, resource_classes.c.id).where(
+    resource_classes.c.name.in_(bindparam("b_names", expanding=True))
+)
+
+
 def ids_by_name(connection: Connection, names: Iterable[str]) -> Dict[str, int]:
     wanted = sorted(set(names))
     if not wanted:
         return {}
-    rows = connection.execute(
-        select(resource_classes.c.name, resource_classes.c.id).where(resource_classes.c.name.in_(wanted))
-    )
+    rows = connection.execute(_IDS_BY_NAME, {"b_names": wanted})
     return {row.name: row.id for row in rows}
 
 

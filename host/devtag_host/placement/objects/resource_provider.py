@@ -6,7 +6,7 @@ import uuid as uuidlib
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional, Set
 
-from sqlalchemy import and_, exists, func, or_, select
+from sqlalchemy import and_, bindparam, exists, func, or_, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
@@ -43,8 +43,17 @@ def _provider(row) -> Provider:  # type: ignore[no-untyped-def]
     return Provider(row.id, row.uuid, row.name, row.generation, row.parent, row.root or row.uuid)
 
 
+# Statements built once: building SQLAlchemy expressions per call costs more than running them.
+_BY_UUID = _select().where(resource_providers.c.uuid == bindparam("b_uuid"))
+_BUMP = (
+    resource_providers.update()
+    .where(resource_providers.c.id == bindparam("b_id"), resource_providers.c.generation == bindparam("b_seen"))
+    .values(generation=bindparam("b_next"))
+)
+
+
 def get(connection: Connection, uuid: str) -> Optional[Provider]:
-    row = connection.execute(_select().where(resource_providers.c.uuid == uuid)).first()
+    row = connection.execute(_BY_UUID, {"b_uuid": uuid}).first()
     return _provider(row) if row else None
 
 
@@ -246,9 +255,7 @@ def delete(connection: Connection, provider: Provider) -> None:
 def bump_generation(connection: Connection, provider: Provider) -> int:
     """Compare-and-swap the generation; raises ConcurrentUpdate if it moved."""
     result = connection.execute(
-        resource_providers.update()
-        .where(resource_providers.c.id == provider.id, resource_providers.c.generation == provider.generation)
-        .values(generation=provider.generation + 1)
+        _BUMP, {"b_id": provider.id, "b_seen": provider.generation, "b_next": provider.generation + 1}
     )
     if result.rowcount != 1:
         raise ConcurrentUpdate(provider.uuid)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Dict, Iterable, List, Optional
 
+from sqlalchemy import bindparam, select
 from sqlalchemy import exists as sql_exists
-from sqlalchemy import select
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
@@ -13,12 +13,14 @@ from .. import errors
 from ..db import provider_traits, traits
 from .resource_provider import Provider, bump_generation
 
+_IDS_BY_NAME = select(traits.c.name, traits.c.id).where(traits.c.name.in_(bindparam("b_names", expanding=True)))
+
 
 def ids_by_name(connection: Connection, names: Iterable[str]) -> Dict[str, int]:
     wanted = sorted(set(names))
     if not wanted:
         return {}
-    rows = connection.execute(select(traits.c.name, traits.c.id).where(traits.c.name.in_(wanted)))
+    rows = connection.execute(_IDS_BY_NAME, {"b_names": wanted})
     return {row.name: row.id for row in rows}
 
 
@@ -86,12 +88,16 @@ def of_provider(connection: Connection, provider_id: int) -> List[str]:
     return list(connection.scalars(query))
 
 
+_DELETE_OF_PROVIDER = provider_traits.delete().where(provider_traits.c.resource_provider_id == bindparam("b_provider"))
+_INSERT_OF_PROVIDER = provider_traits.insert()
+
+
 def set_for_provider(connection: Connection, provider: Provider, names: List[str]) -> None:
     found = require_ids(connection, names)
-    connection.execute(provider_traits.delete().where(provider_traits.c.resource_provider_id == provider.id))
+    connection.execute(_DELETE_OF_PROVIDER, {"b_provider": provider.id})
     if found:
         connection.execute(
-            provider_traits.insert(),
+            _INSERT_OF_PROVIDER,
             [{"resource_provider_id": provider.id, "trait_id": trait_id} for trait_id in sorted(found.values())],
         )
     bump_generation(connection, provider)
