@@ -52,6 +52,17 @@ _BUMP = (
 )
 
 
+_TAKEN = select(resource_providers.c.uuid, resource_providers.c.name).where(
+    or_(resource_providers.c.uuid == bindparam("b_uuid"), resource_providers.c.name == bindparam("b_name"))
+)
+_INSERT = resource_providers.insert()
+_SET_ROOT = (
+    resource_providers.update()
+    .where(resource_providers.c.id == bindparam("b_id"))
+    .values(root_provider_id=bindparam("b_root"))
+)
+
+
 def get(connection: Connection, uuid: str) -> Optional[Provider]:
     row = connection.execute(_BY_UUID, {"b_uuid": uuid}).first()
     return _provider(row) if row else None
@@ -173,19 +184,17 @@ def create(
                 resource_providers.c.id == parent.id
             )
         )
-    rp = resource_providers
-    taken = connection.execute(select(rp.c.uuid, rp.c.name).where(or_(rp.c.uuid == uuid, rp.c.name == name))).all()
+    taken = connection.execute(_TAKEN, {"b_uuid": uuid, "b_name": name}).all()
     for taken_uuid, _taken_name in taken:
         if taken_uuid == uuid:
             raise errors.conflict(f"Conflicting resource provider uuid: {uuid} already exists.", errors.DUPLICATE_NAME)
     if taken:
         raise errors.conflict(f"Conflicting resource provider name: {name} already exists.", errors.DUPLICATE_NAME)
     # A concurrent twin fails the unique constraints: IntegrityError, answered 409 by the app.
-    new_id = connection.execute(
-        rp.insert().values(uuid=uuid, name=name, generation=0, parent_provider_id=parent_id, root_provider_id=root_id)
-    ).inserted_primary_key[0]
+    values = {"uuid": uuid, "name": name, "generation": 0, "parent_provider_id": parent_id, "root_provider_id": root_id}
+    new_id = connection.execute(_INSERT, values).inserted_primary_key[0]
     if root_id is None:
-        connection.execute(rp.update().where(rp.c.id == new_id).values(root_provider_id=new_id))
+        connection.execute(_SET_ROOT, {"b_id": new_id, "b_root": new_id})
     return Provider(new_id, uuid, name, 0, parent_uuid, parent.root_provider_uuid if parent else uuid)
 
 
