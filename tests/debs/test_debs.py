@@ -1,0 +1,126 @@
+"""The Debian packages: build both, check what they contain and depend on,
+and install / purge devtag-agent in a Debian 12 root.
+
+Marked ``packaging`` (a minute or two: the host package vendors its libraries).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Iterator, List
+
+import pytest
+
+pytestmark = [pytest.mark.packaging, pytest.mark.timeout(1800)]
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def debs() -> Iterator[Path]:
+    out = Path(tempfile.mkdtemp(prefix="devtag-debs-"))
+    subprocess.run([str(REPO / "packaging/build-debs.sh"), str(out)], check=True, timeout=1200)
+    yield out
+    shutil.rmtree(out, ignore_errors=True)
+
+
+def deb(directory: Path, name: str) -> Path:
+    (path,) = directory.glob(f"{name}_*.deb")
+    return path
+
+
+def field(package: Path, name: str) -> str:
+    return subprocess.run(["dpkg-deb", "-f", str(package), name], capture_output=True, text=True, check=True).stdout
+
+
+def contents(package: Path) -> List[str]:
+    listing = subprocess.run(["dpkg-deb", "-c", str(package)], capture_output=True, text=True, check=True).stdout
+    return [line.split()[-1].lstrip(".") for line in listing.splitlines()]
+
+
+def test_exactly_two_packages_are_built(debs: Path) -> None:
+    assert sorted(p.name.split("_")[0] for p in debs.glob("*.deb")) == ["devtag-agent", "devtag-host"]
+
+
+def test_agent_depends_only_on_distro_packages(debs: Path) -> None:
+    agent = deb(debs, "devtag-agent")
+    depends = {d.strip().split()[0] for d in field(agent, "Depends").split(",")}
+    assert depends == {"python3", "python3-pyudev", "python3-jsonschema", "python3-requests", "udev"}
+    assert field(agent, "Architecture").strip() == "all"
+    files = contents(agent)
+    for expected in (
+        "/usr/bin/devtag-agent",
+        "/usr/lib/udev/rules.d/70-devtag.rules",
+        "/lib/systemd/system/devtag-agent.service",
+        "/lib/systemd/system/devtag-agent-hotplug@.service",
+        "/lib/systemd/system/cloud-init.service.d/10-devtag.conf",
+        "/usr/lib/python3/dist-packages/devtag_agent/cli.py",
+        "/usr/lib/python3/dist-packages/devtag_schema/device-role-tagging-1.json",
+    ):
+        assert expected in files, expected
+    assert not [f for f in files if "devtag_host" in f], "no host code in the guest package"
+
+
+def test_host_package_vendors_its_libraries_and_runs(debs: Path, tmp_path: Path) -> None:
+    host = deb(debs, "devtag-host")
+    assert "python3-libvirt" in field(host, "Depends")
+    files = contents(host)
+    assert "/usr/bin/devtag-host" in files
+    assert "/usr/lib/devtag-host/vendor/devtag_host/cli.py" in files
+    assert "/usr/lib/devtag-host/vendor/sqlalchemy/__init__.py" in files
+    assert not [f for f in files if "/vendor/libvirt" in f], "libvirt comes from python3-libvirt"
+    subprocess.run(["dpkg-deb", "-x", str(host), str(tmp_path)], check=True)
+    wrapper = (tmp_path / "usr/bin/devtag-host").read_text()
+    assert wrapper.startswith("#!/usr/bin/python3\n")
+    # Run the packaged CLI offline against its own vendored tree (libvirt is not needed for --xml).
+    runnable = wrapper.replace("/usr/lib/devtag-host/vendor", str(tmp_path / "usr/lib/devtag-host/vendor"))
+    (tmp_path / "devtag-host").write_text(runnable)
+    xml = "<domain type='kvm'><name>x</name><devices><disk device='disk'><target dev='vda' bus='virtio'/>"
+    xml += "<address type='pci' domain='0' bus='0' slot='4' function='0'/></disk></devices></domain>"
+    result = subprocess.run(
+        ["/usr/bin/python3", str(tmp_path / "devtag-host"), "devices", "--xml", "-", "--tag", "vda=db", "--compact"],
+        input=xml,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert '"address":"0000:00:04.0"' in result.stdout and '"tags":["db"]' in result.stdout
+
+
+@pytest.mark.vm
+def test_agent_installs_into_debian_12_and_purges_cleanly(debs: Path, tmp_path: Path) -> None:
+    from vm.guest_image import base_tarball
+
+    root = tmp_path / "root"
+    root.mkdir()
+    subprocess.run(["tar", "--numeric-owner", "-C", str(root), "-xf", str(base_tarball())], check=True)
+
+    def snapshot() -> set:
+        ignored = ("/var/cache/", "/var/lib/dpkg/", "/var/log/", "/tmp/", "/var/lib/apt/", "/var/lib/systemd/deb-sys")
+        paths = set()
+        for path in root.rglob("*"):
+            relative = "/" + str(path.relative_to(root))
+            if not relative.startswith(ignored):
+                paths.add(relative)
+        return paths
+
+    before = snapshot()
+    shutil.copy(deb(debs, "devtag-agent"), root / "tmp/agent.deb")
+    installed = subprocess.run(
+        ["chroot", str(root), "apt-get", "install", "-y", "--no-download", "/tmp/agent.deb"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    assert "NEW packages will be installed:\n  devtag-agent\n" in installed.stdout, "no other package pulled in"
+    assert (root / "etc/systemd/system/multi-user.target.wants/devtag-agent.service").is_symlink()
+    purged = subprocess.run(
+        ["chroot", str(root), "apt-get", "purge", "-y", "devtag-agent"], capture_output=True, text=True, timeout=300
+    )
+    assert purged.returncode == 0, purged.stderr
+    leftovers = {p for p in snapshot() - before if "__pycache__" not in p}
+    assert leftovers == set(), leftovers

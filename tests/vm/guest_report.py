@@ -1,0 +1,95 @@
+#!/usr/bin/python3
+"""Runs inside the end-to-end test guest, after devtag-agent: report what was published.
+
+Writes one line ``DEVTAG-E2E-REPORT {json}`` to /dev/ttyS1 (a file on the
+host).  Besides the agent's own answers (``list``/``lookup``) it records the
+ground truth to check them against: every block device's serial as udev sees
+it, every NIC's MAC and altnames, where each /dev/disk/by-tag link points,
+and the udev properties of each tagged device.  With ``devtag_e2e_mkfs=TAG``
+on the kernel command line it also runs mkfs on that disk (first boot only)
+and records the links again after the change event.
+"""
+
+import glob
+import json
+import os
+import subprocess
+
+MARKER = "/var/lib/devtag-e2e-mkfs-done"
+
+
+def run(*command):
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    return result.returncode, result.stdout, result.stderr
+
+
+def udev_properties(path):
+    code, out, _ = run("udevadm", "info", "--query=property", "--path=" + path)
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line) if code == 0 else {}
+
+
+def by_tag_links():
+    return {os.path.basename(p): os.path.realpath(p) for p in sorted(glob.glob("/dev/disk/by-tag/*"))}
+
+
+def block_devices():
+    devices = {}
+    for sys_path in sorted(glob.glob("/sys/class/block/*")):
+        properties = udev_properties(sys_path)
+        devices["/dev/" + os.path.basename(sys_path)] = {
+            key: properties.get(key) for key in ("ID_SERIAL", "ID_SERIAL_SHORT", "ID_SCSI_SERIAL", "DEVTYPE", "ID_PATH")
+        }
+    return devices
+
+
+def nics():
+    code, out, _ = run("ip", "-j", "link", "show")
+    links = json.loads(out) if code == 0 else []
+    return {link["ifname"]: {"mac": link.get("address"), "altnames": link.get("altnames", [])} for link in links}
+
+
+def unit_times(unit):
+    _, out, _ = run(
+        "systemctl",
+        "show",
+        unit,
+        "-p",
+        "ExecMainStartTimestampMonotonic,ExecMainExitTimestampMonotonic,Result,ActiveState",
+    )
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def main():
+    report = {"boot_id": open("/proc/sys/kernel/random/boot_id").read().strip()}
+    code, out, err = run("devtag-agent", "list", "--json")
+    report["list_rc"], report["list_err"] = code, err[-4000:]
+    devices = json.loads(out) if code == 0 and out.strip() else []
+    report["list"] = devices
+    tags = sorted({tag for device in devices for tag in device["tags"]})
+    report["lookup"] = {}
+    for tag in tags:
+        code, out, _ = run("devtag-agent", "lookup", tag, "--json")
+        report["lookup"][tag] = json.loads(out) if code == 0 and out.strip() else None
+    report["check"] = run("devtag-agent", "check")
+    report["by_tag"] = by_tag_links()
+    report["udev"] = {device["syspath"]: udev_properties(device["syspath"]) for device in devices}
+    report["block"] = block_devices()
+    report["nics"] = nics()
+    report["agent_unit"] = unit_times("devtag-agent.service")
+    report["journal"] = run("journalctl", "-b", "-u", "devtag-agent.service", "--no-pager", "-o", "cat")[1][-6000:]
+    cmdline = open("/proc/cmdline").read().split()
+    mkfs_tag = next((arg.split("=", 1)[1] for arg in cmdline if arg.startswith("devtag_e2e_mkfs=")), None)
+    if mkfs_tag and not os.path.exists(MARKER):
+        target = "/dev/disk/by-tag/" + mkfs_tag
+        report["mkfs"] = run("mkfs.ext4", "-q", "-F", target)[0]
+        run("udevadm", "settle", "--timeout=30")
+        report["after_mkfs"] = by_tag_links()
+        open(MARKER, "w").close()
+    with open("/dev/ttyS1", "w") as port:
+        port.write("DEVTAG-E2E-REPORT " + json.dumps(report) + "\n")
+        port.flush()
+    os.sync()
+
+
+if __name__ == "__main__":
+    main()

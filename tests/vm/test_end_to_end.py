@@ -1,0 +1,229 @@
+"""End to end: a real Debian 12 guest finds its devices by tag.
+
+On this machine's QEMU (TCG) through the embedded libvirt: build the guest
+image (cached) with the devtag-agent package built from this checkout, define
+a domain with one device of every kind devtag maps, tag them with
+``devtag-host tag``, attach a config drive built by ``devtag-host
+configdrive``, boot it, and check what the guest reports (see
+guest_report.py) against the serials and MACs the host configured.  Then run
+mkfs on a tagged disk and reboot.
+
+Run alone:  .venv/bin/pytest -m vm -v
+Keep the VM files for debugging:  DEVTAG_E2E_KEEP=1 (the directory is printed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Dict, Iterator, List
+
+import pytest
+
+from devtag_host.cli import main as devtag_host
+
+from .guest_image import GuestImage, build_guest_image
+
+pytestmark = [pytest.mark.vm, pytest.mark.timeout(2400)]
+REPO = Path(__file__).resolve().parents[2]
+BOOT_TIMEOUT = 420
+NICS = {"nic1": "52:54:00:e2:e0:01", "nic2": "52:54:00:e2:e0:02", "plain": "52:54:00:e2:e0:03"}
+# (target dev, bus, serial, controller/unit placement, device)
+DISKS = [
+    ("vda", "virtio", "rootdisk", "", "disk"),
+    ("vdb", "virtio", "vdata-squid", "", "disk"),
+    ("sda", "scsi", "scsi0-oracle", "<address type='drive' controller='0' bus='0' target='0' unit='1'/>", "disk"),
+    ("sdb", "scsi", "scsi1-shared", "<address type='drive' controller='1' bus='0' target='2' unit='3'/>", "disk"),
+    ("sdc", "scsi", "lsi-legacy", "<address type='drive' controller='2' bus='0' target='0' unit='3'/>", "disk"),
+    ("sdd", "sata", "sata-archive", "", "disk"),
+    ("sde", "usb", "usb-key", "", "disk"),
+    ("sdf", "sata", "", "", "cdrom"),
+]
+TAGS = {
+    NICS["nic1"]: ["nfvfunc1"],
+    NICS["nic2"]: ["nfvfunc2"],
+    "vdb": ["squidcache"],
+    "sda": ["oracledb", "fast db"],  # two tags on one disk
+    "sdb": ["nfvfunc1"],  # the same tag as a NIC
+    "sdc": ["legacy"],
+    "sdd": ["archive"],
+    "sde": ["usbkey"],
+    "sdf": ["media"],
+}
+EXPECTED_DISKS = {  # tag -> serial udev must report for the disk it resolves to
+    "squidcache": "vdata-squid",
+    "oracledb": "scsi0-oracle",
+    "fast db": "scsi0-oracle",
+    "nfvfunc1": "scsi1-shared",
+    "legacy": "lsi-legacy",
+    "archive": "sata-archive",
+    "usbkey": "usb-key",
+}
+EXPECTED_NICS = {"nfvfunc1": NICS["nic1"], "nfvfunc2": NICS["nic2"]}
+
+
+@pytest.fixture(scope="session")
+def vm_dir() -> Iterator[Path]:
+    directory = Path(tempfile.mkdtemp(prefix="devtag-e2e-"))
+    directory.chmod(0o755)
+    yield directory
+    if os.environ.get("DEVTAG_E2E_KEEP"):
+        print(f"\nkept the end-to-end VM files in {directory}")
+    else:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def agent_deb(vm_dir: Path) -> Path:
+    out = vm_dir / "debs"
+    subprocess.run([str(REPO / "packaging/build-debs.sh"), "--agent-only", str(out)], check=True, timeout=900)
+    return next(out.glob("devtag-agent_*.deb"))
+
+
+@pytest.fixture(scope="session")
+def guest_image(agent_deb: Path, vm_dir: Path) -> GuestImage:
+    return build_guest_image(agent_deb, vm_dir / "image")
+
+
+def disk_xml(directory: Path, dev: str, bus: str, serial: str, address: str, device: str) -> str:
+    image = directory / f"{dev}.img"
+    with open(image, "wb") as handle:
+        handle.truncate(64 * 1024 * 1024)
+    image.chmod(0o666)
+    serial_xml = f"<serial>{serial}</serial>" if serial else ""
+    readonly = "<readonly/>" if device == "cdrom" else ""
+    return (
+        f"<disk type='file' device='{device}'><driver name='qemu' type='raw'/><source file='{image}'/>"
+        f"<target dev='{dev}' bus='{bus}'/>{serial_xml}{readonly}{address}</disk>"
+    )
+
+
+def domain_xml(name: str, image: GuestImage, directory: Path, cmdline_extra: str = "") -> str:
+    disks = "".join(disk_xml(directory, *spec) for spec in DISKS[1:])
+    root = (
+        f"<disk type='file' device='disk'><driver name='qemu' type='raw'/><source file='{image.disk}'/>"
+        "<target dev='vda' bus='virtio'/><serial>rootdisk</serial></disk>"
+    )
+    nics = "".join(
+        f"<interface type='user'><mac address='{mac}'/><model type='{'e1000' if key == 'plain' else 'virtio'}'/>"
+        "</interface>"
+        for key, mac in NICS.items()
+    )
+    return f"""<domain type='qemu'><name>{name}</name><memory unit='MiB'>1024</memory><vcpu>2</vcpu>
+      <os><type arch='x86_64' machine='q35'>hvm</type><kernel>{image.kernel}</kernel>
+        <initrd>{image.initrd}</initrd><cmdline>{image.cmdline} {cmdline_extra}</cmdline></os>
+      <features><acpi/></features><cpu mode='custom'><model>qemu64</model></cpu>
+      <devices>
+        <controller type='scsi' index='0' model='virtio-scsi'/>
+        <controller type='scsi' index='1' model='virtio-scsi'/>
+        <controller type='scsi' index='2' model='lsilogic'/>
+        <controller type='usb' index='0' model='qemu-xhci'/>
+        {root}{disks}{nics}
+        <serial type='file'><source path='{directory}/console.log'/><target port='0'/></serial>
+        <serial type='file'><source path='{directory}/report.log'/><target port='1'/></serial>
+      </devices></domain>"""
+
+
+def wait_for_report(directory: Path, count: int) -> Dict[str, Any]:
+    """The ``count``-th report line the guest wrote to its second serial port."""
+    deadline = time.monotonic() + BOOT_TIMEOUT
+    path = directory / "report.log"
+    while time.monotonic() < deadline:
+        lines = [
+            line for line in path.read_text(errors="replace").splitlines() if line.startswith("DEVTAG-E2E-REPORT ")
+        ]
+        if len(lines) >= count:
+            return json.loads(lines[count - 1].split(" ", 1)[1])
+        time.sleep(2)
+    console = (directory / "console.log").read_text(errors="replace")[-3000:]
+    raise AssertionError(f"no report #{count} within {BOOT_TIMEOUT}s; console tail:\n{console}")
+
+
+def serials_of(report: Dict[str, Any], devnode: str) -> List[str]:
+    properties = report["block"].get(devnode, {})
+    return [v for k, v in properties.items() if k in ("ID_SERIAL", "ID_SERIAL_SHORT", "ID_SCSI_SERIAL") and v]
+
+
+def check_report(report: Dict[str, Any]) -> None:
+    assert report["list_rc"] == 0, report["list_err"]
+    for tag, serial in EXPECTED_DISKS.items():
+        disks = [d for d in report["lookup"][tag] if d["type"] == "disk"]
+        assert len(disks) == 1, (tag, report["lookup"][tag], report["journal"])
+        devnode = disks[0]["devnode"]
+        assert serial in serials_of(report, devnode), (tag, devnode, report["block"].get(devnode))
+        assert report["by_tag"][_link(tag)] == devnode, (tag, report["by_tag"])
+        assert_udev_carries(report, disks[0]["syspath"], tag)
+    for tag, mac in EXPECTED_NICS.items():
+        nics = [d for d in report["lookup"][tag] if d["type"] == "nic"]
+        assert len(nics) == 1, (tag, report["lookup"][tag])
+        assert report["nics"][nics[0]["ifname"]]["mac"] == mac
+        assert tag in report["nics"][nics[0]["ifname"]]["altnames"], report["nics"]
+        assert_udev_carries(report, nics[0]["syspath"], tag)
+    assert report["check"][0] == 0, report["check"]  # the agent's own cross-check against udev
+    (cdrom,) = [d for d in report["lookup"]["media"] if d["type"] == "disk"]
+    assert cdrom["devnode"].startswith("/dev/sr")
+    untagged = {mac for mac in NICS.values()} - set(EXPECTED_NICS.values())
+    assert not [d for d in report["list"] if d.get("mac") in untagged]
+
+
+def assert_udev_carries(report: Dict[str, Any], syspath: str, tag: str) -> None:
+    """udev itself (the static rules, real udevd) has the tag on the device."""
+    from devtag_agent.encoding import encode_key, encode_name
+
+    properties = report["udev"][syspath]
+    assert encode_name(tag) in properties.get("DEVTAG_TAGS", "").split(), (tag, properties)
+    assert properties.get(f"DEVTAG_TAG_{encode_key(tag)}") == "1", (tag, properties)
+
+
+def report_timings(path: str, boot_seconds: float, report: Dict[str, Any]) -> None:
+    """Print the boot-to-tags-ready figures (recorded in the README)."""
+    agent = report["agent_unit"]
+    started, finished = (
+        int(agent[key]) / 1e6 for key in ("ExecMainStartTimestampMonotonic", "ExecMainExitTimestampMonotonic")
+    )
+    print(
+        f"\n[{path}] host: start to report {boot_seconds:.0f} s; guest: tags ready {finished:.1f} s after kernel"
+        f" start, agent {finished - started:.1f} s of it"
+    )
+
+
+def _link(tag: str) -> str:
+    from devtag_agent.encoding import link_name
+
+    name = link_name(tag)
+    assert name is not None
+    return name
+
+
+def test_guest_finds_every_device_by_tag_via_config_drive(
+    libvirt_uri: str, libvirt_conn: Any, guest_image: GuestImage, vm_dir: Path
+) -> None:
+    directory = vm_dir / "configdrive"
+    directory.mkdir(mode=0o755)
+    domain = libvirt_conn.defineXML(domain_xml("e2e-cd", guest_image, directory, "devtag_e2e_mkfs=archive"))
+    try:
+        for device, tags in TAGS.items():
+            assert devtag_host(["tag", "--connect", libvirt_uri, "e2e-cd", device, *tags]) == 0
+        iso = directory / "config.iso"
+        assert devtag_host(["configdrive", "--connect", libvirt_uri, "e2e-cd", "-o", str(iso), "--attach"]) == 0
+        started = time.monotonic()
+        domain.create()
+        first = wait_for_report(directory, 1)
+        boot_seconds = time.monotonic() - started
+        check_report(first)
+        assert first["mkfs"] == 0
+        assert first["after_mkfs"][_link("archive")] == first["by_tag"][_link("archive")], "link survived mkfs"
+        domain.reboot(0)
+        second = wait_for_report(directory, 2)
+        assert second["boot_id"] != first["boot_id"]
+        check_report(second)
+        report_timings("config drive", boot_seconds, first)
+    finally:
+        if domain.isActive():
+            domain.destroy()
+        domain.undefine()
