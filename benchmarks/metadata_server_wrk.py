@@ -167,7 +167,7 @@ def main() -> int:
 
     suffix = secrets.token_hex(3)
     namespace, host_end, guest_end = f"dtbench-{suffix}", f"dtbh{suffix}", f"dtbg{suffix}"
-    host, guest = "10.253.0.1", "10.253.0.2"
+    host, guest = "198.18.255.1", "198.18.255.2"  # RFC 2544 benchmarking range
     processes: List[subprocess.Popen] = []
     work = Path(tempfile.mkdtemp(prefix="devtag-bench-"))
     work.chmod(0o755)  # nginx's workers run as www-data

@@ -6,7 +6,7 @@ import json
 import logging
 import socket
 import time
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional
 from urllib.parse import urlsplit
 
 import httpx
@@ -35,6 +35,16 @@ def raw_request(base: str, request: bytes, timeout: float = 5) -> bytes:
                 break
             chunks.append(chunk)
     return b"".join(chunks)
+
+
+def access_records(caplog: pytest.LogCaptureFixture, count: int) -> List[Dict[str, Any]]:
+    """The access log records, waiting for ``count`` of them: the server logs after it has answered."""
+    deadline = time.monotonic() + 5
+    while True:
+        records = [json.loads(r.getMessage()) for r in caplog.records if r.name.endswith(".access")]
+        if len(records) >= count or time.monotonic() > deadline:
+            return records
+        time.sleep(0.01)
 
 
 def assert_no_instance_data(body: bytes) -> None:
@@ -116,9 +126,12 @@ def proxied(directory: InstanceDirectory, serve: Callable) -> str:
     return serve(create_app(directory, proxy_secret=SECRET))
 
 
-def test_proxy_mode_serves_the_signed_instance(proxied: str) -> None:
-    response = httpx.get(proxied + PATH, headers=proxy_headers(UUID_B))
+def test_proxy_mode_serves_the_signed_instance(proxied: str, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="devtag_host.metadata_server.access"):
+        response = httpx.get(proxied + PATH, headers={**proxy_headers(UUID_B), "X-Forwarded-For": "10.0.0.7"})
+        (record,) = access_records(caplog, 1)
     assert response.status_code == 200 and response.json()["uuid"] == UUID_B
+    assert record["instance"] == UUID_B and record["note"] == "proxy for 10.0.0.7"
 
 
 @pytest.mark.parametrize(
@@ -213,7 +226,7 @@ def test_access_log_is_one_json_object_per_request(
     with caplog.at_level(logging.INFO, logger="devtag_host.metadata_server.access"):
         httpx.get(base + PATH)
         httpx.get(base + "/nope")
-    records: Any = [json.loads(r.getMessage()) for r in caplog.records if r.name.endswith(".access")]
+        records = access_records(caplog, 2)
     assert [(r["path"], r["status"], r["instance"]) for r in records] == [(PATH, 200, UUID_A), ("/nope", 404, UUID_A)]
     assert records[0]["client"] == "127.0.0.1" and records[0]["note"] == "neighbour" and records[0]["ms"] >= 0
 

@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 PROC_ARP = "/proc/net/arp"
 _ARP_COMPLETE = 0x2
 _NO_MAC = "00:00:00:00:00:00"
-_PROXY_HEADERS = frozenset({b"x-instance-id", b"x-instance-id-signature", b"x-tenant-id"})
+_PROXY_HEADERS = frozenset({b"x-instance-id", b"x-instance-id-signature", b"x-tenant-id", b"x-forwarded-for"})
 
 
 @dataclass(frozen=True)
@@ -218,4 +218,6 @@ class ProxyIdentifier:
             return Refusal(404, f"no instance {instance_id}")
         if entry.instance.project_id and not hmac.compare_digest(entry.instance.project_id, tenant):
             return Refusal(403, "tenant does not own the instance")
-        return Identity(entry, "proxy")
+        # X-Forwarded-For (the guest's address, as the proxy saw it) is only logged, and only when signed for.
+        forwarded = wanted.get(b"x-forwarded-for", "")[:64]
+        return Identity(entry, f"proxy for {forwarded}" if forwarded else "proxy")
