@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Set, Tuple
 
 import os_traits
-from sqlalchemy import and_, exists, func, null, or_, select
+from sqlalchemy import and_, case, exists, func, null, or_, select
 from sqlalchemy.engine import Connection
 
 from .. import errors
@@ -83,33 +83,52 @@ def find(
             conditions.append(_in_aggregates(member_of))
     elif member_of:
         conditions.append(or_(_in_aggregates(member_of), inv.c.resource_provider_id.in_(sorted(sharing))))
-    query = (
-        select(
-            inv.c.resource_provider_id,
-            resource_providers.c.uuid,
-            inv.c.resource_class_id,
-            inv.c.total,
-            inv.c.reserved,
-            inv.c.allocation_ratio,
-            used_of_inventory().label("used"),
-            _trait_list(connection).label("traits") if with_traits else null().label("traits"),
-        )
-        .select_from(source)
-        .where(*conditions)
-    )
-
     rows: Dict[int, Dict[int, Tuple[int, int]]] = {}
     uuids: Dict[int, str] = {}
     trait_lists: Dict[int, Optional[str]] = {}
-    for rp_id, uuid, rc_id, total, reserved, ratio, used, names in connection.execute(
-        query.order_by(inv.c.resource_provider_id)
-    ).all():
-        per = rows.get(rp_id)
-        if per is None:
-            per = rows[rp_id] = {}
+    trait_column = _trait_list(connection) if with_traits else null()
+    if not sharing:
+        # One row per provider that can take every class itself (conditional aggregation).
+        order = sorted(amounts)
+        columns = []
+        for rc_id in order:
+            columns.append(func.max(case((inv.c.resource_class_id == rc_id, _capacity()))))
+            columns.append(func.max(case((inv.c.resource_class_id == rc_id, used_of_inventory()))))
+        query = (
+            select(inv.c.resource_provider_id, resource_providers.c.uuid, trait_column, *columns)
+            .select_from(source)
+            .where(*conditions)
+            .group_by(inv.c.resource_provider_id, resource_providers.c.uuid)
+            .having(func.count() == len(amounts))
+            .order_by(inv.c.resource_provider_id)
+        )
+        for rp_id, uuid, names, *figures in connection.execute(query).all():
             uuids[rp_id] = uuid
             trait_lists[rp_id] = names
-        per[rc_id] = (int((total - reserved) * ratio), int(used))
+            rows[rp_id] = {
+                rc_id: (int(figures[2 * index]), int(figures[2 * index + 1])) for index, rc_id in enumerate(order)
+            }
+    else:
+        query = (
+            select(
+                inv.c.resource_provider_id,
+                resource_providers.c.uuid,
+                inv.c.resource_class_id,
+                _capacity(),
+                used_of_inventory(),
+                trait_column,
+            )
+            .select_from(source)
+            .where(*conditions)
+            .order_by(inv.c.resource_provider_id)
+        )
+        for rp_id, uuid, rc_id, capacity, used, names in connection.execute(query).all():
+            per = rows.get(rp_id)
+            if per is None:
+                per = rows[rp_id] = {}
+                uuids[rp_id] = uuid
+                trait_lists[rp_id] = names
+            per[rc_id] = (int(capacity), int(used))
 
     combos: List[Dict[int, Dict[int, int]]] = []
     if not (sharing & set(rows)):
@@ -134,11 +153,15 @@ def find(
         }
         if with_traits:
             listed = trait_lists[rp_id]
-            summary["traits"] = sorted(listed.split(",")) if listed else []
+            summary["traits"] = (sorted(listed.split(",")) if "," in listed else [listed]) if listed else []
         summaries[uuids[rp_id]] = summary
     named: Dict[Tuple, Dict[str, int]] = {}  # one dict per distinct split, shared by the requests
 
+    whole = {class_names[rc]: n for rc, n in sorted(amounts.items())}
+
     def by_name(per: Dict[int, int]) -> Dict[str, int]:
+        if per is amounts:
+            return whole
         key = tuple(sorted(per.items()))
         if key not in named:
             named[key] = {class_names[rc]: n for rc, n in key}
@@ -146,6 +169,10 @@ def find(
 
     requests = [[(uuids[rp_id], by_name(per)) for rp_id, per in combo.items()] for combo in combos]
     return Candidates(requests, summaries)
+
+
+def _capacity():  # type: ignore[no-untyped-def]
+    return (inventories.c.total - inventories.c.reserved) * inventories.c.allocation_ratio
 
 
 def _in_aggregates(member_of: Set[str]):  # type: ignore[no-untyped-def]
