@@ -1,7 +1,8 @@
 """The agent on Python 3.9 with only jsonschema (3.2 as on Ubuntu 22.04), pyudev and requests.
 
 The interpreter is ``$DEVTAG_PYTHON39``, else the ``.venv39`` that ``setup.sh``
-makes where a Python 3.9 exists, else ``python3.9`` on PATH, else a pyenv 3.9.  It must have the agent's runtime dependencies; to set one up::
+makes where a Python 3.9 exists, else ``python3.9`` on PATH, else a pyenv 3.9.
+It must have the agent's runtime dependencies; to set one up::
 
     python3.9 -m venv /tmp/agent39
     /tmp/agent39/bin/pip install jsonschema==3.2.0 pyudev requests pytest pytest-timeout hypothesis
