@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 from typing import Any, Callable
 
+import libvirt
 import pytest
 
 from devtag_host import devices_for_domain, virt
@@ -22,6 +23,19 @@ DOMAIN = """<domain type='qemu'><name>{name}</name><memory unit='MiB'>64</memory
   <disk type='file' device='disk'><driver name='qemu' type='raw'/><source file='{image}'/>
     <target dev='vda' bus='virtio'/><serial>vol-root</serial></disk>
 </devices></domain>"""
+
+
+def qemu_command_line(handle: Any) -> str:
+    """The command line of the domain's QEMU process (found by its -name guest=...)."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if "qemu-system" in command and f"guest={handle.name()}," in command:
+                return command
+    return ""
 
 
 def make_domain(define_domain: Callable, image_dir: Path, name: str, machine: str = "pc") -> Any:
@@ -50,10 +64,14 @@ def test_write_set_smbios_attach_and_boot(libvirt_conn: Any, define_domain: Call
     xml = handle.XMLDesc(0)
     assert "<entry name='product'>OpenStack Nova</entry>" in xml and "<smbios mode='sysinfo'/>" in xml
 
-    handle.create()  # real QEMU boots with the cdrom and the SMBIOS table
+    # Real QEMU with the cdrom and the SMBIOS table.  Paused: a guest (even
+    # SeaBIOS probing the cdrom for a boot sector) may hold the tray shut for a
+    # while, and then a live medium change fails with "Tray ... is not open".
+    handle.createWithFlags(libvirt.VIR_DOMAIN_START_PAUSED)
     try:
         live = virt.read_domain(handle)
         assert [d.source_file for d in live.disks if d.alias == CONFIG_DRIVE_ALIAS] == [str(iso)]
+        assert "type=1,manufacturer=OpenStack Foundation,product=OpenStack Nova" in qemu_command_line(handle)
         # attaching again swaps the medium of the same drive, live
         second = image_dir / "second.iso"
         second.write_bytes(iso.read_bytes())

@@ -41,7 +41,7 @@ def access_records(caplog: pytest.LogCaptureFixture, count: int) -> List[Dict[st
     """The access log records, waiting for ``count`` of them: the server logs after it has answered."""
     deadline = time.monotonic() + 5
     while True:
-        records = [json.loads(r.getMessage()) for r in caplog.records if r.name.endswith(".access")]
+        records = [json.loads(r.getMessage()) for r in caplog.records if r.name == "devtag_host.metadata_server.access"]
         if len(records) >= count or time.monotonic() > deadline:
             return records
         time.sleep(0.01)

@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 
 SMBIOS_PRODUCT = "OpenStack Nova"
 SMBIOS_MANUFACTURER = "OpenStack Foundation"
-_MEDIUM_CHANGE_ATTEMPTS = 4
+_MEDIUM_CHANGE_ATTEMPTS = 8
 
 
 def instance_from_domain(domain: Domain, **fields: Any) -> Instance:
@@ -146,7 +146,7 @@ def attach_config_drive(handle: Any, iso_path: str, *, bus: Optional[str] = None
                 # libvirt waits a bounded time for the tray; on a busy host it may not have opened yet
                 if "tray" not in (exc.get_error_message() or "").lower() or attempt + 1 == _MEDIUM_CHANGE_ATTEMPTS:
                     raise RuntimeFailure(f"cannot change the config drive medium: {exc.get_error_message()}") from None
-                time.sleep(0.2 * (attempt + 1))
+                time.sleep(0.25 * (attempt + 1))
     if bus is None:
         bus = "sata" if domain.machine and "q35" in domain.machine else "ide"
     target = _free_target(domain, bus)
