@@ -45,3 +45,46 @@ def test_empty_token_file_is_refused(tmp_path):
     token = tmp_path / "token"
     token.write_text("\n")
     assert main(["placement", "serve", "--listen", "127.0.0.1:1", "--auth-token-file", str(token)]) == 2
+
+
+def test_served_over_http(tmp_path):
+    """uvicorn in front of the ASGI side: body limit, HEAD, request ids."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import httpx
+
+    from .conftest import _free_port, wait_for_port
+
+    port = _free_port()
+    server = subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "devtag-host"),
+            "placement",
+            "serve",
+            "--db",
+            f"sqlite:///{tmp_path / 'p.sqlite'}",
+            "--listen",
+            f"127.0.0.1:{port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_for_port(port)
+        headers = {"x-auth-token": "admin", "openstack-api-version": "placement 1.17"}
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=headers) as client:
+            root = client.get("/")
+            assert root.status_code == 200 and root.headers["x-openstack-request-id"].startswith("req-")
+            big = client.post(
+                "/resource_providers", content=b"x" * (2 * 1024 * 1024), headers={"content-type": "application/json"}
+            )
+            assert big.status_code == 413
+            assert client.post("/resource_providers", json={"name": "n"}).status_code == 201
+            head = client.head("/resource_providers")
+            assert head.status_code == 200 and head.content == b""
+            assert client.get("/resource_providers", headers={"x-auth-token": ""}).status_code == 401
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

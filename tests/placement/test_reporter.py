@@ -154,6 +154,17 @@ def test_report_command(libvirt_conn, libvirt_uri, tmp_path):
         _, inventory = client.call("GET", f"/resource_providers/{provider['uuid']}/inventories")
         assert set(inventory["inventories"]) == {"VCPU", "MEMORY_MB", "DISK_GB"}
         assert main([*argv, "--aggregate", "nope"]) == 2
+        assert main([*argv, "--shared-path", str(tmp_path)]) == 2  # needs --aggregate
+        # The node and a shared file system in one aggregate: a sharing DISK_GB provider.
+        aggregate = str(uuid.uuid4())
+        shared = ["--shared-path", str(tmp_path), "--shared-name", "shared-fs", "--aggregate", aggregate]
+        assert main([*argv, "--name", "cli-node", *shared]) == 0
+        _, found = client.call("GET", f"/resource_providers?member_of={aggregate}")
+        assert {p["name"] for p in found["resource_providers"]} == {"cli-node", "shared-fs"}
+        _, candidates = client.call("GET", "/allocation_candidates?resources=VCPU:1,DISK_GB:1")
+        pairs = [set(r["allocations"]) for r in candidates["allocation_requests"]]
+        sharer = next(p["uuid"] for p in found["resource_providers"] if p["name"] == "shared-fs")
+        assert {provider["uuid"], sharer} in pairs
     finally:
         server.terminate()
         server.wait(timeout=30)
