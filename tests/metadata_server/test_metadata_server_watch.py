@@ -140,3 +140,17 @@ def test_reconnects_when_libvirt_goes_away() -> None:
         assert hasattr(second, "on_close"), "events registered on the new connection"
     finally:
         watcher.stop()
+
+
+def test_leases_are_re_read_between_resyncs() -> None:
+    connection = FakeConnection()
+    watcher = LibvirtWatcher(connection, InstanceDirectory(), lease_interval=0.05)  # type: ignore[arg-type]
+    watcher.start()
+    try:
+        connection.networks[0].leases = [{"ipaddr": "192.168.122.50", "mac": "52:54:00:77:00:99"}]
+        deadline = time.monotonic() + 5
+        while watcher.leases().get("192.168.122.50") != "52:54:00:77:00:99":
+            assert time.monotonic() < deadline, "leases not refreshed"
+            time.sleep(0.02)
+    finally:
+        watcher.stop()

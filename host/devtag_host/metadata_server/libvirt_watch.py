@@ -9,7 +9,9 @@ running domain is served a few milliseconds later.  A full resync runs every
 leases are refreshed for the :class:`~.requester.AddressBook`.
 
 The callbacks only queue work: they run on libvirt's event loop thread,
-which must not block.
+which must not block.  The DHCP leases are re-read every ``lease_interval``
+seconds (2), so a lease and the neighbour table rarely disagree for long
+after an address moves to another guest.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
 import libvirt
@@ -58,6 +61,7 @@ class LibvirtWatcher:
         *,
         extras: Callable[[str], Mapping[str, Any]] = lambda _uuid: {},
         resync_interval: float = 60.0,
+        lease_interval: float = 2.0,
         reconnect: Optional[Callable[[], libvirt.virConnect]] = None,
     ) -> None:
         self._connection = connection
@@ -65,6 +69,7 @@ class LibvirtWatcher:
         self._directory = directory
         self._extras = extras
         self._resync_interval = resync_interval
+        self._lease_interval = lease_interval
         self._queue: queue.Queue[str] = queue.Queue()
         self._callbacks: List[int] = []
         self._thread: Optional[threading.Thread] = None
@@ -121,13 +126,19 @@ class LibvirtWatcher:
         self._queue.put(_RECONNECT)
 
     def _work(self) -> None:
+        next_resync = time.monotonic() + self._resync_interval
         while True:
             try:
-                item = self._queue.get(timeout=self._resync_interval)
+                item = self._queue.get(timeout=min(self._lease_interval, max(0.0, next_resync - time.monotonic())))
             except queue.Empty:
+                if time.monotonic() < next_resync:
+                    self._leases = self._read_leases()  # a new guest's lease, before it asks
+                    continue
                 item = _RESYNC
             if item == _STOP:
                 return
+            if item == _RESYNC:
+                next_resync = time.monotonic() + self._resync_interval
             try:
                 if item == _RECONNECT:
                     if not self._reopen():
