@@ -64,6 +64,7 @@ def test_a_tag_added_to_a_running_domain_is_served_within_half_a_second(
         virt.update_tags(handle, lambda domain: add_tags(domain, MAC, ["nfvfunc1"]))
         elapsed = wait_for(client, lambda r: nic_tags(r) == [["nfvfunc1"]], REFRESH_BUDGET)
         assert elapsed is not None, f"tag not served within {REFRESH_BUDGET} s"
+        print(f"tag served {elapsed * 1000:.1f} ms after virDomainSetMetadata returned")
 
         handle.destroy()
         handle.undefine()
