@@ -19,7 +19,11 @@ CAPABILITIES = """<capabilities><host><uuid>859a3caa-14f1-40f7-9840-15b193f19a92
 <feature name='hypervisor'/><feature name='tsc-deadline'/></cpu></host></capabilities>"""
 
 DOMAIN = """<domain type='qemu'><name>{name}</name><memory unit='MiB'>64</memory><vcpu>1</vcpu>
-  <os><type arch='x86_64' machine='pc'>hvm</type></os><devices></devices></domain>"""
+  <os><type arch='x86_64' machine='pc'>hvm</type></os><devices>
+  <disk type='file' device='disk'><driver name='qemu' type='qcow2'/><source file='{image}'/>
+    <target dev='vda' bus='virtio'/></disk>
+  <disk type='file' device='cdrom'><target dev='sda' bus='sata'/><readonly/></disk>
+</devices></domain>"""
 
 
 def test_capabilities_to_traits():
@@ -109,17 +113,20 @@ def test_shared_pool_feeds_allocation_candidates(placement):
 
 
 @pytest.mark.libvirt
-def test_report_from_embedded_libvirt(libvirt_conn, define_domain, placement, tmp_path):
+def test_report_from_embedded_libvirt(libvirt_conn, define_domain, placement, image_dir):
     name = f"placement-{uuid.uuid4().hex[:8]}"
-    domain = define_domain(DOMAIN.format(name=name))
+    image = image_dir / "disk.qcow2"
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", str(image), "1536M"], check=True)
+    image.chmod(0o666)
+    domain = define_domain(DOMAIN.format(name=name, image=image))
     domain.create()
-    host = reporter.read_host(libvirt_conn, name="embedded-node", disk_path=str(tmp_path))
+    host = reporter.read_host(libvirt_conn, name="embedded-node", disk_path=str(image_dir))
     ours = [d for d in host.domains if d.name == name]
-    assert ours == [reporter.DomainUsage(domain.UUIDString(), name, 1, 64)]
+    assert ours == [reporter.DomainUsage(domain.UUIDString(), name, 1, 64, 2)]  # 1.5 GiB, rounded up
     summary = reporter.report(placement, host, reporter.Settings())
     assert summary.failed == []
     _, allocations = placement.call("GET", f"/allocations/{domain.UUIDString()}")
-    assert allocations["allocations"][host.uuid]["resources"] == {"VCPU": 1, "MEMORY_MB": 64}
+    assert allocations["allocations"][host.uuid]["resources"] == {"VCPU": 1, "MEMORY_MB": 64, "DISK_GB": 2}
     _, inventory = placement.call("GET", f"/resource_providers/{host.uuid}/inventories")
     assert inventory["inventories"]["VCPU"]["total"] == libvirt_conn.getInfo()[2]
     assert reporter.report(placement, host, reporter.Settings()).changed == []

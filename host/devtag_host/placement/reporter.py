@@ -51,6 +51,7 @@ class DomainUsage:
     name: str
     vcpus: int
     memory_mb: int
+    disk_gb: int = 0  # file-backed disks, virtual size, rounded up
 
 
 @dataclass
@@ -117,6 +118,27 @@ def pool_gb(connection: Any, name: str) -> Tuple[int, int]:
     return capacity // GIB, allocation // GIB
 
 
+def file_disk_targets(xml: str) -> List[str]:
+    """Target devs of the file-backed disks (not cdroms) of a domain XML."""
+    root = ElementTree.fromstring(xml)
+    targets = []
+    for disk in root.findall("devices/disk"):
+        if disk.get("type") == "file" and disk.get("device", "disk") == "disk":
+            target = disk.find("target")
+            if target is not None and target.get("dev"):
+                targets.append(target.get("dev"))
+    return targets
+
+
+def local_disk_gb(domain: Any) -> int:
+    """Sum of the virtual sizes of a running domain's file-backed disks, in GiB rounded up."""
+    total = 0
+    for dev in file_disk_targets(domain.XMLDesc(0)):
+        capacity, _allocation, _physical = domain.blockInfo(dev)
+        total += capacity
+    return -(-total // GIB)
+
+
 def read_host(
     connection: Any, *, name: Optional[str] = None, disk_path: Optional[str] = None, storage_pool: Optional[str] = None
 ) -> HostFacts:
@@ -129,7 +151,9 @@ def read_host(
         domains = []
         for domain in connection.listAllDomains(libvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE):
             _state, max_kib, _mem, vcpus, _time = domain.info()
-            domains.append(DomainUsage(domain.UUIDString(), domain.name(), vcpus, max(1, max_kib // 1024)))
+            domains.append(
+                DomainUsage(domain.UUIDString(), domain.name(), vcpus, max(1, max_kib // 1024), local_disk_gb(domain))
+            )
     except libvirt.libvirtError as exc:
         raise RuntimeFailure(f"cannot read the host from libvirt: {exc.get_error_message()}") from None
     disk_gb = None
@@ -290,9 +314,16 @@ def set_traits(client: PlacementClient, uuid: str, managed: Set[str], prefix: st
     return changed
 
 
-def set_domain_allocation(client: PlacementClient, provider: str, domain: DomainUsage, settings: Settings) -> bool:
-    """The domain's allocation on this node, keeping what it holds elsewhere (shared disk)."""
+def set_domain_allocation(
+    client: PlacementClient, provider: str, domain: DomainUsage, settings: Settings, local_disk: bool = False
+) -> bool:
+    """The domain's allocation on this node, keeping what it holds elsewhere (shared disk).
+
+    With ``local_disk`` (the node reports DISK_GB) its file-backed disks count as DISK_GB here.
+    """
     wanted = {"VCPU": domain.vcpus, "MEMORY_MB": domain.memory_mb}
+    if local_disk and domain.disk_gb:
+        wanted["DISK_GB"] = domain.disk_gb
     status, current = client.call("GET", f"/allocations/{domain.uuid}")
     if status != 200:
         raise ReportError(f"allocations of {domain.name}: {status} {_detail(current)}")
@@ -341,7 +372,7 @@ def report(client: PlacementClient, facts: HostFacts, settings: Settings) -> Rep
         summary.changed.append("traits")
     for domain in facts.domains:
         try:
-            if set_domain_allocation(client, facts.uuid, domain, settings):
+            if set_domain_allocation(client, facts.uuid, domain, settings, local_disk=bool(facts.disk_gb)):
                 summary.changed.append(f"allocation {domain.name}")
         except ReportError as exc:
             log.warning("%s", exc)
