@@ -40,7 +40,11 @@ MAX_XML_FILE_BYTES = 64 * 1024 * 1024
 # Each host capability (config drive, metadata server, placement, ...) adds its
 # verbs from its own module: ``register(subparsers)`` adds sub-commands whose
 # ``handler(args)`` raises DevtagError subclasses for exit codes 2 and 1.
-COMMAND_MODULES: Tuple[str, ...] = ("devtag_host.configdrive.commands", "devtag_host.placement.commands")
+COMMAND_MODULES: Tuple[str, ...] = (
+    "devtag_host.configdrive.commands",
+    "devtag_host.placement.commands",
+    "devtag_host.fwcfg.commands",
+)
 
 _DESCRIPTION = """\
 Tag the NICs and disks of libvirt domains with roles, and print the
@@ -159,11 +163,23 @@ def _change_tags(args: argparse.Namespace, change: Any) -> None:
     try:
         domain = virt.lookup_domain(connection, args.domain)
         virt.update_tags(domain, change)
+        _refresh_fwcfg(domain)
         current = virt.read_domain(domain, inactive=not domain.isActive())
         tags = tags_of(current, find_device(current, args.device))
         print(f"{current.name} {args.device}: {', '.join(tags) if tags else '(no tags)'}")
     finally:
         connection.close()
+
+
+def _refresh_fwcfg(handle: Any) -> None:
+    """Domains carrying their metadata in fw_cfg get the new tags from their next boot."""
+    from .fwcfg import FwCfgError
+    from .fwcfg.domain import refresh_if_enabled
+
+    try:
+        refresh_if_enabled(handle)
+    except FwCfgError as exc:
+        raise RuntimeFailure(f"tags stored, but the fw_cfg copy could not be refreshed: {exc}") from None
 
 
 def _read_xml_file(name: str) -> bytes:

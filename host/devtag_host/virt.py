@@ -7,6 +7,7 @@ the metadata logic stays pure and testable from XML alone.
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import re
@@ -14,7 +15,9 @@ import threading
 from pathlib import Path
 from typing import Callable, List, Optional, Tuple
 from urllib.parse import parse_qs, urlsplit
+from xml.etree import ElementTree as ET
 
+import defusedxml.ElementTree as SafeET
 import libvirt
 
 from .errors import InputError, RuntimeFailure
@@ -177,3 +180,30 @@ def _write_tag_entries(domain: libvirt.virDomain, entries: Tuple[TagEntry, ...],
         )
     except libvirt.libvirtError as exc:
         raise RuntimeFailure(f"cannot store tags of domain {domain.name()!r}: {exc.get_error_message()}") from None
+
+
+def edit_persistent_definition(domain: libvirt.virDomain, edit: Callable[[ET.Element], bool]) -> bool:
+    """Edit the persistent domain XML in place and redefine it if ``edit`` says it changed.
+
+    The XML is read with its secrets (``VIR_DOMAIN_XML_SECURE``) so redefining
+    loses nothing; namespace prefixes of ``<metadata>`` children are kept.
+    Returns whether the domain was redefined.  Changes take effect at the next
+    boot of a running domain.
+    """
+    if not domain.isPersistent():
+        raise InputError(f"domain {domain.name()!r} is transient: it has no persistent definition to edit")
+    try:
+        xml = domain.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE | libvirt.VIR_DOMAIN_XML_SECURE)
+    except libvirt.libvirtError as exc:
+        raise RuntimeFailure(f"cannot read domain {domain.name()!r}: {exc.get_error_message()}") from None
+    for _event, (prefix, uri) in SafeET.iterparse(io.StringIO(xml), events=("start-ns",), forbid_dtd=True):
+        if prefix:
+            ET.register_namespace(prefix, uri)
+    root = SafeET.fromstring(xml, forbid_dtd=True)
+    if not edit(root):
+        return False
+    try:
+        domain.connect().defineXML(ET.tostring(root, encoding="unicode"))
+    except libvirt.libvirtError as exc:
+        raise RuntimeFailure(f"cannot redefine domain {domain.name()!r}: {exc.get_error_message()}") from None
+    return True
