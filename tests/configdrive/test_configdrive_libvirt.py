@@ -13,7 +13,7 @@ import pytest
 from devtag_host import devices_for_domain, virt
 from devtag_host.cli import main
 from devtag_host.configdrive import attach_config_drive, write_config_drive_for_domain
-from devtag_host.metadata import CONFIG_DRIVE_ALIAS
+from devtag_host.metadata import CONFIG_DRIVE_ALIAS, add_tags
 
 pytestmark = pytest.mark.libvirt
 
@@ -46,7 +46,9 @@ def make_domain(define_domain: Callable, image_dir: Path, name: str, machine: st
 
 def test_write_set_smbios_attach_and_boot(libvirt_conn: Any, define_domain: Callable, image_dir: Path) -> None:
     handle = make_domain(define_domain, image_dir, "cd-boot")
+    virt.update_tags(handle, lambda domain: add_tags(domain, "vol-root", ["root"]))
     before = devices_for_domain("cd-boot", connection=libvirt_conn)
+    assert [d["tags"] for d in before["devices"]] == [[], ["root"]]
     iso = image_dir / "cd-boot-config.iso"
     instance = write_config_drive_for_domain(
         "cd-boot", iso, connection=libvirt_conn, user_data=b"#cloud-config\n", smbios=True, attach=True
@@ -60,7 +62,8 @@ def test_write_set_smbios_attach_and_boot(libvirt_conn: Any, define_domain: Call
     drive = [disk for disk in config.disks if disk.alias == CONFIG_DRIVE_ALIAS]
     assert len(drive) == 1 and drive[0].device == "cdrom" and drive[0].source_file == str(iso)
     assert drive[0].target_bus == "ide", "i440fx gets an IDE cdrom"
-    assert devices_for_domain("cd-boot", connection=libvirt_conn) == before, "the config drive is never listed"
+    after = devices_for_domain("cd-boot", connection=libvirt_conn)
+    assert after == before, "tags survive the SMBIOS redefinition; the config drive is never listed"
     xml = handle.XMLDesc(0)
     assert "<entry name='product'>OpenStack Nova</entry>" in xml and "<smbios mode='sysinfo'/>" in xml
 

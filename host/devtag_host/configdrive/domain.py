@@ -19,6 +19,7 @@ from xml.sax.saxutils import escape, quoteattr
 import defusedxml.ElementTree as SafeET
 
 from ..errors import InputError, RuntimeFailure
+from ..locks import domain_lock
 from ..metadata import CONFIG_DRIVE_ALIAS, Domain, devices_document
 from .instance import Instance
 
@@ -66,6 +67,13 @@ def set_nova_smbios(handle: Any) -> None:
     Edits the persistent definition: ``<sysinfo type='smbios'>`` and
     ``<os><smbios mode='sysinfo'/></os>``.  Other sysinfo entries are kept.
     """
+    # The same per-domain lock as tag changes: redefining the domain from a
+    # stale read would drop a tag written in between.
+    with domain_lock(handle.UUIDString()):
+        _set_nova_smbios(handle)
+
+
+def _set_nova_smbios(handle: Any) -> None:
     libvirt = _libvirt()
     try:
         xml = handle.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE | libvirt.VIR_DOMAIN_XML_SECURE)
