@@ -367,3 +367,16 @@ def test_cache_headers_from_1_15(client):
     )
     response = client.get("/resource_providers")
     assert response.headers["cache-control"] == "no-cache" and response.headers["last-modified"].endswith("GMT")
+
+
+def test_details_as_openstack_placement_does_them(client):
+    """Found by sending the same requests to openstack-placement 16.0.0 (in-process)."""
+    assert client.post("/resource_providers", json={"name": ""}).status_code == 400
+    rp = new_provider(client, "cn1")
+    odd = {"resource_class": "DISK_GB", "total": 8, "min_unit": 5, "max_unit": 2}
+    assert client.post(f"/resource_providers/{rp}/inventories", json=odd).status_code == 201
+    assert client.get("/allocations/not-a-uuid").json() == {"allocations": {}}
+    unknown_and_stale = {"traits": ["CUSTOM_NOPE"], "resource_provider_generation": 99}
+    assert client.put(f"/resource_providers/{rp}/traits", json=unknown_and_stale).status_code == 400
+    response = client.get("/resource_providers", headers={"openstack-api-version": "placement 1.01"})
+    assert response.headers["openstack-api-version"] == "placement 1.1"

@@ -34,7 +34,7 @@ SERVICE_TYPE = "placement"
 HEADER = "openstack-api-version"
 MIN_VERSION = (1, 0)
 MAX_VERSION = (1, 17)
-_VERSION = re.compile(r"^([1-9]\d*)\.([1-9]\d*|0)$")
+_VERSION = re.compile(r"^(\d{1,4})\.(\d{1,4})$")
 
 
 class Version(NamedTuple):

@@ -46,8 +46,6 @@ def validate(name: str, inventory: Inventory) -> None:
             f"Unable to update inventory for resource provider: Invalid inventory for '{name}': "
             f"reserved ({inventory.reserved}) must be less than total ({inventory.total})."
         )
-    if inventory.min_unit > inventory.max_unit:
-        raise errors.bad_request(f"Invalid inventory for '{name}': min_unit must not exceed max_unit.")
 
 
 _OF_PROVIDER = (
