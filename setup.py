@@ -61,6 +61,8 @@ setup(
             "osc-placement>=4.0",
             "python-openstackclient>=6.0",
         ],
+        # The reference implementation for benchmarks/placement_*.py (not needed by the tests).
+        "bench": ["openstack-placement>=16.0"],
     },
     entry_points={
         "console_scripts": [

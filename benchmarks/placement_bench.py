@@ -1,6 +1,6 @@
 """Benchmark: devtag's placement side by side with openstack-placement (PyPI).
 
-    .venv/bin/pip install openstack-placement wsgi-intercept mock   # the reference, in-process
+    .venv/bin/pip install -e '.[bench]'   # openstack-placement, the reference, in-process
     .venv/bin/python benchmarks/placement_bench.py [--providers 5000] [--no-stock] [--json FILE]
 
 Same data for both, loaded through each service's HTTP API in-process by the

@@ -1,7 +1,7 @@
 """Send the same requests to devtag's placement and to openstack-placement (PyPI),
 in-process, and report where status codes or response bodies differ.
 
-    .venv/bin/pip install openstack-placement
+    .venv/bin/pip install -e '.[bench]'   # openstack-placement
     .venv/bin/python benchmarks/placement_compare.py
 
 Exit status 1 when anything differs (1.18+ is out of our range and expected to).
