@@ -77,8 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--source",
         default="auto",
         metavar="SOURCES",
-        help="auto (= configdrive,metadata,instance-data) or a comma-separated order of "
-        "configdrive, metadata, instance-data (default: auto)",
+        help="auto (= fwcfg,configdrive,metadata,instance-data) or a comma-separated order of "
+        "fwcfg, configdrive, metadata, instance-data (default: auto)",
     )
     apply.add_argument("--metadata-url", default=None, metavar="URL", help="metadata service URL of meta_data.json")
     apply.add_argument("--from-file", metavar="FILE", help="read this meta_data.json / devices document instead")

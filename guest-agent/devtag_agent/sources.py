@@ -1,5 +1,12 @@
 """Where the metadata document comes from.
 
+* ``fwcfg``: the QEMU fw_cfg entry ``opt/org.devtag/devices`` that
+  ``devtag-host fwcfg --enable`` puts into the domain definition, read from
+  ``/sys/firmware/qemu_fw_cfg/by_name/.../raw`` (loading ``qemu_fw_cfg`` if
+  needed): available from the first instant of boot, no network, no mount.
+  Its payload is ``devtag-fwcfg-1:`` + base64(gzip(JSON)) (commas would break
+  QEMU's command line).  It is fixed for the life of the QEMU process, so the
+  hot-plug path asks the metadata service first.
 * ``configdrive``: the block device labelled ``config-2``/``CONFIG-2`` (iso9660
   or vfat; found through ``/dev/disk/by-label``, udev's database, or by reading
   the labels when udev has not processed the devices yet), mounted read-only
@@ -11,18 +18,23 @@
 * ``instance-data``: cloud-init's ``/run/cloud-init/instance-data.json``,
   ``ds.meta_data.devices``.
 
-``auto`` tries them in that order.  ``requests`` is imported only when the
+``auto`` tries them in that order; the first that answers is used whole
+(documents from two sources are never mixed, so a device detached since boot
+cannot survive from a stale copy).  ``requests`` is imported only when the
 metadata service is asked.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import logging
 import os
 import subprocess
 import tempfile
 import time
+import zlib
 from typing import Any, Dict, List, Optional, Tuple
 
 from .sysfs import System
@@ -32,7 +44,12 @@ log = logging.getLogger("devtag_agent")
 __all__ = ["DEFAULT_METADATA_URL", "SOURCES", "SourceError", "fetch_document"]
 
 DEFAULT_METADATA_URL = "http://169.254.169.254/openstack/latest/meta_data.json"
-SOURCES = ("configdrive", "metadata", "instance-data")
+SOURCES = ("fwcfg", "configdrive", "metadata", "instance-data")
+FW_CFG_NAME = "opt/org.devtag/devices"
+FW_CFG_PAYLOAD_PREFIX = b"devtag-fwcfg-1:"
+_FW_CFG_DIR = "/sys/firmware/qemu_fw_cfg"
+_MAX_FW_CFG_BYTES = 256 * 1024
+_MAX_DOCUMENT_BYTES = 16 * 1024 * 1024
 CONFIG_DRIVE_LABELS = ("config-2", "CONFIG-2")
 _META_DATA = "openstack/latest/meta_data.json"
 
@@ -160,6 +177,40 @@ def read_metadata_service(url: str, total_timeout: float = 10.0, tries: int = 3)
     raise SourceError(f"metadata: {url}: {last}")
 
 
+def decode_fw_cfg(data: bytes) -> Dict[str, Any]:
+    """The document in a devtag fw_cfg payload (bounded: no decompression bombs)."""
+    if len(data) > _MAX_FW_CFG_BYTES:
+        raise SourceError(f"fwcfg: entry of {len(data)} bytes is larger than any devtag writes")
+    if not data.startswith(FW_CFG_PAYLOAD_PREFIX):
+        raise SourceError("fwcfg: not a devtag payload")
+    try:
+        compressed = base64.b64decode(data[len(FW_CFG_PAYLOAD_PREFIX) :].strip(), validate=True)
+        raw = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(compressed, _MAX_DOCUMENT_BYTES + 1)
+    except (binascii.Error, zlib.error) as exc:
+        raise SourceError(f"fwcfg: corrupt payload: {exc}") from None
+    if len(raw) > _MAX_DOCUMENT_BYTES:
+        raise SourceError("fwcfg: payload expands beyond 16 MiB")
+    return _parse(raw.decode("utf-8", "replace"), "fwcfg")
+
+
+def read_fw_cfg(system: System) -> Dict[str, Any]:
+    raw_path = f"{_FW_CFG_DIR}/by_name/{FW_CFG_NAME}/raw"
+    if system.root == "/" and not os.path.isdir(_FW_CFG_DIR):
+        # Debian/Ubuntu build qemu_fw_cfg as a module that nothing loads by itself.
+        try:
+            subprocess.run(["modprobe", "-q", "qemu_fw_cfg"], check=False, timeout=10)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            log.debug("modprobe qemu_fw_cfg: %s", exc)
+    data = system.read_bytes(raw_path)
+    if data is None:
+        raise SourceError(f"fwcfg: no entry {FW_CFG_NAME} (not enabled for this domain, or not QEMU)")
+    try:
+        return decode_fw_cfg(data)
+    except SourceError as exc:
+        log.warning("%s", exc)  # present but unusable: worth an operator's look
+        raise
+
+
 def read_instance_data(system: System) -> Dict[str, Any]:
     path = system.path("/run/cloud-init/instance-data.json")
     try:
@@ -186,7 +237,9 @@ def fetch_document(system: System, sources: List[str], metadata_url: str) -> Tup
     failures = []
     for source in sources:
         try:
-            if source == "configdrive":
+            if source == "fwcfg":
+                document = read_fw_cfg(system)
+            elif source == "configdrive":
                 document = read_config_drive(system)
             elif source == "metadata":
                 document = read_metadata_service(metadata_url)

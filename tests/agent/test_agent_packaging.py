@@ -35,7 +35,7 @@ def test_boot_unit_runs_after_cloud_init_local_and_before_the_network():
     assert "network-pre.target" in before and "cloud-init.service" in before
     assert unit["Service"]["Type"] == "oneshot"
     _commands_parse(unit)
-    assert "--source configdrive,instance-data,metadata" in unit["Service"]["ExecStart"]
+    assert "--source fwcfg,configdrive,instance-data,metadata" in unit["Service"]["ExecStart"]
 
 
 def test_hotplug_unit_is_bound_to_its_device_and_prunes_on_removal():
