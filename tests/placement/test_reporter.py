@@ -175,3 +175,23 @@ def test_report_command(libvirt_conn, libvirt_uri, tmp_path):
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+@pytest.mark.libvirt
+def test_periodic_report_survives_an_unreachable_placement(libvirt_conn, libvirt_uri, monkeypatch, caplog):
+    from devtag_host.cli import main
+
+    sleeps = []
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        if len(sleeps) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(reporter.time, "sleep", sleep)
+    url = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+    argv = ["placement", "report", "--connect", libvirt_uri, "--placement-url", url]
+    assert main([*argv, "--interval", "5"]) == 130  # stopped by the (fake) ^C after two rounds
+    assert sleeps == [5.0, 5.0]
+    assert "report failed" in caplog.text
+    assert main(argv) == 1  # once: the failure is the exit status

@@ -450,8 +450,6 @@ def register(verbs: argparse._SubParsersAction) -> None:
 
 
 def _cmd_report(args: argparse.Namespace) -> None:
-    from .. import virt
-
     if (args.shared_pool or args.shared_path) and not args.aggregate:
         raise InputError("--shared-pool/--shared-path need --aggregate UUID")
     if args.aggregate:
@@ -478,27 +476,38 @@ def _cmd_report(args: argparse.Namespace) -> None:
     )
     client = PlacementClient(args.placement_url, token)
     while True:
-        connection = virt.open_connection(args.connect)
         try:
-            facts = read_host(connection, name=args.name, disk_path=args.disk_path, storage_pool=args.storage_pool)
-            try:
-                summary = report(client, facts, settings)
-                if args.aggregate:
-                    _add_aggregate(client, facts.uuid, args.aggregate)
-                    shared = _shared_capacity(connection, args)
-                    if shared is not None:
-                        report_shared_pool(client, aggregate=args.aggregate, **shared)
-            except ReportError as exc:
-                raise RuntimeFailure(str(exc)) from None
-        finally:
-            connection.close()
-        changed = ", ".join(summary.changed) or "nothing changed"
-        print(f"{facts.name} ({summary.provider}): {changed}", flush=True)
-        if summary.failed and args.interval is None:
-            raise RuntimeFailure("; ".join(summary.failed))
+            _report_once(client, settings, args)
+        except RuntimeFailure as exc:
+            if args.interval is None:
+                raise
+            log.warning("report failed, trying again in %s s: %s", args.interval, exc)  # a daemon keeps going
         if args.interval is None:
             return
         time.sleep(args.interval)
+
+
+def _report_once(client: PlacementClient, settings: Settings, args: argparse.Namespace) -> None:
+    from .. import virt
+
+    connection = virt.open_connection(args.connect)
+    try:
+        facts = read_host(connection, name=args.name, disk_path=args.disk_path, storage_pool=args.storage_pool)
+        try:
+            summary = report(client, facts, settings)
+            if args.aggregate:
+                _add_aggregate(client, facts.uuid, args.aggregate)
+                shared = _shared_capacity(connection, args)
+                if shared is not None:
+                    report_shared_pool(client, aggregate=args.aggregate, **shared)
+        except ReportError as exc:
+            raise RuntimeFailure(str(exc)) from None
+    finally:
+        connection.close()
+    changed = ", ".join(summary.changed) or "nothing changed"
+    print(f"{facts.name} ({summary.provider}): {changed}", flush=True)
+    if summary.failed:
+        raise RuntimeFailure("; ".join(summary.failed))
 
 
 def _add_aggregate(client: PlacementClient, provider: str, aggregate: str) -> None:
