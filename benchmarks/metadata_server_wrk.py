@@ -12,8 +12,10 @@ Needs root (a network namespace), wrk and nginx.  In one run it:
 3. starts nginx (one worker, access log off) serving the same bytes as a
    static file, on the same veth address;
 4. runs ``wrk -t1 -c<connections> --latency`` from inside the namespace, in
-   interleaved rounds (default 3), against ``/openstack/latest/meta_data.json`` of: our server without access
-   log, our server with its JSON access log (to a file), and nginx; after
+   interleaved rounds (default 3), the servers pinned to CPU 0 and wrk to
+   CPU 1 (``taskset``, when there are two CPUs), against
+   ``/openstack/latest/meta_data.json`` of: our server without access log,
+   our server with its JSON access log (to a file), and nginx; after
    checking that all three return identical bytes.
 
 Prints the median over rounds of requests/s and latency percentiles of
@@ -41,6 +43,7 @@ from typing import Dict, List, Optional, Tuple
 INSTANCES = 1000
 TARGET_INSTANCE = 500
 PATH = "/openstack/latest/meta_data.json"
+PIN = (os.cpu_count() or 1) >= 2 and shutil.which("taskset") is not None
 NGINX_CONF = """daemon off;
 worker_processes 1;
 pid {work}/nginx.pid;
@@ -135,7 +138,10 @@ def wait_until_listening(namespace: str, url: str, timeout: float = 60) -> bytes
 
 
 def wrk(namespace: str, url: str, duration: int, connections: int) -> Dict[str, str]:
-    out = run("ip", "netns", "exec", namespace, "wrk", "-t1", f"-c{connections}", f"-d{duration}s", "--latency", url)
+    client = ["taskset", "-c", "1"] if PIN else []
+    out = run(
+        *client, "ip", "netns", "exec", namespace, "wrk", "-t1", f"-c{connections}", f"-d{duration}s", "--latency", url
+    )
     figures = {"rps": re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)}  # type: ignore[union-attr]
     for percentile in ("50", "90", "99"):
         figures[f"p{percentile}"] = re.search(rf"\s{percentile}%\s+(\S+)", out).group(1)  # type: ignore[union-attr]
@@ -190,14 +196,15 @@ def main() -> int:
         (work / "tmp").mkdir()
         (work / "nginx.conf").write_text(NGINX_CONF.format(work=work, address=host, port=8080))
 
-        ours = [sys.executable, __file__, "--serve", host]
+        server = ["taskset", "-c", "0"] if PIN else []  # servers on CPU 0, wrk on CPU 1
+        ours = [*server, sys.executable, __file__, "--serve", host]
         targets: List[Tuple[str, str, List[str]]] = [
             ("devtag, no access log", f"http://{host}:8775{PATH}", [*ours, "8775", "-"]),
             ("devtag, JSON access log", f"http://{host}:8776{PATH}", [*ours, "8776", str(work / "access.log")]),
             (
                 "nginx (1 worker, static file)",
                 f"http://{host}:8080{PATH}",
-                ["nginx", "-c", str(work / "nginx.conf"), "-p", str(work)],
+                [*server, "nginx", "-c", str(work / "nginx.conf"), "-p", str(work)],
             ),
         ]
         for label, url, command in targets:  # all three idle until their turn
