@@ -13,7 +13,7 @@ import os
 import re
 import threading
 from pathlib import Path
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 from urllib.parse import parse_qs, urlsplit
 from xml.etree import ElementTree as ET
 
@@ -96,14 +96,51 @@ def _quiet_libvirt_errors(_context: object, _error: object) -> None:
     """libvirt prints every error to stderr; we report them ourselves."""
 
 
+class _SharedConnection:
+    """A process-wide embedded connection that callers may "close" freely.
+
+    libvirt registers a fresh QEMU driver each time ``qemu:///embed`` is
+    opened, and a process can register only about twenty ("Too many drivers,
+    cannot register QEMU"); the embedded driver also holds its root locked.
+    So devtag opens each embedded root once per process and shares it;
+    ``close()`` on the shared handle does nothing.
+    """
+
+    def __init__(self, connection: libvirt.virConnect) -> None:
+        self._connection = connection
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._connection, name)
+
+    def close(self) -> int:
+        return 0
+
+
+_embedded_connections: Dict[str, _SharedConnection] = {}
+_embedded_lock = threading.Lock()
+
+
 def open_connection(uri: Optional[str] = None) -> libvirt.virConnect:
-    """Open ``uri`` (default: :func:`default_uri`), preparing an embedded root if needed."""
+    """Open ``uri`` (default: :func:`default_uri`), preparing an embedded root if needed.
+
+    Embedded connections are opened once per process and shared (see
+    :class:`_SharedConnection`); others are new connections the caller closes.
+    """
     uri = uri or default_uri()
     start_event_loop()
     libvirt.registerErrorHandler(_quiet_libvirt_errors, None)
     root = embedded_root(uri)
-    if root is not None:
-        prepare_embedded_root(root)
+    if root is None:
+        return _open(uri)
+    with _embedded_lock:
+        shared = _embedded_connections.get(uri)
+        if shared is None or not shared.isAlive():
+            prepare_embedded_root(root)
+            shared = _embedded_connections[uri] = _SharedConnection(_open(uri))
+    return shared  # type: ignore[return-value]
+
+
+def _open(uri: str) -> libvirt.virConnect:
     try:
         connection = libvirt.open(uri)
     except libvirt.libvirtError as exc:

@@ -71,6 +71,11 @@ def main():
         code, out, _ = run("devtag-agent", "lookup", tag, "--json")
         report["lookup"][tag] = json.loads(out) if code == 0 and out.strip() else None
     report["check"] = run("devtag-agent", "check")
+    try:
+        with open("/run/devtag/current/devices.json") as state:
+            report["source"] = json.load(state).get("source")
+    except (OSError, ValueError) as exc:
+        report["source"] = f"unreadable: {exc}"
     report["by_tag"] = by_tag_links()
     report["udev"] = {device["syspath"]: udev_properties(device["syspath"]) for device in devices}
     report["block"] = block_devices()

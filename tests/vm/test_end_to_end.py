@@ -200,15 +200,28 @@ def _link(tag: str) -> str:
     return name
 
 
+def own_root_disk(image: GuestImage, directory: Path) -> GuestImage:
+    """A private copy of the root file system, so each boot starts from the built image."""
+    disk = directory / "root.raw"
+    subprocess.run(["cp", "--sparse=always", str(image.disk), str(disk)], check=True)
+    disk.chmod(0o666)
+    return GuestImage(disk=disk, kernel=image.kernel, initrd=image.initrd, cmdline=image.cmdline)
+
+
+def define_tagged(connection: Any, uri: str, name: str, image: GuestImage, directory: Path, extra: str = "") -> Any:
+    domain = connection.defineXML(domain_xml(name, own_root_disk(image, directory), directory, extra))
+    for device, tags in TAGS.items():
+        assert devtag_host(["tag", "--connect", uri, name, device, *tags]) == 0
+    return domain
+
+
 def test_guest_finds_every_device_by_tag_via_config_drive(
     libvirt_uri: str, libvirt_conn: Any, guest_image: GuestImage, vm_dir: Path
 ) -> None:
     directory = vm_dir / "configdrive"
     directory.mkdir(mode=0o755)
-    domain = libvirt_conn.defineXML(domain_xml("e2e-cd", guest_image, directory, "devtag_e2e_mkfs=archive"))
+    domain = define_tagged(libvirt_conn, libvirt_uri, "e2e-cd", guest_image, directory, "devtag_e2e_mkfs=archive")
     try:
-        for device, tags in TAGS.items():
-            assert devtag_host(["tag", "--connect", libvirt_uri, "e2e-cd", device, *tags]) == 0
         iso = directory / "config.iso"
         assert devtag_host(["configdrive", "--connect", libvirt_uri, "e2e-cd", "-o", str(iso), "--attach"]) == 0
         started = time.monotonic()
@@ -216,6 +229,7 @@ def test_guest_finds_every_device_by_tag_via_config_drive(
         first = wait_for_report(directory, 1)
         boot_seconds = time.monotonic() - started
         check_report(first)
+        assert first["source"] == "configdrive"
         assert first["mkfs"] == 0
         assert first["after_mkfs"][_link("archive")] == first["by_tag"][_link("archive")], "link survived mkfs"
         domain.reboot(0)
@@ -223,6 +237,27 @@ def test_guest_finds_every_device_by_tag_via_config_drive(
         assert second["boot_id"] != first["boot_id"]
         check_report(second)
         report_timings("config drive", boot_seconds, first)
+    finally:
+        if domain.isActive():
+            domain.destroy()
+        domain.undefine()
+
+
+def test_guest_finds_every_device_by_tag_via_fw_cfg_alone(
+    libvirt_uri: str, libvirt_conn: Any, guest_image: GuestImage, vm_dir: Path
+) -> None:
+    """No config drive, no metadata service: the document rides in the domain definition."""
+    directory = vm_dir / "fwcfg"
+    directory.mkdir(mode=0o755)
+    domain = define_tagged(libvirt_conn, libvirt_uri, "e2e-fw", guest_image, directory)
+    try:
+        assert devtag_host(["fwcfg", "--connect", libvirt_uri, "e2e-fw", "--enable"]) == 0
+        started = time.monotonic()
+        domain.create()
+        report = wait_for_report(directory, 1)
+        check_report(report)
+        assert report["source"] == "fwcfg", report["journal"]
+        report_timings("fw_cfg", time.monotonic() - started, report)
     finally:
         if domain.isActive():
             domain.destroy()
