@@ -28,6 +28,11 @@ def _consumer(call: Call) -> str:
     return consumer
 
 
+def _back_off(attempt: int) -> None:
+    """Exponential back-off with full jitter: 0-2 ms, 0-4 ms, ... at most 100 ms."""
+    time.sleep(random.uniform(0, min(0.1, 0.002 * 2**attempt)))  # noqa: S311 - jitter, not crypto
+
+
 def write_with_retries(call: Call, wanted: List[allocation.ConsumerAllocations]) -> None:
     for attempt in range(RETRIES):
         try:
@@ -37,7 +42,7 @@ def write_with_retries(call: Call, wanted: List[allocation.ConsumerAllocations])
         except ConcurrentUpdate:
             if attempt == RETRIES - 1:
                 raise
-            time.sleep(random.uniform(0, 0.002 * (attempt + 1)))  # noqa: S311 - jitter, not crypto
+            _back_off(attempt)
 
 
 def get_allocations(call: Call) -> Reply:
@@ -97,6 +102,7 @@ def delete_allocations(call: Call) -> Reply:
         except ConcurrentUpdate:
             if attempt == RETRIES - 1:
                 raise
+            _back_off(attempt)
     return Reply(204)  # pragma: no cover
 
 

@@ -1,10 +1,11 @@
 """Allocations: a consumer's claims on providers, checked against capacity.
 
 A write replaces the allocations of one or more consumers in one
-transaction: delete the old rows, check every (provider, class) the new rows
-touch against ``(total - reserved) * allocation_ratio - used >= requested``
-and min/max/step, insert, then compare-and-swap the generation of every
-provider involved (in id order, so two writers never deadlock).
+transaction: compare-and-swap the generation of every provider involved (in
+id order, so two writers never deadlock), delete the old rows, check every
+(provider, class) the new rows touch against
+``(total - reserved) * allocation_ratio - used >= requested`` and
+min/max/step, and insert.
 """
 
 from __future__ import annotations
@@ -84,6 +85,14 @@ def replace(connection: Connection, wanted: List[ConsumerAllocations]) -> None:
         old = {p.id: p for p in ids_by_uuid(connection, _uuids_of(connection, old_ids)).values()}
     else:
         old = {}
+    # Swap the generations first (in id order: no deadlocks).  On PostgreSQL the UPDATE
+    # also holds each provider's row until commit, so a concurrent writer waits here and
+    # then loses cheaply, instead of losing after its own capacity check and insert; and
+    # the capacity check below reads the usage committed before us.
+    involved = {p.id: p for p in providers.values()}
+    involved.update({pid: p for pid, p in old.items() if pid not in involved})
+    for provider_id in sorted(involved):
+        bump_generation(connection, involved[provider_id])
     connection.execute(allocations.delete().where(allocations.c.consumer_id.in_(consumer_ids)))
 
     requested: Dict[Tuple[int, int], int] = {}
@@ -106,10 +115,6 @@ def replace(connection: Connection, wanted: List[ConsumerAllocations]) -> None:
     _check_capacity(connection, requested, rows, {p.id: p for p in providers.values()}, class_ids)
     if rows:
         connection.execute(allocations.insert(), rows)
-    involved = {p.id: p for p in providers.values()}
-    involved.update({pid: p for pid, p in old.items() if pid not in involved})
-    for provider_id in sorted(involved):
-        bump_generation(connection, involved[provider_id])
 
 
 def _uuids_of(connection: Connection, ids: List[int]) -> List[str]:
