@@ -9,7 +9,6 @@ import hypothesis.strategies as st
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
 
-from devtag_host.placement import migrate
 from devtag_host.placement.db import Store
 
 from .conftest import clean, make_client
@@ -142,18 +141,14 @@ class PlacementModel(RuleBasedStateMachine):
             assert body["usages"] == expected
 
 
-def test_api_against_model(tmp_path):
-    store = Store(f"sqlite:///{tmp_path / 'model.sqlite'}")
-    migrate.upgrade(store)
+def test_api_against_model(store):
+    """25 runs of up to 25 steps on SQLite, 15 on PostgreSQL."""
     PlacementModel.store = store
-    try:
-        runner = PlacementModel.TestCase
-        runner.settings = settings(
-            max_examples=25,
-            stateful_step_count=25,
-            deadline=None,
-            suppress_health_check=[HealthCheck.too_slow],
-        )
-        runner().runTest()
-    finally:
-        store.dispose()
+    runner = PlacementModel.TestCase
+    runner.settings = settings(
+        max_examples=25 if store.dialect == "sqlite" else 15,
+        stateful_step_count=25,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+    runner().runTest()
