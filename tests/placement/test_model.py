@@ -51,10 +51,11 @@ class PlacementModel(RuleBasedStateMachine):
 
     @rule(
         rp=providers,
-        stale=st.booleans(),
+        stale=st.sampled_from([False, False, False, True]),
         totals=st.dictionaries(
             st.sampled_from(CLASSES),
             st.tuples(st.integers(1, 20), st.integers(0, 3), st.sampled_from([1.0, 1.5, 2.0]), st.integers(1, 20)),
+            min_size=1,
             max_size=3,
         ),
     )
@@ -85,8 +86,18 @@ class PlacementModel(RuleBasedStateMachine):
             self.generation[rp] = (name, generation + 1)
             self.inventory[rp] = dict(totals)
 
-    @rule(target=consumers, rp=providers, rc=st.sampled_from(CLASSES), amount=st.integers(1, 25))
-    def allocate(self, rp: str, rc: str, amount: int):
+    @rule(target=consumers, rp=providers, data=st.data())
+    def allocate(self, rp: str, data):
+        # Mostly a class the provider has, and amounts at the edges of what is left and of
+        # max_unit: random ones alone rarely reach the interesting paths.
+        have = sorted(self.inventory.get(rp, {}))
+        rc = data.draw(st.sampled_from(have) if have and data.draw(st.integers(0, 4)) else st.sampled_from(CLASSES))
+        edges = [1, 25]
+        if rc in self.inventory.get(rp, {}):
+            total, reserved, ratio, max_unit = self.inventory[rp][rc]
+            free = int((total - reserved) * ratio - self.used(rp, rc))
+            edges += [free, free + 1, max_unit, max_unit + 1]
+        amount = data.draw(st.sampled_from([e for e in edges if e >= 1]) | st.integers(1, 25))
         consumer = str(uuid.uuid4())
         body = {"allocations": {rp: {"resources": {rc: amount}}}, "project_id": "p", "user_id": "u"}
         response = self.client.put(f"/allocations/{consumer}", json=body)
