@@ -79,6 +79,18 @@ inventories = Table(
     Column("allocation_ratio", Float, nullable=False),
     UniqueConstraint("resource_provider_id", "resource_class_id", name="uniq_inventories0rp0rc"),
     Index("inventories_rc_idx", "resource_class_id", "resource_provider_id"),
+    # Covering: allocation candidates read the capacity columns from the index alone.
+    Index(
+        "inventories_capacity_idx",
+        "resource_provider_id",
+        "resource_class_id",
+        "total",
+        "reserved",
+        "allocation_ratio",
+        "min_unit",
+        "max_unit",
+        "step_size",
+    ),
 )
 
 consumers = Table(
