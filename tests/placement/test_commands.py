@@ -88,3 +88,27 @@ def test_served_over_http(tmp_path):
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_wsgi_factory_from_environment(tmp_path, monkeypatch):
+    import io
+
+    from devtag_host.placement.app import TOKEN_FILE_ENV, create_wsgi_app_from_env
+    from devtag_host.placement.db import DEFAULT_DB_ENV
+
+    url = f"sqlite:///{tmp_path / 'p.sqlite'}"
+    assert main(["placement", "db-sync", "--db", url]) == 0
+    token = tmp_path / "token"
+    token.write_text("t0ken\n")
+    monkeypatch.setenv(DEFAULT_DB_ENV, url)
+    monkeypatch.setenv(TOKEN_FILE_ENV, str(token))
+    app = create_wsgi_app_from_env()
+    statuses = []
+
+    def get(path: str, token: str) -> bytes:
+        environ = {"REQUEST_METHOD": "GET", "PATH_INFO": path, "wsgi.input": io.BytesIO(), "HTTP_X_AUTH_TOKEN": token}
+        return b"".join(app(environ, lambda status, _headers: statuses.append(status)))
+
+    assert b"resource_providers" in get("/resource_providers", "t0ken")
+    get("/resource_providers", "admin")
+    assert [s.split()[0] for s in statuses] == ["200", "401"]

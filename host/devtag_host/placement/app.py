@@ -358,3 +358,8 @@ def create_app_from_env() -> Placement:
 
     token_file = os.environ.get(TOKEN_FILE_ENV)
     return create_app(None, read_token_file(token_file) if token_file else None)
+
+
+def create_wsgi_app_from_env() -> Callable:
+    """For WSGI servers: ``gunicorn 'devtag_host.placement.app:create_wsgi_app_from_env()'``."""
+    return create_app_from_env().wsgi
