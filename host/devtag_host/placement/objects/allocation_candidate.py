@@ -102,12 +102,25 @@ def find(
             .having(func.count() == len(amounts))
             .order_by(inv.c.resource_provider_id)
         )
-        for rp_id, uuid, names, *figures in connection.execute(query).all():
-            uuids[rp_id] = uuid
-            trait_lists[rp_id] = names
-            rows[rp_id] = {
-                rc_id: (int(figures[2 * index]), int(figures[2 * index + 1])) for index, rc_id in enumerate(order)
+        if limit is not None:
+            query = query.limit(limit)
+        # Each provider is a candidate on its own: build the answer in one pass.
+        whole = {class_names[rc_id]: amounts[rc_id] for rc_id in order}
+        names_in_order = [class_names[rc_id] for rc_id in order]
+        requests: List[List[Tuple[str, Dict[str, int]]]] = []
+        summaries: Dict[str, Dict[str, object]] = {}
+        for _rp_id, uuid, listed, *figures in connection.execute(query).all():
+            summary: Dict[str, object] = {
+                "resources": {
+                    name: {"capacity": int(figures[2 * index]), "used": int(figures[2 * index + 1])}
+                    for index, name in enumerate(names_in_order)
+                }
             }
+            if with_traits:
+                summary["traits"] = (sorted(listed.split(",")) if "," in listed else [listed]) if listed else []
+            summaries[uuid] = summary
+            requests.append([(uuid, whole)])
+        return Candidates(requests, summaries)
     else:
         query = (
             select(
