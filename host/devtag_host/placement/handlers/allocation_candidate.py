@@ -34,16 +34,13 @@ def list_candidates(call: Call) -> Reply:
     member_of = parse_member_of(query["member_of"]) if "member_of" in query else None
     with call.store.read() as connection:
         found = allocation_candidate.find(
-            connection, resources, required=required, member_of=member_of, limit=limit, with_traits=call.want(17)
+            connection,
+            resources,
+            required=required,
+            member_of=member_of,
+            limit=limit,
+            with_traits=call.want(17),
+            dict_format=call.want(12),
         )
-    if call.want(12):
-        requests: Any = [
-            {"allocations": {uuid: {"resources": per} for uuid, per in request}} for request in found.requests
-        ]
-    else:
-        requests = [
-            {"allocations": [{"resource_provider": {"uuid": uuid}, "resources": per} for uuid, per in request]}
-            for request in found.requests
-        ]
-    body: Dict[str, Any] = {"allocation_requests": requests, "provider_summaries": found.summaries}
+    body: Dict[str, Any] = {"allocation_requests": found.requests, "provider_summaries": found.summaries}
     return Reply(200, body, cache_headers(call))

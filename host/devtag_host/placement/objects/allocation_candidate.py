@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Set, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 import os_traits
 from sqlalchemy import and_, case, exists, func, null, or_, select
@@ -25,9 +25,9 @@ from .resource_provider import fitting_rows, used_of_inventory
 
 @dataclass
 class Candidates:
-    """Allocation requests ([(provider uuid, {class: amount})]) and provider summaries."""
+    """Allocation requests, in the API's shape, and provider summaries."""
 
-    requests: List[List[Tuple[str, Dict[str, int]]]]
+    requests: List[Dict[str, Any]]
     summaries: Dict[str, Dict[str, object]]
 
 
@@ -39,7 +39,10 @@ def find(
     member_of: Optional[Set[str]] = None,
     limit: Optional[int] = None,
     with_traits: bool = False,
+    dict_format: bool = True,
 ) -> Candidates:
+    """Allocation requests as ``{"allocations": {uuid: {"resources": ...}}}`` (1.12+), or
+    as ``{"allocations": [{"resource_provider": {"uuid": ...}, "resources": ...}]}``."""
     class_ids = resource_class.ids_by_name(connection, resources)
     unknown = sorted(set(resources) - set(class_ids))
     if unknown:
@@ -107,7 +110,7 @@ def find(
         # Each provider is a candidate on its own: build the answer in one pass.
         whole = {class_names[rc_id]: amounts[rc_id] for rc_id in order}
         names_in_order = [class_names[rc_id] for rc_id in order]
-        requests: List[List[Tuple[str, Dict[str, int]]]] = []
+        requests: List[Dict[str, Any]] = []
         summaries: Dict[str, Dict[str, object]] = {}
         for _rp_id, uuid, listed, *figures in connection.execute(query).all():
             summary: Dict[str, object] = {
@@ -119,7 +122,7 @@ def find(
             if with_traits:
                 summary["traits"] = (sorted(listed.split(",")) if "," in listed else [listed]) if listed else []
             summaries[uuid] = summary
-            requests.append([(uuid, whole)])
+            requests.append(_request([(uuid, whole)], dict_format))
         return Candidates(requests, summaries)
     else:
         query = (
@@ -180,8 +183,16 @@ def find(
             named[key] = {class_names[rc]: n for rc, n in key}
         return named[key]
 
-    requests = [[(uuids[rp_id], by_name(per)) for rp_id, per in combo.items()] for combo in combos]
+    requests = [
+        _request([(uuids[rp_id], by_name(per)) for rp_id, per in combo.items()], dict_format) for combo in combos
+    ]
     return Candidates(requests, summaries)
+
+
+def _request(parts: List[Tuple[str, Dict[str, int]]], dict_format: bool) -> Dict[str, Any]:
+    if dict_format:
+        return {"allocations": {uuid: {"resources": resources} for uuid, resources in parts}}
+    return {"allocations": [{"resource_provider": {"uuid": uuid}, "resources": resources} for uuid, resources in parts]}
 
 
 def _capacity():  # type: ignore[no-untyped-def]
