@@ -116,6 +116,9 @@ def build_guest_image(agent_deb: Path, workdir: Path) -> GuestImage:
     _run("chroot", str(root), "dpkg", "-i", f"/tmp/{agent_deb.name}")
     (root / "tmp" / agent_deb.name).unlink()
     shutil.copy(REPORT_SCRIPT, root / "usr/local/sbin/devtag-e2e-report")
+    # cloud-init fetches the metadata (OpenStack datasource, ephemeral DHCP) but
+    # configures no network: the test NICs have no DHCP server worth waiting for.
+    (root / "etc/cloud/cloud.cfg.d/91-devtag-e2e-network.cfg").write_text("network: {config: disabled}\n")
     unit = root / "etc/systemd/system/devtag-e2e-report.service"
     unit.write_text(REPORT_UNIT)
     wants = root / "etc/systemd/system/multi-user.target.wants"

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
 import time
@@ -103,7 +104,18 @@ def disk_xml(directory: Path, dev: str, bus: str, serial: str, address: str, dev
     )
 
 
-def domain_xml(name: str, image: GuestImage, directory: Path, cmdline_extra: str = "") -> str:
+# The metadata path: QEMU user networking on 169.254.0.0/16 maps the guest's
+# 169.254.169.254:80 to the host's 127.0.0.1:80.  The NIC sits on the root bus
+# (enp0s30: libvirt keeps slot 0x1e free) so cloud-init picks it for its ephemeral DHCP; libvirt does not
+# know it, so it is in no devices document.
+METADATA_NIC = """<qemu:commandline>
+  <qemu:arg value='-netdev'/><qemu:arg value='user,id=devtagmd,net=169.254.0.0/16,host=169.254.169.254'/>
+  <qemu:arg value='-device'/>
+  <qemu:arg value='virtio-net-pci,netdev=devtagmd,mac=52:54:00:e2:e0:99,bus=pcie.0,addr=0x1e'/>
+</qemu:commandline>"""
+
+
+def domain_xml(name: str, image: GuestImage, directory: Path, cmdline_extra: str = "", extra_xml: str = "") -> str:
     disks = "".join(disk_xml(directory, *spec) for spec in DISKS[1:])
     root = (
         f"<disk type='file' device='disk'><driver name='qemu' type='raw'/><source file='{image.disk}'/>"
@@ -114,7 +126,8 @@ def domain_xml(name: str, image: GuestImage, directory: Path, cmdline_extra: str
         "</interface>"
         for key, mac in NICS.items()
     )
-    return f"""<domain type='qemu'><name>{name}</name><memory unit='MiB'>1024</memory><vcpu>2</vcpu>
+    return f"""<domain type='qemu' xmlns:qemu='http://libvirt.org/schemas/domain/qemu/1.0'>
+      <name>{name}</name><memory unit='MiB'>1024</memory><vcpu>2</vcpu>
       <os><type arch='x86_64' machine='q35'>hvm</type><kernel>{image.kernel}</kernel>
         <initrd>{image.initrd}</initrd><cmdline>{image.cmdline} {cmdline_extra}</cmdline></os>
       <features><acpi/></features><cpu mode='custom'><model>qemu64</model></cpu>
@@ -126,7 +139,7 @@ def domain_xml(name: str, image: GuestImage, directory: Path, cmdline_extra: str
         {root}{disks}{nics}
         <serial type='file'><source path='{directory}/console.log'/><target port='0'/></serial>
         <serial type='file'><source path='{directory}/report.log'/><target port='1'/></serial>
-      </devices></domain>"""
+      </devices>{extra_xml}</domain>"""
 
 
 def wait_for_report(directory: Path, count: int) -> Dict[str, Any]:
@@ -208,8 +221,10 @@ def own_root_disk(image: GuestImage, directory: Path) -> GuestImage:
     return GuestImage(disk=disk, kernel=image.kernel, initrd=image.initrd, cmdline=image.cmdline)
 
 
-def define_tagged(connection: Any, uri: str, name: str, image: GuestImage, directory: Path, extra: str = "") -> Any:
-    domain = connection.defineXML(domain_xml(name, own_root_disk(image, directory), directory, extra))
+def define_tagged(
+    connection: Any, uri: str, name: str, image: GuestImage, directory: Path, extra: str = "", extra_xml: str = ""
+) -> Any:
+    domain = connection.defineXML(domain_xml(name, own_root_disk(image, directory), directory, extra, extra_xml))
     for device, tags in TAGS.items():
         assert devtag_host(["tag", "--connect", uri, name, device, *tags]) == 0
     return domain
@@ -259,6 +274,54 @@ def test_guest_finds_every_device_by_tag_via_fw_cfg_alone(
         assert report["source"] == "fwcfg", report["journal"]
         report_timings("fw_cfg", time.monotonic() - started, report)
     finally:
+        if domain.isActive():
+            domain.destroy()
+        domain.undefine()
+
+
+def _port_80_free() -> bool:
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", 80))
+        except OSError:
+            return False
+    return True
+
+
+def test_guest_finds_every_device_by_tag_via_the_metadata_service(
+    libvirt_uri: str, libvirt_conn: Any, guest_image: GuestImage, vm_dir: Path
+) -> None:
+    """No config drive: cloud-init and the agent get the document from our metadata server.
+
+    Every guest reaches the host as 127.0.0.1 through QEMU user networking, so
+    the server's address book is pinned: 127.0.0.1 is this domain's NIC.
+    Source-address identification itself is tested in tests/metadata_server.
+    """
+    if not _port_80_free():
+        pytest.skip("127.0.0.1:80 is taken (QEMU maps the guest's 169.254.169.254:80 there)")
+    from devtag_host.configdrive.domain import set_nova_smbios
+    from devtag_host.metadata_server import AddressBook, MetadataService
+    from devtag_host.metadata_server.server import BackgroundServer
+
+    directory = vm_dir / "metadata"
+    directory.mkdir(mode=0o755)
+    domain = define_tagged(libvirt_conn, libvirt_uri, "e2e-md", guest_image, directory, extra_xml=METADATA_NIC)
+    set_nova_smbios(domain)  # cloud-init's ds-identify then enables the OpenStack datasource
+    pinned = AddressBook(neighbours=lambda: {"127.0.0.1": NICS["plain"]}, neighbours6=dict)
+    service = MetadataService(libvirt_conn, addresses=pinned, log_requests=False)
+    service.watcher.start()
+    server = BackgroundServer(service.app, host="127.0.0.1", port=80)
+    try:
+        started = time.monotonic()
+        domain.create()
+        report = wait_for_report(directory, 1)
+        check_report(report)
+        assert report["source"] in ("instance-data", "metadata"), report["journal"]
+        report_timings(f"metadata service, via {report['source']}", time.monotonic() - started, report)
+    finally:
+        server.stop()
+        service.watcher.stop()
         if domain.isActive():
             domain.destroy()
         domain.undefine()
