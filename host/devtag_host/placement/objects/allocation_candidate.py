@@ -112,17 +112,23 @@ def find(
         names_in_order = [class_names[rc_id] for rc_id in order]
         requests: List[Dict[str, Any]] = []
         summaries: Dict[str, Dict[str, object]] = {}
-        for _rp_id, uuid, listed, *figures in connection.execute(query).all():
+        shared = {"resources": whole}  # the same in every request: one object, encoded many times
+        positions = list(enumerate(names_in_order))
+        for row in connection.execute(query).all():
+            uuid, listed = row[1], row[2]
             summary: Dict[str, object] = {
                 "resources": {
-                    name: {"capacity": int(figures[2 * index]), "used": int(figures[2 * index + 1])}
-                    for index, name in enumerate(names_in_order)
+                    name: {"capacity": int(row[3 + 2 * index]), "used": int(row[4 + 2 * index])}
+                    for index, name in positions
                 }
             }
             if with_traits:
                 summary["traits"] = (sorted(listed.split(",")) if "," in listed else [listed]) if listed else []
             summaries[uuid] = summary
-            requests.append(_request([(uuid, whole)], dict_format))
+            if dict_format:
+                requests.append({"allocations": {uuid: shared}})
+            else:
+                requests.append(_request([(uuid, whole)], dict_format))
         return Candidates(requests, summaries)
     else:
         query = (
