@@ -29,6 +29,7 @@ apt_packages=(
     udev iproute2                                        # udevadm verify, network namespaces
     postgresql nginx wrk                                 # placement on PostgreSQL, HTTP baselines
     debhelper dh-python python3-all python3-setuptools lintian  # build and lint the .debs
+    rpm                                                  # rpmbuild, for the RPM spec
     debootstrap e2fsprogs                                # the end-to-end test's Debian 12 guest image
 )
 missing=()

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Build the devtag-agent and devtag-host RPMs from this checkout.
+#
+#   packaging/build-rpms.sh [OUTDIR]     (default OUTDIR: dist/)
+#
+# Works on RPM distributions and, for CI, on Debian with the `rpm` package
+# (`--nodeps`: Debian has no RPM build dependencies to check).  The host
+# package's vendored libraries come from the project's .venv, for its Python.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+out=$(mkdir -p "${1:-$repo/dist}" && cd "${1:-$repo/dist}" && pwd)
+version=$(sed -n 's/^Version: *//p' "$repo/packaging/rpm/devtag.spec")
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$work"/{SOURCES,SPECS,BUILD,RPMS,SRPMS} "$work/devtag-$version"
+
+(cd "$repo" && git ls-files -z --cached --others --exclude-standard | xargs -0 tar -cf - --ignore-failed-read) \
+    | tar -C "$work/devtag-$version" -xf -
+tar -C "$work" -czf "$work/SOURCES/devtag-$version.tar.gz" "devtag-$version"
+
+requirements=$("$repo/.venv/bin/python" - <<'PY'
+from importlib.metadata import requires
+from packaging.requirements import Requirement
+for line in requires("devtag") or []:
+    requirement = Requirement(line)
+    if requirement.marker and requirement.marker.evaluate({"extra": "host"}) and requirement.name != "libvirt-python":
+        print(str(requirement).split(";")[0].strip())
+PY
+)
+# shellcheck disable=SC2086 # one requirement per word
+"$repo/.venv/bin/pip" install --quiet --disable-pip-version-check --no-compile \
+    --target "$work/vendor" "$work/devtag-$version" $requirements
+rm -rf "$work/vendor/bin"
+tar -C "$work/vendor" -czf "$work/SOURCES/devtag-host-vendor-$version.tar.gz" .
+
+nodeps=()
+command -v dpkg >/dev/null && nodeps=(--nodeps)
+rpmbuild -bb "${nodeps[@]}" --define "_topdir $work" "$repo/packaging/rpm/devtag.spec" >"$work/build.log" 2>&1 || {
+    tail -40 "$work/build.log" >&2
+    echo "build-rpms.sh: rpmbuild failed (log above)" >&2
+    exit 1
+}
+find "$work/RPMS" -name '*.rpm' -exec cp {} "$out"/ \;
+echo "built:" && ls -1 "$out"/*.rpm
