@@ -90,37 +90,56 @@ def test_host_package_vendors_its_libraries_and_runs(debs: Path, tmp_path: Path)
     assert '"address":"0000:00:04.0"' in result.stdout and '"tags":["db"]' in result.stdout
 
 
+def new_packages(apt_output: str) -> set:
+    """The names apt lists under "The following NEW packages will be installed:"."""
+    lines = apt_output.splitlines()
+    names: List[str] = []
+    for line in lines[lines.index("The following NEW packages will be installed:") + 1 :]:
+        if not line.startswith("  "):
+            break
+        names += line.split()
+    return set(names)
+
+
 @pytest.mark.vm
 def test_agent_installs_into_debian_12_and_purges_cleanly(debs: Path, tmp_path: Path) -> None:
+    """In a Debian 12 root without the agent's dependencies, apt pulls them from Debian, and
+    ``apt-get purge --auto-remove`` takes everything away again."""
     from vm.guest_image import base_tarball
 
     root = tmp_path / "root"
     root.mkdir()
     subprocess.run(["tar", "--numeric-owner", "-C", str(root), "-xf", str(base_tarball())], check=True)
 
+    def chroot_apt(*args: str) -> subprocess.CompletedProcess:
+        command = ["chroot", str(root), "apt-get", "-y", "-o", "Dpkg::Use-Pty=0", *args]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        return result
+
+    # The base image has the dependencies (for the VM test); take them out first.
+    chroot_apt("purge", "--auto-remove", "cloud-init", "python3-pyudev", "python3-jsonschema", "python3-requests")
+    chroot_apt("update")
+
     def snapshot() -> set:
         ignored = ("/var/cache/", "/var/lib/dpkg/", "/var/log/", "/tmp/", "/var/lib/apt/", "/var/lib/systemd/deb-sys")
         paths = set()
         for path in root.rglob("*"):
             relative = "/" + str(path.relative_to(root))
-            if not relative.startswith(ignored):
+            if not relative.startswith(ignored) and "__pycache__" not in relative:
                 paths.add(relative)
         return paths
 
     before = snapshot()
     shutil.copy(deb(debs, "devtag-agent"), root / "tmp/agent.deb")
-    installed = subprocess.run(
-        ["chroot", str(root), "apt-get", "install", "-y", "/tmp/agent.deb"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert installed.returncode == 0, installed.stdout + installed.stderr
-    assert "NEW packages will be installed:\n  devtag-agent\n" in installed.stdout, "no other package pulled in"
+    installed = chroot_apt("install", "/tmp/agent.deb").stdout
+    pulled = new_packages(installed)
+    assert {"devtag-agent", "python3-pyudev", "python3-jsonschema", "python3-requests"} <= pulled, installed
+    downloads = [line for line in installed.splitlines() if line.startswith("Get:") and "/tmp/agent.deb" not in line]
+    assert downloads and all(" http://deb.debian.org/debian " in line for line in downloads), downloads
     assert (root / "etc/systemd/system/multi-user.target.wants/devtag-agent.service").is_symlink()
-    purged = subprocess.run(
-        ["chroot", str(root), "apt-get", "purge", "-y", "devtag-agent"], capture_output=True, text=True, timeout=300
-    )
-    assert purged.returncode == 0, purged.stderr
-    leftovers = {p for p in snapshot() - before if "__pycache__" not in p}
+    assert (root / "usr/lib/udev/rules.d/70-devtag.rules").is_file()
+
+    chroot_apt("purge", "--auto-remove", "devtag-agent")
+    leftovers = snapshot() - before
     assert leftovers == set(), leftovers
