@@ -147,9 +147,9 @@ def wait_for_report(directory: Path, count: int) -> Dict[str, Any]:
     deadline = time.monotonic() + BOOT_TIMEOUT
     path = directory / "report.log"
     while time.monotonic() < deadline:
-        lines = [
-            line for line in path.read_text(errors="replace").splitlines() if line.startswith("DEVTAG-E2E-REPORT ")
-        ]
+        text = path.read_text(errors="replace")
+        complete = text[: text.rfind("\n") + 1]  # the serial port delivers a long line in pieces
+        lines = [line for line in complete.splitlines() if line.startswith("DEVTAG-E2E-REPORT ")]
         if len(lines) >= count:
             return json.loads(lines[count - 1].split(" ", 1)[1])
         time.sleep(2)
