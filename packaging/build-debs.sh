@@ -26,21 +26,7 @@ mkdir "$work/devtag"
 cp -a "$work/devtag/packaging/debian" "$work/devtag/debian"
 
 if [ "$build" = binary ]; then
-# devtag-host vendors its libraries (packaging/README.md says why): devtag
-# itself plus the "host" extra, except libvirt-python (python3-libvirt).
-requirements=$("$repo/.venv/bin/python" - <<'PY'
-from importlib.metadata import requires
-from packaging.requirements import Requirement
-for line in requires("devtag") or []:
-    requirement = Requirement(line)
-    if requirement.marker and requirement.marker.evaluate({"extra": "host"}) and requirement.name != "libvirt-python":
-        print(str(requirement).split(";")[0].strip())
-PY
-)
-# shellcheck disable=SC2086 # one requirement per word
-"$repo/.venv/bin/pip" install --quiet --disable-pip-version-check --no-compile \
-    --target "$work/devtag/debian/vendor" "$work/devtag" $requirements
-rm -rf "$work/devtag/debian/vendor/bin"
+    "$repo/packaging/vendor-host-libraries.sh" "$work/devtag" "$work/devtag/debian/vendor"
 fi
 
 (cd "$work/devtag" && dpkg-buildpackage --no-sign --build="$build" >"$work/build.log" 2>&1) || {

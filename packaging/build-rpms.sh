@@ -18,19 +18,7 @@ mkdir -p "$work"/{SOURCES,SPECS,BUILD,RPMS,SRPMS} "$work/devtag-$version"
     | tar -C "$work/devtag-$version" -xf -
 tar -C "$work" -czf "$work/SOURCES/devtag-$version.tar.gz" "devtag-$version"
 
-requirements=$("$repo/.venv/bin/python" - <<'PY'
-from importlib.metadata import requires
-from packaging.requirements import Requirement
-for line in requires("devtag") or []:
-    requirement = Requirement(line)
-    if requirement.marker and requirement.marker.evaluate({"extra": "host"}) and requirement.name != "libvirt-python":
-        print(str(requirement).split(";")[0].strip())
-PY
-)
-# shellcheck disable=SC2086 # one requirement per word
-"$repo/.venv/bin/pip" install --quiet --disable-pip-version-check --no-compile \
-    --target "$work/vendor" "$work/devtag-$version" $requirements
-rm -rf "$work/vendor/bin"
+"$repo/packaging/vendor-host-libraries.sh" "$work/devtag-$version" "$work/vendor"
 tar -C "$work/vendor" -czf "$work/SOURCES/devtag-host-vendor-$version.tar.gz" .
 
 nodeps=()
