@@ -91,3 +91,33 @@ def test_a_hot_plugged_disk_is_served_within_half_a_second(
         handle.attachDeviceFlags(disk, 1)  # VIR_DOMAIN_AFFECT_LIVE
         assert wait_for(client, lambda r: "hot-vol" in (serials(r) or []), REFRESH_BUDGET) is not None
         # (unplugging needs a guest OS to acknowledge it, so it is not tested here)
+
+
+def test_a_detached_scsi_disk_disappears_within_half_a_second(
+    service: MetadataService, define_domain: Callable, image_dir: Any
+) -> None:
+    """A SCSI disk needs no guest to acknowledge its removal: QEMU removes it and
+    libvirt emits DEVICE_REMOVED, which the server must follow."""
+    image = image_dir / "scsi.img"
+    image.write_bytes(b"\0" * 1024 * 1024)
+    disk = (
+        f"<disk type='file' device='disk'><driver name='qemu' type='raw'/><source file='{image}'/>"
+        "<target dev='sda' bus='scsi'/><serial>scsi-vol</serial>"
+        "<address type='drive' controller='0' bus='0' target='0' unit='1'/></disk>"
+    )
+    with_controller = DOMAIN.replace(
+        "<devices>", "<devices><controller type='scsi' index='0' model='virtio-scsi'/>"
+    ).format(name="live-unplug")
+    with httpx.Client(base_url=base_url(service)) as client:
+        handle = define_domain(with_controller)
+        handle.create()
+
+        def serials(response: httpx.Response) -> Any:
+            return [d.get("serial") for d in response.json()["devices"]] if response.status_code == 200 else None
+
+        handle.attachDeviceFlags(disk, 1)  # VIR_DOMAIN_AFFECT_LIVE
+        assert wait_for(client, lambda r: "scsi-vol" in (serials(r) or []), REFRESH_BUDGET) is not None
+        handle.detachDeviceFlags(disk, 1)
+        elapsed = wait_for(client, lambda r: serials(r) == [None], REFRESH_BUDGET)
+        assert elapsed is not None, f"detached disk still served after {REFRESH_BUDGET} s"
+        assert "scsi-vol" not in handle.XMLDesc(0), "libvirt really removed it"
