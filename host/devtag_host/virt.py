@@ -224,23 +224,25 @@ def edit_persistent_definition(domain: libvirt.virDomain, edit: Callable[[ET.Ele
 
     The XML is read with its secrets (``VIR_DOMAIN_XML_SECURE``) so redefining
     loses nothing; namespace prefixes of ``<metadata>`` children are kept.
-    Returns whether the domain was redefined.  Changes take effect at the next
-    boot of a running domain.
+    Runs under the same per-domain lock as tag changes: redefining from a stale
+    read would drop a tag written in between.  Returns whether the domain was
+    redefined.  Changes take effect at the next boot of a running domain.
     """
     if not domain.isPersistent():
         raise InputError(f"domain {domain.name()!r} is transient: it has no persistent definition to edit")
-    try:
-        xml = domain.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE | libvirt.VIR_DOMAIN_XML_SECURE)
-    except libvirt.libvirtError as exc:
-        raise RuntimeFailure(f"cannot read domain {domain.name()!r}: {exc.get_error_message()}") from None
-    for _event, (prefix, uri) in SafeET.iterparse(io.StringIO(xml), events=("start-ns",), forbid_dtd=True):
-        if prefix:
-            ET.register_namespace(prefix, uri)
-    root = SafeET.fromstring(xml, forbid_dtd=True)
-    if not edit(root):
-        return False
-    try:
-        domain.connect().defineXML(ET.tostring(root, encoding="unicode"))
-    except libvirt.libvirtError as exc:
-        raise RuntimeFailure(f"cannot redefine domain {domain.name()!r}: {exc.get_error_message()}") from None
-    return True
+    with domain_lock(domain.UUIDString()):
+        try:
+            xml = domain.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE | libvirt.VIR_DOMAIN_XML_SECURE)
+        except libvirt.libvirtError as exc:
+            raise RuntimeFailure(f"cannot read domain {domain.name()!r}: {exc.get_error_message()}") from None
+        for _event, (prefix, uri) in SafeET.iterparse(io.StringIO(xml), events=("start-ns",), forbid_dtd=True):
+            if prefix:
+                ET.register_namespace(prefix, uri)
+        root = SafeET.fromstring(xml, forbid_dtd=True)
+        if not edit(root):
+            return False
+        try:
+            domain.connect().defineXML(ET.tostring(root, encoding="unicode"))
+        except libvirt.libvirtError as exc:
+            raise RuntimeFailure(f"cannot redefine domain {domain.name()!r}: {exc.get_error_message()}") from None
+        return True

@@ -9,17 +9,13 @@
 
 from __future__ import annotations
 
-import io
 import logging
 import time
 import xml.etree.ElementTree as ET
 from typing import Any, Dict, Optional
 from xml.sax.saxutils import escape, quoteattr
 
-import defusedxml.ElementTree as SafeET
-
 from ..errors import InputError, RuntimeFailure
-from ..locks import domain_lock
 from ..metadata import CONFIG_DRIVE_ALIAS, Domain, devices_document
 from .instance import Instance
 
@@ -50,13 +46,6 @@ def _libvirt() -> Any:
     return libvirt
 
 
-def _register_namespaces(xml: str) -> None:
-    """Keep the prefixes of ``<metadata>`` children when ElementTree writes the XML back."""
-    for _event, (prefix, uri) in SafeET.iterparse(io.StringIO(xml), events=("start-ns",), forbid_dtd=True):
-        if prefix:
-            ET.register_namespace(prefix, uri)
-
-
 def _sysinfo_entries(uuid: str) -> Dict[str, str]:
     return {"manufacturer": SMBIOS_MANUFACTURER, "product": SMBIOS_PRODUCT, "serial": uuid, "uuid": uuid}
 
@@ -67,43 +56,32 @@ def set_nova_smbios(handle: Any) -> None:
     Edits the persistent definition: ``<sysinfo type='smbios'>`` and
     ``<os><smbios mode='sysinfo'/></os>``.  Other sysinfo entries are kept.
     """
-    # The same per-domain lock as tag changes: redefining the domain from a
-    # stale read would drop a tag written in between.
-    with domain_lock(handle.UUIDString()):
-        _set_nova_smbios(handle)
 
+    def edit(root: ET.Element) -> bool:
+        uuid = root.findtext("uuid") or handle.UUIDString()
+        sysinfo = next((s for s in root.findall("sysinfo") if s.get("type") == "smbios"), None)
+        if sysinfo is None:
+            sysinfo = ET.SubElement(root, "sysinfo", {"type": "smbios"})
+        system = sysinfo.find("system")
+        if system is None:
+            system = ET.SubElement(sysinfo, "system")
+        for name, value in _sysinfo_entries(uuid).items():
+            entry = next((e for e in system.findall("entry") if e.get("name") == name), None)
+            if entry is None:
+                entry = ET.SubElement(system, "entry", {"name": name})
+            entry.text = value
+        os_element = root.find("os")
+        if os_element is None:
+            raise InputError(f"domain {handle.name()!r} has no <os> element")
+        smbios = os_element.find("smbios")
+        if smbios is None:
+            smbios = ET.SubElement(os_element, "smbios")
+        smbios.set("mode", "sysinfo")
+        return True
 
-def _set_nova_smbios(handle: Any) -> None:
-    libvirt = _libvirt()
-    try:
-        xml = handle.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE | libvirt.VIR_DOMAIN_XML_SECURE)
-    except libvirt.libvirtError as exc:
-        raise RuntimeFailure(f"cannot read domain {handle.name()!r}: {exc.get_error_message()}") from None
-    _register_namespaces(xml)
-    root = SafeET.fromstring(xml, forbid_dtd=True)
-    uuid = root.findtext("uuid") or handle.UUIDString()
-    sysinfo = next((s for s in root.findall("sysinfo") if s.get("type") == "smbios"), None)
-    if sysinfo is None:
-        sysinfo = ET.SubElement(root, "sysinfo", {"type": "smbios"})
-    system = sysinfo.find("system")
-    if system is None:
-        system = ET.SubElement(sysinfo, "system")
-    for name, value in _sysinfo_entries(uuid).items():
-        entry = next((e for e in system.findall("entry") if e.get("name") == name), None)
-        if entry is None:
-            entry = ET.SubElement(system, "entry", {"name": name})
-        entry.text = value
-    os_element = root.find("os")
-    if os_element is None:
-        raise InputError(f"domain {handle.name()!r} has no <os> element")
-    smbios = os_element.find("smbios")
-    if smbios is None:
-        smbios = ET.SubElement(os_element, "smbios")
-    smbios.set("mode", "sysinfo")
-    try:
-        handle.connect().defineXML(ET.tostring(root, encoding="unicode"))
-    except libvirt.libvirtError as exc:
-        raise RuntimeFailure(f"cannot redefine domain {handle.name()!r}: {exc.get_error_message()}") from None
+    from ..virt import edit_persistent_definition  # libvirt only for commands that need it
+
+    edit_persistent_definition(handle, edit)
 
 
 def _cdrom_xml(iso_path: str, bus: str, target: str) -> str:
