@@ -1,0 +1,111 @@
+"""Tagged volume and NIC attach/detach with Cinder-style attachments.
+
+Example::
+
+    from devtag_host import virt
+    from devtag_host.attach import AttachmentStore, ComputeHost
+
+    store = AttachmentStore()           # $DEVTAG_ATTACH_DB, else <state dir>/attach.sqlite; migrated
+    host = ComputeHost(virt.open_connection(), store)
+    host.create_volume("data1", size_bytes=1 << 30)          # backend "pool" (default) or "nbd"
+    attachment = host.attach_volume("web1", "data1", tag="db", bus="scsi")
+    host.detach_volume("web1", "data1")                       # DetachTimeout: still in-use
+    nic = host.attach_interface("web1", network="isolated", tag="fast")
+    host.detach_interface("web1", nic.mac)
+    host.reconcile()                                          # after a crash
+    assert check_invariants(host) == []
+
+Public API (stable; the migration/lifecycle flows build on it):
+
+``model`` -- pure records and rules
+    ``Volume(id, name, backend, size_bytes, multiattach, location, lifecycle, status, attachments)``,
+    ``Attachment(id, volume_id, instance_uuid, status, host, mode, connector, connection_info,
+    tag, bus, alias, address, detail)``, ``InterfaceAttachment``; attachment states
+    ``RESERVED ATTACHING ATTACHED DETACHING ERROR_ATTACHING ERROR_DETACHING``; volume statuses
+    ``AVAILABLE RESERVED ATTACHING IN_USE DETACHING`` (:func:`model.volume_status`);
+    errors ``AttachError > NotFound, Conflict > VolumeInUse, InvalidInput``.
+
+``AttachmentStore(url=None)`` -- Cinder's attachment API, one transaction per call
+    volumes: ``create_volume(name, backend, size_bytes, multiattach=False)`` (lifecycle
+    ``creating``), ``set_volume_ready(id, location)``, ``begin_volume_delete(id)``,
+    ``remove_volume(id)``, ``get_volume(id_or_name)``, ``list_volumes()``;
+    attachments: ``reserve(volume, instance_uuid, mode=, tag=, bus=, host=, detail=)`` ->
+    ``reserved`` (attachment_create without connector; the multiattach rule is checked here
+    and again at update), ``update(attachment_id, connector, connection_info, **fields)`` ->
+    ``attaching``, ``complete(attachment_id, **fields)`` -> ``attached``,
+    ``begin_detaching(id)`` -> ``detaching``, ``roll_detaching(id)`` -> ``attached``,
+    ``mark_error(id, ERROR_ATTACHING|ERROR_DETACHING, reason)``, ``set_fields(id, tag=, bus=,
+    alias=, address=, detail=, host=)``, ``delete_attachment(id)`` (idempotent),
+    ``get_attachment(id)``, ``find_attachment(id)``, ``attachments(instance_uuid=, volume_id=, host=)``;
+    NICs: ``add_interface``, ``set_interface``, ``remove_interface``, ``get_interface``,
+    ``find_interface``, ``interfaces(instance_uuid=)``;
+    journal: ``journal_step(operation, flow, step, instance_uuid=, volume_id=, attachment_id=,
+    mac=, detail=)``, ``journal(operation=None)``, ``open_operations()``.
+
+``backends`` -- ``VolumeBackend`` protocol: ``create_volume(volume_id, name, size_bytes) ->
+    location``, ``delete_volume(location)``, ``volume_exists(location)``,
+    ``initialize_connection(location, attachment_id, connector) -> connection_info``,
+    ``connect(connection_info)``, ``disconnect(connection_info)``, ``is_connected(connection_info)``;
+    ``host_connector(host=None)``; ``BackendError``.
+
+``ComputeHost(connection, store, *, host=None, backends=None, step_hook=None,
+detach_timeout=..., detach_attempts=...)`` -- the flows on one libvirt connection
+    ``create_volume(name, size_bytes, backend=, multiattach=)``, ``delete_volume(name)``,
+    ``attach_volume(domain, volume, tag=None, bus="virtio") -> Attachment``,
+    ``detach_volume(domain, volume)``, ``attach_interface(domain, network=|bridge=, model=,
+    tag=) -> InterfaceAttachment``, ``detach_interface(domain, mac)``, ``reconcile() -> list``;
+    building blocks for other flows: ``connector()``, ``backend(name)``,
+    ``operation(flow, **ids) -> Operation`` (``Operation.step(name, **detail)`` journals the step
+    *before* it runs and calls ``step_hook(flow, step)``; ``Operation.end(outcome)``),
+    ``guest`` (:class:`~devtag_host.attach.guest.Guest`: live+config attach, detach waiting for
+    ``DEVICE_REMOVED``).
+
+``check_invariants(host) -> list[str]`` -- no leaked attachment, no volume in a wrong state,
+no device in a guest without an attachment or vice versa, no stale tag.
+"""
+
+from __future__ import annotations
+
+from .backends import BackendError, VolumeBackend, host_connector
+from .model import (
+    ATTACHED,
+    ATTACHING,
+    AVAILABLE,
+    DETACHING,
+    ERROR_ATTACHING,
+    ERROR_DETACHING,
+    IN_USE,
+    RESERVED,
+    AttachError,
+    Attachment,
+    Conflict,
+    InterfaceAttachment,
+    InvalidInput,
+    NotFound,
+    Volume,
+    VolumeInUse,
+)
+from .store import AttachmentStore
+
+__all__ = [
+    "ATTACHED",
+    "ATTACHING",
+    "AVAILABLE",
+    "DETACHING",
+    "ERROR_ATTACHING",
+    "ERROR_DETACHING",
+    "IN_USE",
+    "RESERVED",
+    "AttachError",
+    "Attachment",
+    "AttachmentStore",
+    "BackendError",
+    "Conflict",
+    "InterfaceAttachment",
+    "InvalidInput",
+    "NotFound",
+    "Volume",
+    "VolumeBackend",
+    "VolumeInUse",
+    "host_connector",
+]

@@ -1,0 +1,207 @@
+"""Volumes, attachments and the rules between them, in Cinder's words.
+
+Pure: records and functions over them, no database and no libvirt.  The store
+(:mod:`devtag_host.attach.store`) calls the rule functions inside the one
+transaction that changes the rows, so the rules hold under concurrency.
+
+An attachment goes ``reserved`` (created without a connector) -> ``attaching``
+(updated with the host connector; connection info known) -> ``attached``
+(complete), and ``attached`` -> ``detaching`` -> deleted.  A failed rollback
+leaves ``error_attaching``/``error_detaching`` for reconcile or an operator.
+A volume has no attach status of its own: it is derived from its attachments.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterable, Mapping, Optional, Sequence
+
+# Attachment states (Cinder's attach_status values).
+RESERVED = "reserved"
+ATTACHING = "attaching"
+ATTACHED = "attached"
+DETACHING = "detaching"
+ERROR_ATTACHING = "error_attaching"
+ERROR_DETACHING = "error_detaching"
+ATTACHMENT_STATES = (RESERVED, ATTACHING, ATTACHED, DETACHING, ERROR_ATTACHING, ERROR_DETACHING)
+
+# Derived volume statuses.
+AVAILABLE = "available"
+IN_USE = "in-use"
+VOLUME_STATUSES = (AVAILABLE, RESERVED, ATTACHING, IN_USE, DETACHING)
+
+# Volume lifecycle (separate from the derived attach status).
+CREATING = "creating"
+READY = "ready"
+DELETING = "deleting"
+
+# Which attachment states a transition may start from.
+TRANSITIONS: Mapping[str, frozenset] = {
+    "update": frozenset({RESERVED, ATTACHING}),
+    "complete": frozenset({ATTACHING}),
+    "begin_detaching": frozenset({ATTACHED, ERROR_DETACHING}),
+    "roll_detaching": frozenset({DETACHING}),
+}
+
+_VOLUME_NAME = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,62}\Z")
+_SIZE = re.compile(r"\A([0-9]{1,15})\s*([KMGT]?)(i?B)?\Z", re.IGNORECASE)
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+MAX_VOLUME_BYTES = 16 << 40
+
+
+class AttachError(Exception):
+    """Base of the errors of this package; ``code`` is stable for machines."""
+
+    code = "attach.error"
+
+
+class NotFound(AttachError):
+    code = "attach.not_found"
+
+
+class Conflict(AttachError):
+    """The request contradicts the current state (name taken, wrong state)."""
+
+    code = "attach.conflict"
+
+
+class VolumeInUse(Conflict):
+    """The multiattach rule (or an attach in progress) refuses another attachment."""
+
+    code = "attach.volume_in_use"
+
+
+class InvalidInput(AttachError):
+    code = "attach.invalid_input"
+
+
+@dataclass(frozen=True)
+class Volume:
+    id: str
+    name: str
+    backend: str
+    size_bytes: int
+    multiattach: bool
+    location: Optional[str]  # where the backend keeps it (a path, a pool volume name)
+    lifecycle: str
+    status: str  # derived from the attachments, see volume_status()
+    attachments: tuple = ()  # Attachment records, oldest first
+
+
+@dataclass(frozen=True)
+class Attachment:
+    id: str
+    volume_id: str
+    instance_uuid: str
+    status: str
+    host: Optional[str] = None
+    mode: str = "rw"
+    connector: Optional[Dict[str, Any]] = None
+    connection_info: Optional[Dict[str, Any]] = None
+    tag: Optional[str] = None
+    bus: Optional[str] = None
+    alias: Optional[str] = None
+    address: Optional[str] = None  # guest address libvirt assigned, as devtag prints it
+    detail: Dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def connected(self) -> bool:
+        """Has a connector: the backend may be connected on ``host``."""
+        return self.connector is not None
+
+
+@dataclass(frozen=True)
+class InterfaceAttachment:
+    """A NIC devtag hot-plugged; Nova's VIF record, reduced to what tagging needs."""
+
+    id: str
+    instance_uuid: str
+    mac: str
+    status: str  # attaching, attached, detaching
+    network: Optional[str] = None
+    bridge: Optional[str] = None
+    model: str = "virtio"
+    tag: Optional[str] = None
+    alias: Optional[str] = None
+    address: Optional[str] = None
+
+
+def volume_status(attachments: Iterable[Attachment]) -> str:
+    """The volume's status from its attachments (``in-use`` wins, then detaching, ...)."""
+    states = {a.status for a in attachments}
+    if states & {ATTACHED, ERROR_DETACHING}:
+        return IN_USE
+    if DETACHING in states:
+        return DETACHING
+    if states & {ATTACHING, ERROR_ATTACHING}:
+        return ATTACHING
+    if RESERVED in states:
+        return RESERVED
+    return AVAILABLE
+
+
+def check_new_attachment(
+    volume: Volume, existing: Sequence[Attachment], instance_uuid: str, host: Optional[str] = None
+) -> None:
+    """Refuse an attachment the multiattach rules forbid (raises :class:`VolumeInUse`).
+
+    A non-multiattach volume belongs to one instance at a time, with at most
+    two attachments (the source and destination host of a live migration).
+    No volume is attached twice to one instance on one host.
+    """
+    if not volume.multiattach:
+        others = [a for a in existing if a.instance_uuid != instance_uuid]
+        if others:
+            raise VolumeInUse(
+                f"volume {volume.name!r} is {volume.status} for instance {others[0].instance_uuid}"
+                " and is not multiattach"
+            )
+        if len(existing) >= 2:
+            raise VolumeInUse(f"volume {volume.name!r} already has two attachments for instance {instance_uuid}")
+    check_host(volume, existing, instance_uuid, host)
+
+
+def check_host(volume: Volume, others: Sequence[Attachment], instance_uuid: str, host: Optional[str]) -> None:
+    """One attachment per (volume, instance, host): a second is a double attach."""
+    if host is None:
+        return
+    for other in others:
+        if other.instance_uuid == instance_uuid and other.host == host:
+            raise VolumeInUse(f"volume {volume.name!r} is already attached to instance {instance_uuid} on {host}")
+
+
+def check_transition(attachment: Attachment, transition: str) -> None:
+    allowed = TRANSITIONS[transition]
+    if attachment.status not in allowed:
+        raise Conflict(
+            f"attachment {attachment.id} is {attachment.status}; {transition} needs one of {', '.join(sorted(allowed))}"
+        )
+
+
+def check_volume_name(name: str) -> str:
+    if not isinstance(name, str) or not _VOLUME_NAME.match(name):
+        raise InvalidInput(
+            f"volume name {name!r}: 1-63 characters of letters, digits, '.', '_', '-', starting with a letter or digit"
+        )
+    return name
+
+
+def parse_size(text: str) -> int:
+    """``10G``, ``512MiB``, ``1048576`` -> bytes (binary units), at least 1 MiB, a multiple of 512."""
+    match = _SIZE.match(text.strip()) if isinstance(text, str) else None
+    if not match:
+        raise InvalidInput(f"size {text!r}: expected a number with an optional K, M, G or T suffix")
+    size = int(match.group(1)) * _UNITS[match.group(2).upper()]
+    if not (1 << 20) <= size <= MAX_VOLUME_BYTES or size % 512:
+        raise InvalidInput(f"size {text!r}: between 1 MiB and 16 TiB and a multiple of 512 bytes")
+    return size
+
+
+def to_json(value: Optional[Mapping[str, Any]]) -> Optional[str]:
+    return None if value is None else json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def from_json(text: Optional[str]) -> Optional[Dict[str, Any]]:
+    return None if text is None else json.loads(text)
