@@ -31,6 +31,7 @@ apt_packages=(
     debhelper dh-python python3-all python3-setuptools lintian  # build and lint the .debs
     rpm                                                  # rpmbuild, for the RPM spec
     debootstrap e2fsprogs                                # the end-to-end test's Debian 12 guest image
+    libvirt-daemon                                       # libvirtd: two throw-away hosts for live migration
 )
 missing=()
 for package in "${apt_packages[@]}"; do
