@@ -1,0 +1,165 @@
+"""Throw-away libvirt hosts on one machine, for live-migration tests and benchmarks.
+
+Each "host" is a real ``libvirtd`` in session mode with its own
+``XDG_CONFIG_HOME``/``XDG_RUNTIME_DIR``/``XDG_CACHE_HOME`` under a directory,
+so two of them share nothing but the kernel: own socket, own domain list, own
+QEMU processes, and an own ``host_uuid`` (libvirt refuses to migrate between
+two daemons reporting the same one: "Attempt to migrate guest to the same
+host").  The client reaches each through ``qemu+unix:///session?socket=...``.
+
+Session mode needs an unprivileged daemon: as root, the daemon runs as
+``nobody`` (its QEMU processes too, so disks must be reachable by it: the NBD
+backend serves them over loopback TCP, which needs no file permission).
+``docs/attach-migration.md`` records why this set-up and not another.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, List
+
+LIBVIRTD = "/usr/sbin/libvirtd"
+START_TIMEOUT = 30.0
+# QEMU's output goes to a file: no virtlogd is spawned behind our back.
+_QEMU_CONF = 'stdio_handler = "file"\n'
+
+
+@dataclass(frozen=True)
+class LibvirtHost:
+    """One throw-away libvirt daemon: where to connect, and what identifies it."""
+
+    name: str
+    uri: str
+    host_uuid: str
+    base: Path
+    pid: int
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def libvirtd_available() -> bool:
+    return os.access(LIBVIRTD, os.X_OK) and shutil.which("qemu-system-x86_64") is not None
+
+
+def _daemon_user() -> List[str]:
+    """The command prefix that drops root to ``nobody`` (a session daemon must not be root)."""
+    if os.geteuid() != 0:
+        return []
+    nobody = pwd.getpwnam("nobody")
+    return ["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups"]
+
+
+def _chown_tree(path: Path) -> None:
+    if os.geteuid() != 0:
+        return
+    nobody = pwd.getpwnam("nobody")
+    for directory, _dirs, files in os.walk(path):
+        os.chown(directory, nobody.pw_uid, nobody.pw_gid)
+        for name in files:
+            os.chown(os.path.join(directory, name), nobody.pw_uid, nobody.pw_gid)
+
+
+@contextlib.contextmanager
+def throwaway_libvirt_host(name: str) -> Iterator[LibvirtHost]:
+    """Run a libvirt daemon in a fresh directory (removed afterwards) until the block ends.
+
+    The directory is a short one directly in the temporary directory: QEMU's
+    monitor socket lives below it, and a UNIX socket path has at most 107
+    bytes.  On exit every domain the daemon still runs is destroyed (libvirtd
+    leaves QEMU running when it stops) and the daemon is terminated.
+    """
+    if not libvirtd_available():
+        raise RuntimeError(f"{LIBVIRTD} and qemu-system-x86_64 are needed (Debian: libvirt-daemon, ./setup.sh)")
+    base = Path(tempfile.mkdtemp(prefix=f"dtlv-{name[:8]}-"))
+    base.chmod(0o755)
+    config = base / "config" / "libvirt"
+    config.mkdir(parents=True)
+    for directory in ("run", "cache", "data", "home"):
+        (base / directory).mkdir()
+    host_uuid = str(uuid.uuid4())
+    (config / "libvirtd.conf").write_text(f'host_uuid = "{host_uuid}"\n', encoding="utf-8")
+    (config / "qemu.conf").write_text(_QEMU_CONF, encoding="utf-8")
+    _chown_tree(base)
+    environment = {
+        "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+        "HOME": str(base / "home"),
+        "XDG_CONFIG_HOME": str(base / "config"),
+        "XDG_RUNTIME_DIR": str(base / "run"),
+        "XDG_CACHE_HOME": str(base / "cache"),
+        "XDG_DATA_HOME": str(base / "data"),
+    }
+    socket_path = base / "run" / "libvirt" / "libvirt-sock"
+    log = open(base / "libvirtd.log", "wb")  # closed below
+    process = subprocess.Popen(
+        [*_daemon_user(), LIBVIRTD], env=environment, stdout=log, stderr=subprocess.STDOUT, cwd=base
+    )
+    host = LibvirtHost(
+        name=name, uri=f"qemu+unix:///session?socket={socket_path}", host_uuid=host_uuid, base=base, pid=process.pid
+    )
+    try:
+        _wait_until_answering(host, process)
+        yield host
+    finally:
+        _destroy_domains(host)
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()
+        if not os.environ.get("DEVTAG_KEEP_LIBVIRT_HOSTS"):
+            shutil.rmtree(base, ignore_errors=True)
+
+
+def _wait_until_answering(host: LibvirtHost, process: subprocess.Popen) -> None:  # type: ignore[type-arg]
+    import libvirt
+
+    deadline = time.monotonic() + START_TIMEOUT
+    last = "no socket yet"
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"libvirtd for {host.name} exited: {(host.base / 'libvirtd.log').read_text()[-2000:]}")
+        try:
+            connection = libvirt.open(host.uri)
+        except libvirt.libvirtError as exc:
+            last = exc.get_error_message()
+            time.sleep(0.1)
+            continue
+        connection.close()
+        return
+    raise RuntimeError(f"libvirtd for {host.name} did not answer within {START_TIMEOUT:.0f}s: {last}")
+
+
+def _destroy_domains(host: LibvirtHost) -> None:
+    import libvirt
+
+    try:
+        connection = libvirt.open(host.uri)
+    except libvirt.libvirtError:
+        return
+    try:
+        for domain in connection.listAllDomains():
+            with contextlib.suppress(libvirt.libvirtError):
+                if domain.isActive():
+                    domain.destroy()
+            with contextlib.suppress(libvirt.libvirtError):
+                if domain.isPersistent():
+                    domain.undefine()
+    finally:
+        connection.close()
