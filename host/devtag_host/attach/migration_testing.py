@@ -8,14 +8,16 @@ two daemons reporting the same one: "Attempt to migrate guest to the same
 host").  The client reaches each through ``qemu+unix:///session?socket=...``.
 
 Session mode needs an unprivileged daemon: as root, the daemon runs as
-``nobody`` (its QEMU processes too, so disks must be reachable by it: the NBD
-backend serves them over loopback TCP, which needs no file permission).
+``libvirt-qemu``, the user QEMU runs as under the system and the embedded
+driver, so its QEMU processes reach what devtag's backends share with that
+user (the NBD backend's sockets, the pool's files).
 ``docs/attach-migration.md`` records why this set-up and not another.
 """
 
 from __future__ import annotations
 
 import contextlib
+import grp
 import os
 import pwd
 import shutil
@@ -27,9 +29,11 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, List
+from typing import Iterator, List, Optional
 
 LIBVIRTD = "/usr/sbin/libvirtd"
+USER_ENV = "DEVTAG_MIGRATION_HOST_USER"
+DEFAULT_USER = "libvirt-qemu"
 START_TIMEOUT = 30.0
 # QEMU's output goes to a file: no virtlogd is spawned behind our back.
 _QEMU_CONF = 'stdio_handler = "file"\n'
@@ -56,22 +60,29 @@ def libvirtd_available() -> bool:
     return os.access(LIBVIRTD, os.X_OK) and shutil.which("qemu-system-x86_64") is not None
 
 
-def _daemon_user() -> List[str]:
-    """The command prefix that drops root to ``nobody`` (a session daemon must not be root)."""
+def _daemon_user() -> Optional[pwd.struct_passwd]:
+    """Whom the daemon runs as when we are root (a session daemon must not be root)."""
     if os.geteuid() != 0:
+        return None
+    return pwd.getpwnam(os.environ.get(USER_ENV) or DEFAULT_USER)
+
+
+def _drop_privileges(user: Optional[pwd.struct_passwd]) -> List[str]:
+    """The command prefix that runs as ``user`` with its primary and supplementary groups."""
+    if user is None:
         return []
-    nobody = pwd.getpwnam("nobody")
-    return ["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups"]
+    groups = [g.gr_gid for g in grp.getgrall() if user.pw_name in g.gr_mem]
+    prefix = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}"]
+    return [*prefix, f"--groups={','.join(map(str, groups))}" if groups else "--clear-groups"]
 
 
-def _chown_tree(path: Path) -> None:
-    if os.geteuid() != 0:
+def _chown_tree(path: Path, user: Optional[pwd.struct_passwd]) -> None:
+    if user is None:
         return
-    nobody = pwd.getpwnam("nobody")
     for directory, _dirs, files in os.walk(path):
-        os.chown(directory, nobody.pw_uid, nobody.pw_gid)
+        os.chown(directory, user.pw_uid, user.pw_gid)
         for name in files:
-            os.chown(os.path.join(directory, name), nobody.pw_uid, nobody.pw_gid)
+            os.chown(os.path.join(directory, name), user.pw_uid, user.pw_gid)
 
 
 @contextlib.contextmanager
@@ -94,7 +105,8 @@ def throwaway_libvirt_host(name: str) -> Iterator[LibvirtHost]:
     host_uuid = str(uuid.uuid4())
     (config / "libvirtd.conf").write_text(f'host_uuid = "{host_uuid}"\n', encoding="utf-8")
     (config / "qemu.conf").write_text(_QEMU_CONF, encoding="utf-8")
-    _chown_tree(base)
+    user = _daemon_user()
+    _chown_tree(base, user)
     environment = {
         "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
         "HOME": str(base / "home"),
@@ -106,7 +118,7 @@ def throwaway_libvirt_host(name: str) -> Iterator[LibvirtHost]:
     socket_path = base / "run" / "libvirt" / "libvirt-sock"
     log = open(base / "libvirtd.log", "wb")  # closed below
     process = subprocess.Popen(
-        [*_daemon_user(), LIBVIRTD], env=environment, stdout=log, stderr=subprocess.STDOUT, cwd=base
+        [*_drop_privileges(user), LIBVIRTD], env=environment, stdout=log, stderr=subprocess.STDOUT, cwd=base
     )
     host = LibvirtHost(
         name=name, uri=f"qemu+unix:///session?socket={socket_path}", host_uuid=host_uuid, base=base, pid=process.pid
