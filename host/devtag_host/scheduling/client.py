@@ -1,0 +1,133 @@
+"""The placement edge of scheduling: candidates, provider names, provider-tree traits.
+
+Everything here is HTTP through :class:`~devtag_host.placement.reporter.PlacementClient`
+(microversion 1.17); the decisions are in :mod:`.request`, :mod:`.ranking` and
+:mod:`.rebuild`.
+
+    client = PlacementClient("http://127.0.0.1:8778")
+    result = schedule(client, build_request(flavor, image, prefilter=True))
+    verdict = check_instance_rebuild(client, instance_uuid, build_request(flavor, new_image))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Set, Tuple
+
+from ..errors import InputError, RuntimeFailure
+from ..placement.reporter import PlacementClient
+from .ranking import Ranking, rank
+from .rebuild import RebuildVerdict, check_rebuild
+from .request import SchedulingRequest, candidates_query, query_path
+
+MICROVERSION = (1, 17)  # what PlacementClient sends
+
+
+@dataclass
+class Provider:
+    uuid: str
+    name: str
+    root: str
+
+
+@dataclass
+class ScheduleResult:
+    request: SchedulingRequest
+    query: Dict[str, str]
+    ranking: Ranking
+    providers: Dict[str, Provider] = field(default_factory=dict)  # of the listed candidates and exclusions
+
+    def name(self, uuid: str) -> str:
+        provider = self.providers.get(uuid)
+        return provider.name if provider else uuid
+
+
+def _detail(data: Any) -> str:
+    try:
+        return str(data["errors"][0]["detail"])[:300]
+    except (TypeError, KeyError, IndexError):
+        return str(data)[:300]
+
+
+def _get(client: PlacementClient, path: str, what: str) -> Any:
+    status, data = client.call("GET", path)
+    if status == 400:
+        raise InputError(f"placement refused {what}: {_detail(data)}")
+    if status != 200:
+        raise RuntimeFailure(f"{what}: placement answered {status}: {_detail(data)}")
+    return data
+
+
+def provider(client: PlacementClient, uuid: str) -> Provider:
+    data = _get(client, f"/resource_providers/{uuid}", f"provider {uuid}")
+    return Provider(data["uuid"], data["name"], data.get("root_provider_uuid") or data["uuid"])
+
+
+def schedule(client: PlacementClient, request: SchedulingRequest, *, limit: Optional[int] = None) -> ScheduleResult:
+    """Ask placement for candidates, drop forbidden-trait ones, rank; names for the first ``limit``."""
+    query = candidates_query(request.group, limit=limit, microversion=MICROVERSION)
+    data = _get(client, query_path(query), "the allocation candidates query")
+    ranking = rank(data, request.group)
+    if limit is not None:
+        ranking.candidates = ranking.candidates[:limit]
+    result = ScheduleResult(request=request, query=query, ranking=ranking)
+    wanted: Set[str] = set(ranking.excluded)
+    for candidate in ranking.candidates:
+        wanted.update(candidate.allocations)
+    for uuid in sorted(wanted):
+        result.providers[uuid] = provider(client, uuid)
+    return result
+
+
+def allocation_tree_traits(client: PlacementClient, consumer: str) -> Tuple[Dict[str, str], Set[str]]:
+    """({provider UUID: name} of every provider in the consumer's allocations and their trees, their traits)."""
+    data = _get(client, f"/allocations/{consumer}", f"allocations of {consumer}")
+    allocated: List[str] = sorted(data.get("allocations", {}))
+    if not allocated:
+        raise InputError(f"instance {consumer} has no allocations in placement")
+    roots: Set[str] = {provider(client, uuid).root for uuid in allocated}
+    members: Dict[str, str] = {}
+    for root in sorted(roots):
+        tree = _get(client, f"/resource_providers?in_tree={root}", f"the provider tree of {root}")
+        for entry in tree["resource_providers"]:
+            members[entry["uuid"]] = entry["name"]
+    traits: Set[str] = set()
+    for uuid in sorted(members):
+        traits.update(_get(client, f"/resource_providers/{uuid}/traits", f"traits of {uuid}")["traits"])
+    return members, traits
+
+
+def check_instance_rebuild(client: PlacementClient, consumer: str, request: SchedulingRequest) -> RebuildVerdict:
+    """The rebuild pre-flight against placement (see :mod:`.rebuild`)."""
+    members, traits = allocation_tree_traits(client, consumer)
+    return check_rebuild(request.group, traits, members)
+
+
+def summary(result: ScheduleResult) -> Mapping[str, Any]:
+    """The result as a JSON-able document (``devtag-host schedule --json``)."""
+    group = result.request.group
+    return {
+        "query": {"path": query_path(result.query), "params": result.query},
+        "resources": group.resources,
+        "required": group.required,
+        "forbidden": group.forbidden,
+        "forbidden_filtered_client_side": bool(group.forbidden) and MICROVERSION < (1, 22),
+        "prefilter": result.request.prefilter,
+        "candidates": [
+            {
+                "rank": index,
+                "host": {"uuid": candidate.host, "name": result.name(candidate.host)},
+                "headroom": round(candidate.headroom, 4),
+                "free_after": {name: round(value, 4) for name, value in candidate.free_after.items()},
+                "allocations": {
+                    uuid: {"name": result.name(uuid), "resources": dict(resources)}
+                    for uuid, resources in candidate.allocations.items()
+                },
+            }
+            for index, candidate in enumerate(result.ranking.candidates, start=1)
+        ],
+        "excluded": {
+            uuid: {"name": result.name(uuid), "forbidden_traits": names}
+            for uuid, names in sorted(result.ranking.excluded.items())
+        },
+    }
