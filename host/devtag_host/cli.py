@@ -44,6 +44,7 @@ COMMAND_MODULES: Tuple[str, ...] = (
     "devtag_host.configdrive.commands",
     "devtag_host.placement.commands",
     "devtag_host.fwcfg.commands",
+    "devtag_host.scheduling.commands",
 )
 
 _DESCRIPTION = """\
