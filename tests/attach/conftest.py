@@ -49,3 +49,58 @@ def store(store_url: str) -> Iterator[AttachmentStore]:
     store = AttachmentStore(store_url)
     yield store
     store.close()
+
+
+# -- libvirt ---------------------------------------------------------------------
+
+RUNNING_DOMAIN = """<domain type='qemu'><name>{name}</name><memory unit='MiB'>64</memory>
+  <os><type arch='x86_64' machine='pc'>hvm</type></os><features><acpi/></features><devices>
+  <controller type='scsi' index='0' model='virtio-scsi'/>
+  <controller type='usb' index='0' model='piix3-uhci'/>
+</devices></domain>"""
+
+
+@pytest.fixture(scope="session")
+def attach_state() -> Iterator[Path]:
+    """devtag's state directory for the session: short (sockets live below it) and reachable by QEMU."""
+    import shutil
+    import tempfile
+
+    from devtag_host.attach.storage_daemon import StorageDaemon
+
+    base = Path(tempfile.mkdtemp(prefix="dta-"))
+    base.chmod(0o755)
+    yield base
+    StorageDaemon(base / "sd").stop()
+    for sock in (base / "nbd").glob("*.pid"):
+        try:
+            import os
+            import signal
+
+            os.kill(int(sock.read_text()), signal.SIGTERM)
+        except (OSError, ValueError):
+            pass
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def compute_host(libvirt_conn: object, attach_state: Path, tmp_path: Path) -> Iterator[object]:
+    """A ComputeHost on the embedded libvirt, with a fresh SQLite store and the session's backends."""
+    from devtag_host.attach.flows import ComputeHost, default_backends
+
+    store = AttachmentStore(f"sqlite:///{tmp_path / 'attach.sqlite'}")
+    host = ComputeHost(
+        libvirt_conn, store, host="node1", backends=default_backends(libvirt_conn, attach_state), detach_timeout=3.0
+    )
+    yield host
+    store.close()
+
+
+@pytest.fixture
+def running_domain(define_domain: object) -> object:
+    """A started domain (no OS) with a virtio-scsi and a USB controller; undefined after the test."""
+    import uuid
+
+    handle = define_domain(RUNNING_DOMAIN.format(name=f"att-{uuid.uuid4().hex[:8]}"))  # type: ignore[operator]
+    handle.create()
+    return handle

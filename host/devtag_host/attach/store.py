@@ -123,11 +123,15 @@ class AttachmentStore:
         bus: Optional[str] = None,
         host: Optional[str] = None,
         detail: Optional[Dict[str, Any]] = None,
+        attachment_id: Optional[str] = None,
     ) -> Attachment:
-        """``attachment_create`` without a connector: the volume is reserved for the instance."""
+        """``attachment_create`` without a connector: the volume is reserved for the instance.
+
+        ``attachment_id`` lets a flow journal the id before the row exists.
+        """
         if mode not in ("rw", "ro"):
             raise model.InvalidInput(f"mode {mode!r}: 'rw' or 'ro'")
-        attachment_id = str(uuid.uuid4())
+        attachment_id = attachment_id or str(uuid.uuid4())
         with self.db.write() as conn:
             volume = _lock_volume(conn, _volume_id(conn, volume_ref))
             if volume.lifecycle != model.READY:
