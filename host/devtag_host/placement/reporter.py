@@ -1,11 +1,15 @@
 """The compute-node reporter: libvirt -> placement.
 
 ``read_host(connection, ...)`` reads the facts (node info, host CPU features,
-running domains, disk capacity); ``report(client, facts, settings)`` makes
-placement agree with them: the node's provider (UUID = libvirt's host UUID),
-its VCPU / MEMORY_MB / DISK_GB inventory, its ``HW_CPU_X86_*`` traits and one
-allocation per running domain (consumer = domain UUID).  Every write carries
-the generation it read and is retried on 409.  ``report_shared_pool`` keeps a
+running domains, disk capacity, the device models it can emulate);
+``report(client, facts, settings)`` makes placement agree with them: the node's
+provider (UUID = libvirt's host UUID), its VCPU / MEMORY_MB / DISK_GB inventory,
+its ``HW_CPU_X86_*`` traits, its capability traits (``COMPUTE_STORAGE_BUS_*``,
+``COMPUTE_GRAPHICS_MODEL_*``, ``COMPUTE_NET_VIF_MODEL_*``, ``COMPUTE_ARCH_*``,
+``HW_ARCH_*``: :mod:`devtag_host.scheduling.capabilities`) and one allocation per
+running domain (consumer = domain UUID).  The reporter owns exactly those trait
+namespaces: any other trait on the provider (an operator's ``CUSTOM_RACK6``)
+stays.  Every write carries the generation it read and is retried on 409.  ``report_shared_pool`` keeps a
 sharing provider (``MISC_SHARES_VIA_AGGREGATE``) in step with a shared storage
 pool.  Running it twice changes nothing the second time.
 
@@ -24,7 +28,7 @@ import socket
 import time
 import uuid as uuidlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 import defusedxml.ElementTree as ElementTree
 import os_traits
@@ -36,6 +40,14 @@ log = logging.getLogger(__name__)
 GIB = 1024**3
 VERSION = "placement 1.17"
 MANAGED_TRAIT_PREFIX = "HW_CPU_X86_"
+# The device-model and arch traits of devtag_host.scheduling.capabilities (kept in step with its PREFIXES).
+CAPABILITY_TRAIT_PREFIXES = (
+    "COMPUTE_STORAGE_BUS_",
+    "COMPUTE_GRAPHICS_MODEL_",
+    "COMPUTE_NET_VIF_MODEL_",
+    "COMPUTE_ARCH_",
+    "HW_ARCH_",
+)
 # Placement's no-keystone convention: any token is accepted by a server without a token file.
 NOAUTH_TOKEN = "admin"  # noqa: S105 - not a secret
 _KNOWN_TRAITS = frozenset(os_traits.get_traits())
@@ -63,6 +75,8 @@ class HostFacts:
     disk_gb: Optional[int]
     cpu_features: List[str]
     domains: List[DomainUsage] = field(default_factory=list)
+    # None: not read (libvirt described no machine type); the provider's capability traits stay as they are.
+    capability_traits: Optional[Set[str]] = None
 
 
 @dataclass
@@ -140,10 +154,22 @@ def local_disk_gb(domain: Any) -> int:
 
 
 def read_host(
-    connection: Any, *, name: Optional[str] = None, disk_path: Optional[str] = None, storage_pool: Optional[str] = None
+    connection: Any,
+    *,
+    name: Optional[str] = None,
+    disk_path: Optional[str] = None,
+    storage_pool: Optional[str] = None,
+    virt_type: Optional[str] = None,
+    machine_types: Optional[Mapping[str, Sequence[Optional[str]]]] = None,
 ) -> HostFacts:
-    """The facts to report, read from an open libvirt connection."""
+    """The facts to report, read from an open libvirt connection.
+
+    ``virt_type`` (default ``qemu``) and ``machine_types`` (default ``pc`` and ``q35``
+    on x86) choose the domain capabilities the capability traits are read from.
+    """
     import libvirt
+
+    from ..scheduling import host_capabilities
 
     try:
         _model, memory_mb, cpus, *_rest = connection.getInfo()
@@ -156,6 +182,11 @@ def read_host(
             )
     except libvirt.libvirtError as exc:
         raise RuntimeFailure(f"cannot read the host from libvirt: {exc.get_error_message()}") from None
+    found = host_capabilities.read_capability_traits(
+        connection,
+        virt_type=virt_type or host_capabilities.DEFAULT_VIRT_TYPE,
+        machine_types=host_capabilities.DEFAULT_MACHINE_TYPES if machine_types is None else machine_types,
+    )
     disk_gb = None
     if storage_pool:
         disk_gb = pool_gb(connection, storage_pool)[0]
@@ -169,6 +200,7 @@ def read_host(
         disk_gb=disk_gb,
         cpu_features=features,
         domains=sorted(domains, key=lambda d: d.uuid),
+        capability_traits=None if found is None else set(found.traits),
     )
 
 
@@ -293,8 +325,10 @@ def set_inventory(client: PlacementClient, uuid: str, wanted: Dict[str, Dict[str
     return changed
 
 
-def set_traits(client: PlacementClient, uuid: str, managed: Set[str], prefix: str = MANAGED_TRAIT_PREFIX) -> bool:
-    """Make the provider's ``prefix`` traits equal ``managed``, keeping all others."""
+def set_traits(
+    client: PlacementClient, uuid: str, managed: Set[str], prefix: Union[str, Tuple[str, ...]] = MANAGED_TRAIT_PREFIX
+) -> bool:
+    """Make the provider's ``prefix`` traits (one prefix or several) equal ``managed``, keeping all others."""
     changed = False
 
     def attempt() -> Tuple[int, Any]:
@@ -368,7 +402,11 @@ def report(client: PlacementClient, facts: HostFacts, settings: Settings) -> Rep
     if set_inventory(client, facts.uuid, desired_inventory(facts, settings)):
         summary.changed.append("inventory")
     managed = cpu_traits(facts.cpu_features) | set(settings.extra_traits)
-    if set_traits(client, facts.uuid, managed):
+    prefixes: Tuple[str, ...] = (MANAGED_TRAIT_PREFIX,)
+    if facts.capability_traits is not None:
+        managed |= facts.capability_traits
+        prefixes += CAPABILITY_TRAIT_PREFIXES
+    if set_traits(client, facts.uuid, managed, prefixes):
         summary.changed.append("traits")
     for domain in facts.domains:
         try:
@@ -423,8 +461,10 @@ def register(verbs: argparse._SubParsersAction) -> None:
         "report",
         help="report this libvirt host (and optionally a shared pool) to placement",
         description="Create/update this host's resource provider from libvirt: VCPU and MEMORY_MB from the node "
-        "info, DISK_GB from --storage-pool or --disk-path, HW_CPU_X86_* traits from the host CPU, one allocation "
-        "per running domain. With --shared-pool/--shared-path and --aggregate, also keep a sharing DISK_GB "
+        "info, DISK_GB from --storage-pool or --disk-path, HW_CPU_X86_* traits from the host CPU, the "
+        "COMPUTE_STORAGE_BUS_*, COMPUTE_GRAPHICS_MODEL_*, COMPUTE_NET_VIF_MODEL_*, COMPUTE_ARCH_* and HW_ARCH_* "
+        "traits of what it can emulate (domain capabilities of --virt-type), one allocation per running domain. "
+        "With --shared-pool/--shared-path and --aggregate, also keep a sharing DISK_GB "
         "provider up to date. Runs once, or every --interval seconds.",
     )
     sub.add_argument("-c", "--connect", metavar="URI", help="libvirt URI (default: embedded QEMU driver)")
@@ -440,6 +480,19 @@ def register(verbs: argparse._SubParsersAction) -> None:
     sub.add_argument("--reserved-memory-mb", type=int, default=512)
     sub.add_argument("--reserved-disk-gb", type=int, default=0)
     sub.add_argument("--trait", action="append", default=[], help="an extra trait to set (repeatable)")
+    sub.add_argument(
+        "--virt-type",
+        default="qemu",
+        choices=("qemu", "kvm", "xen", "lxc", "vz"),
+        help="domain type the capability traits are read for (default qemu; kvm on KVM hosts)",
+    )
+    sub.add_argument(
+        "--machine-type",
+        metavar="ARCH=TYPE[,TYPE]",
+        action="append",
+        default=[],
+        help="machine types of ARCH to union (default x86_64=pc,q35; other arches: libvirt's default)",
+    )
     sub.add_argument("--prune", action="store_true", help="drop this node's allocations of domains not running")
     sub.add_argument("--shared-pool", metavar="POOL", help="a shared libvirt storage pool to report as sharing")
     sub.add_argument("--shared-path", metavar="DIR", help="a shared file system to report as sharing")
@@ -474,6 +527,7 @@ def _cmd_report(args: argparse.Namespace) -> None:
         prune=args.prune,
         extra_traits=tuple(args.trait),
     )
+    args.machine_types = parse_machine_types(args.machine_type)
     client = PlacementClient(args.placement_url, token)
     while True:
         try:
@@ -492,7 +546,14 @@ def _report_once(client: PlacementClient, settings: Settings, args: argparse.Nam
 
     connection = virt.open_connection(args.connect)
     try:
-        facts = read_host(connection, name=args.name, disk_path=args.disk_path, storage_pool=args.storage_pool)
+        facts = read_host(
+            connection,
+            name=args.name,
+            disk_path=args.disk_path,
+            storage_pool=args.storage_pool,
+            virt_type=args.virt_type,
+            machine_types=args.machine_types,
+        )
         try:
             summary = report(client, facts, settings)
             if args.aggregate:
@@ -508,6 +569,22 @@ def _report_once(client: PlacementClient, settings: Settings, args: argparse.Nam
     print(f"{facts.name} ({summary.provider}): {changed}", flush=True)
     if summary.failed:
         raise RuntimeFailure("; ".join(summary.failed))
+
+
+def parse_machine_types(values: List[str]) -> Optional[Dict[str, Tuple[Optional[str], ...]]]:
+    """``["x86_64=pc,q35"]`` -> {"x86_64": ("pc", "q35")} over the defaults; None when not given."""
+    if not values:
+        return None
+    from ..scheduling.host_capabilities import DEFAULT_MACHINE_TYPES
+
+    result: Dict[str, Tuple[Optional[str], ...]] = dict(DEFAULT_MACHINE_TYPES)
+    for value in values:
+        arch, sep, types = value.partition("=")
+        names = tuple(name.strip() for name in types.split(",") if name.strip())
+        if not sep or not arch.strip() or not names:
+            raise InputError(f"--machine-type {value!r}: expected ARCH=TYPE[,TYPE...]")
+        result[arch.strip()] = names
+    return result
 
 
 def _add_aggregate(client: PlacementClient, provider: str, aggregate: str) -> None:
