@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any, Dict, Set
+from dataclasses import dataclass
+from typing import Any, Dict
 
 from sqlalchemy import bindparam, func, select
 from sqlalchemy.engine import Connection
@@ -33,7 +33,7 @@ class Inventory:
         return cls(**values)
 
     def as_dict(self) -> Dict[str, Any]:
-        return asdict(self)
+        return {field: getattr(self, field) for field in FIELDS}  # dataclasses.asdict deep-copies: slow
 
     @property
     def capacity(self) -> int:
@@ -63,14 +63,16 @@ def of_provider(connection: Connection, provider_id: int) -> Dict[str, Inventory
     return {name: Inventory(*values) for name, *values in rows}
 
 
-def _classes_in_use(connection: Connection, provider_id: int) -> Set[str]:
-    query = (
-        select(resource_classes.c.name)
-        .join(allocations, allocations.c.resource_class_id == resource_classes.c.id)
-        .where(allocations.c.resource_provider_id == provider_id)
-        .distinct()
-    )
-    return set(connection.scalars(query))
+_USED_OF_PROVIDER = (
+    select(resource_classes.c.name, inventories.c.used)
+    .join(resource_classes, resource_classes.c.id == inventories.c.resource_class_id)
+    .where(inventories.c.resource_provider_id == bindparam("b_provider"))
+)
+
+
+def _used_of_provider(connection: Connection, provider_id: int) -> Dict[str, int]:
+    """{class name: allocated amount} of each inventory row of the provider."""
+    return {name: used for name, used in connection.execute(_USED_OF_PROVIDER, {"b_provider": provider_id})}
 
 
 def _usage(connection: Connection, provider_id: int) -> Dict[str, int]:
@@ -88,8 +90,9 @@ def replace_all(connection: Connection, provider: Provider, wanted: Dict[str, In
     class_ids = resource_class.require_ids(connection, wanted, "inventory")
     for name, inventory in wanted.items():
         validate(name, inventory)
-    removed = set(of_provider(connection, provider.id)) - set(wanted)
-    busy = removed & _classes_in_use(connection, provider.id) if removed else set()
+    used = _used_of_provider(connection, provider.id)
+    removed = set(used) - set(wanted)
+    busy = {name for name in removed if used[name]}
     if busy:
         raise errors.conflict(
             f"update conflict: Inventory for '{', '.join(sorted(busy))}' on resource provider "
@@ -102,7 +105,12 @@ def replace_all(connection: Connection, provider: Provider, wanted: Dict[str, In
         connection.execute(
             _INSERT,
             [
-                {"resource_provider_id": provider.id, "resource_class_id": class_ids[name], **inventory.as_dict()}
+                {
+                    "resource_provider_id": provider.id,
+                    "resource_class_id": class_ids[name],
+                    "used": used.get(name, 0),  # the allocations stay: so does their sum
+                    **inventory.as_dict(),
+                }
                 for name, inventory in wanted.items()
             ],
         )
