@@ -78,9 +78,9 @@ def set_provider_traits(call: Call) -> Reply:
     body = validate(call.body, schema.PUT_PROVIDER_TRAITS)
     with call.store.write() as connection:
         provider = rp.get_or_404(connection, call.params["uuid"])
-        trait.require_ids(connection, body["traits"])  # unknown traits are a 400 before a stale generation
+        found = trait.require_ids(connection, body["traits"])  # unknown traits: 400 before a stale generation
         check_generation(provider, body["resource_provider_generation"])
-        trait.set_for_provider(connection, provider, body["traits"])
+        trait.set_for_provider(connection, provider, body["traits"], found)
     names = sorted(set(body["traits"]))
     return Reply(200, {"traits": names, "resource_provider_generation": provider.generation})
 

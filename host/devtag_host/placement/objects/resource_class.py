@@ -11,6 +11,7 @@ from sqlalchemy.exc import IntegrityError
 
 from .. import errors
 from ..db import allocations, inventories, resource_classes
+from . import standard_ids
 
 STANDARD = frozenset(os_resource_classes.STANDARDS)
 
@@ -24,12 +25,15 @@ _IDS_BY_NAME = select(resource_classes.c.name, resource_classes.c.id).where(
 )
 
 
+def _query_ids(connection: Connection, names: list) -> Dict[str, int]:
+    return {row.name: row.id for row in connection.execute(_IDS_BY_NAME, {"b_names": names})}
+
+
 def ids_by_name(connection: Connection, names: Iterable[str]) -> Dict[str, int]:
-    wanted = sorted(set(names))
+    wanted = set(names)
     if not wanted:
         return {}
-    rows = connection.execute(_IDS_BY_NAME, {"b_names": wanted})
-    return {row.name: row.id for row in rows}
+    return standard_ids.ids_by_name(connection, "resource_class", wanted, STANDARD, _query_ids)
 
 
 def names_by_id(connection: Connection) -> Dict[int, str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Dict, Iterable, List, Optional
 
+import os_traits
 from sqlalchemy import bindparam, select
 from sqlalchemy import exists as sql_exists
 from sqlalchemy.engine import Connection
@@ -11,17 +12,22 @@ from sqlalchemy.exc import IntegrityError
 
 from .. import errors
 from ..db import provider_traits, traits
+from . import standard_ids
 from .resource_provider import Provider, bump_generation
 
+STANDARD = frozenset(os_traits.get_traits())
 _IDS_BY_NAME = select(traits.c.name, traits.c.id).where(traits.c.name.in_(bindparam("b_names", expanding=True)))
 
 
+def _query_ids(connection: Connection, names: list) -> Dict[str, int]:
+    return {row.name: row.id for row in connection.execute(_IDS_BY_NAME, {"b_names": names})}
+
+
 def ids_by_name(connection: Connection, names: Iterable[str]) -> Dict[str, int]:
-    wanted = sorted(set(names))
+    wanted = set(names)
     if not wanted:
         return {}
-    rows = connection.execute(_IDS_BY_NAME, {"b_names": wanted})
-    return {row.name: row.id for row in rows}
+    return standard_ids.ids_by_name(connection, "trait", wanted, STANDARD, _query_ids)
 
 
 def require_ids(connection: Connection, names: Iterable[str]) -> Dict[str, int]:
@@ -92,8 +98,12 @@ _DELETE_OF_PROVIDER = provider_traits.delete().where(provider_traits.c.resource_
 _INSERT_OF_PROVIDER = provider_traits.insert()
 
 
-def set_for_provider(connection: Connection, provider: Provider, names: List[str]) -> None:
-    found = require_ids(connection, names)
+def set_for_provider(
+    connection: Connection, provider: Provider, names: List[str], found: Optional[Dict[str, int]] = None
+) -> None:
+    """Replace the provider's traits; ``found`` is ``require_ids(names)`` if the caller has it."""
+    if found is None:
+        found = require_ids(connection, names)
     connection.execute(_DELETE_OF_PROVIDER, {"b_provider": provider.id})
     if found:
         connection.execute(
