@@ -154,3 +154,20 @@ def test_routed_network_segment_scenario(client):
     # member_of narrows the compute nodes, the share still comes along.
     narrowed = candidates(client, f"resources=VCPU:1,IPV4_ADDRESS:1&member_of={rack}")
     assert len(narrowed["allocation_requests"]) == 2
+
+
+def test_required_traits_still_apply_when_a_sharing_provider_cannot_help(client):
+    """Regression: with a sharing provider in the database that offers none of the
+    requested classes, the required traits were ignored for the compute nodes."""
+    avx, plain = new_provider(client, "avx"), new_provider(client, "plain")
+    for rp in (avx, plain):
+        set_inventory(client, rp, VCPU={"total": 8}, MEMORY_MB={"total": 1024})
+    generation = client.get(f"/resource_providers/{avx}").json()["generation"]
+    body = {"traits": ["HW_CPU_X86_AVX2"], "resource_provider_generation": generation}
+    assert client.put(f"/resource_providers/{avx}/traits", json=body).status_code == 200
+    segment = new_provider(client, "segment")
+    set_inventory(client, segment, IPV4_ADDRESS={"total": 254})
+    share(client, segment, str(uuid.uuid4()))
+    found = candidates(client, "resources=VCPU:1,MEMORY_MB:512&required=HW_CPU_X86_AVX2")
+    assert as_sets(found) == {frozenset({(avx, frozenset({("VCPU", 1), ("MEMORY_MB", 512)}))})}
+    assert list(found["provider_summaries"]) == [avx]

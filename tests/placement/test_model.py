@@ -8,6 +8,7 @@ import uuid
 import hypothesis.strategies as st
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
+from sqlalchemy import text
 
 from devtag_host.placement.db import Store
 
@@ -150,6 +151,21 @@ class PlacementModel(RuleBasedStateMachine):
             expected = {rc: self.used(rp, rc) for rc in self.inventory[rp]}
             expected.update({rc: self.used(rp, rc) for per in self.allocations.values() for rc in per.get(rp, {})})
             assert body["usages"] == expected
+
+    @invariant()
+    def inventory_used_is_the_sum_of_allocations(self):
+        """``inventories.used`` (what capacity queries read) never drifts from the allocations."""
+        with self.store.read() as connection:
+            rows = connection.execute(
+                text(
+                    "SELECT r.uuid, c.name, i.used FROM inventories i"
+                    " JOIN resource_providers r ON r.id = i.resource_provider_id"
+                    " JOIN resource_classes c ON c.id = i.resource_class_id"
+                )
+            ).all()
+        assert {(rp, rc): used for rp, rc, used in rows} == {
+            (rp, rc): self.used(rp, rc) for rp, per_class in self.inventory.items() for rc in per_class
+        }
 
 
 def test_api_against_model(store):

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-from sqlalchemy import func, select
+from sqlalchemy import bindparam, func, select
 from sqlalchemy.engine import Connection
 
 from .. import errors
@@ -63,9 +63,35 @@ def of_provider(connection: Connection, provider_id: int) -> Dict[str, Dict[str,
     return result
 
 
-def _old_provider_ids(connection: Connection, consumer_ids: List[str]) -> List[int]:
-    query = select(allocations.c.resource_provider_id).where(allocations.c.consumer_id.in_(consumer_ids)).distinct()
-    return list(connection.scalars(query))
+def _old_allocations(connection: Connection, consumer_ids: List[str]) -> Dict[Tuple[int, int], int]:
+    """{(provider id, class id): amount} the consumers hold now, before the write replaces it."""
+    query = (
+        select(allocations.c.resource_provider_id, allocations.c.resource_class_id, func.sum(allocations.c.used))
+        .where(allocations.c.consumer_id.in_(consumer_ids))
+        .group_by(allocations.c.resource_provider_id, allocations.c.resource_class_id)
+    )
+    return {(rp_id, rc_id): int(amount) for rp_id, rc_id, amount in connection.execute(query)}
+
+
+_ADD_USED = (
+    inventories.update()
+    .where(
+        inventories.c.resource_provider_id == bindparam("b_provider"),
+        inventories.c.resource_class_id == bindparam("b_class"),
+    )
+    .values(used=inventories.c.used + bindparam("b_delta"))
+)
+
+
+def _update_used(connection: Connection, old: Dict[Tuple[int, int], int], new: Dict[Tuple[int, int], int]) -> None:
+    """Keep ``inventories.used`` equal to the sum of the allocations of each row."""
+    deltas = [
+        {"b_provider": key[0], "b_class": key[1], "b_delta": new.get(key, 0) - old.get(key, 0)}
+        for key in sorted(set(old) | set(new))
+        if new.get(key, 0) != old.get(key, 0)
+    ]
+    if deltas:
+        connection.execute(_ADD_USED, deltas)
 
 
 def replace(connection: Connection, wanted: List[ConsumerAllocations]) -> None:
@@ -80,7 +106,8 @@ def replace(connection: Connection, wanted: List[ConsumerAllocations]) -> None:
     class_names = {name for item in wanted for per in item.resources.values() for name in per}
     class_ids = resource_class.require_ids(connection, class_names, "allocation")
 
-    old_ids = _old_provider_ids(connection, consumer_ids)
+    held = _old_allocations(connection, consumer_ids)
+    old_ids = sorted({rp_id for rp_id, _ in held})
     if old_ids:
         old = {p.id: p for p in ids_by_uuid(connection, _uuids_of(connection, old_ids)).values()}
     else:
@@ -115,6 +142,7 @@ def replace(connection: Connection, wanted: List[ConsumerAllocations]) -> None:
     _check_capacity(connection, requested, rows, {p.id: p for p in providers.values()}, class_ids)
     if rows:
         connection.execute(allocations.insert(), rows)
+    _update_used(connection, held, requested)
 
 
 def _uuids_of(connection: Connection, ids: List[int]) -> List[str]:

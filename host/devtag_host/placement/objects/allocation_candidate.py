@@ -9,12 +9,13 @@ requested amount; the combinations are built in Python.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 import os_traits
-from sqlalchemy import and_, case, exists, func, null, or_, select
+from sqlalchemy import Integer, and_, bindparam, case, exists, func, null, or_, select
 from sqlalchemy.engine import Connection
 
 from .. import errors
@@ -62,95 +63,40 @@ def find(
             )
         )
 
+    if not sharing:
+        return _own_candidates(
+            connection, amounts, class_names, sorted(required_ids), member_of, limit, with_traits, dict_format
+        )
+
     inv = inventories
     source = inv.join(resource_providers, resource_providers.c.id == inv.c.resource_provider_id)
     conditions = [fitting_rows(amounts)]
-    if not sharing:
-        # Drive the query from the most selective tables: each required trait and a
-        # single aggregate are joins on their primary keys (3x faster than IN lists).
-        for index, trait_id in enumerate(sorted(required_ids)):
-            having = provider_traits.alias(f"required_{index}")
-            source = source.join(
-                having, and_(having.c.resource_provider_id == inv.c.resource_provider_id, having.c.trait_id == trait_id)
-            )
-        if member_of and len(member_of) == 1:
-            member = provider_aggregates.alias("member")
-            source = source.join(
-                member,
-                and_(
-                    member.c.resource_provider_id == inv.c.resource_provider_id,
-                    member.c.aggregate_uuid == next(iter(member_of)),
-                ),
-            )
-        elif member_of:
-            conditions.append(_in_aggregates(member_of))
-    elif member_of:
+    if member_of:
         conditions.append(or_(_in_aggregates(member_of), inv.c.resource_provider_id.in_(sorted(sharing))))
     rows: Dict[int, Dict[int, Tuple[int, int]]] = {}
     uuids: Dict[int, str] = {}
     trait_lists: Dict[int, Optional[str]] = {}
-    trait_column = _trait_list(connection) if with_traits else null()
-    if not sharing:
-        # One row per provider that can take every class itself (conditional aggregation).
-        order = sorted(amounts)
-        columns = []
-        for rc_id in order:
-            columns.append(func.max(case((inv.c.resource_class_id == rc_id, _capacity()))))
-            columns.append(func.max(case((inv.c.resource_class_id == rc_id, used_of_inventory()))))
-        query = (
-            select(inv.c.resource_provider_id, resource_providers.c.uuid, trait_column, *columns)
-            .select_from(source)
-            .where(*conditions)
-            .group_by(inv.c.resource_provider_id, resource_providers.c.uuid)
-            .having(func.count() == len(amounts))
-            .order_by(inv.c.resource_provider_id)
+    trait_column = _trait_list(connection.dialect.name) if with_traits else null()
+    query = (
+        select(
+            inv.c.resource_provider_id,
+            resource_providers.c.uuid,
+            inv.c.resource_class_id,
+            _capacity(),
+            used_of_inventory(),
+            trait_column,
         )
-        if limit is not None:
-            query = query.limit(limit)
-        # Each provider is a candidate on its own: build the answer in one pass.
-        whole = {class_names[rc_id]: amounts[rc_id] for rc_id in order}
-        names_in_order = [class_names[rc_id] for rc_id in order]
-        requests: List[Dict[str, Any]] = []
-        summaries: Dict[str, Dict[str, object]] = {}
-        shared = {"resources": whole}  # the same in every request: one object, encoded many times
-        positions = list(enumerate(names_in_order))
-        for row in connection.execute(query).all():
-            uuid, listed = row[1], row[2]
-            summary: Dict[str, object] = {
-                "resources": {
-                    name: {"capacity": int(row[3 + 2 * index]), "used": int(row[4 + 2 * index])}
-                    for index, name in positions
-                }
-            }
-            if with_traits:
-                summary["traits"] = (sorted(listed.split(",")) if "," in listed else [listed]) if listed else []
-            summaries[uuid] = summary
-            if dict_format:
-                requests.append({"allocations": {uuid: shared}})
-            else:
-                requests.append(_request([(uuid, whole)], dict_format))
-        return Candidates(requests, summaries)
-    else:
-        query = (
-            select(
-                inv.c.resource_provider_id,
-                resource_providers.c.uuid,
-                inv.c.resource_class_id,
-                _capacity(),
-                used_of_inventory(),
-                trait_column,
-            )
-            .select_from(source)
-            .where(*conditions)
-            .order_by(inv.c.resource_provider_id)
-        )
-        for rp_id, uuid, rc_id, capacity, used, names in connection.execute(query).all():
-            per = rows.get(rp_id)
-            if per is None:
-                per = rows[rp_id] = {}
-                uuids[rp_id] = uuid
-                trait_lists[rp_id] = names
-            per[rc_id] = (int(capacity), int(used))
+        .select_from(source)
+        .where(*conditions)
+        .order_by(inv.c.resource_provider_id)
+    )
+    for rp_id, uuid, rc_id, capacity, used, names in connection.execute(query).all():
+        per = rows.get(rp_id)
+        if per is None:
+            per = rows[rp_id] = {}
+            uuids[rp_id] = uuid
+            trait_lists[rp_id] = names
+        per[rc_id] = (int(capacity), int(used))
 
     combos: List[Dict[int, Dict[int, int]]] = []
     if not (sharing & set(rows)):
@@ -158,8 +104,8 @@ def find(
         combos = [{rp_id: amounts} for rp_id, have in rows.items() if len(have) == len(amounts)]
     else:
         combos = _with_sharing(connection, rows, amounts, sharing, member_of)
-        if required_ids:
-            combos = _with_traits(connection, combos, required_ids)
+    if required_ids:
+        combos = _with_traits(connection, combos, required_ids)
     if limit is not None:
         combos = combos[:limit]
 
@@ -193,6 +139,106 @@ def find(
         _request([(uuids[rp_id], by_name(per)) for rp_id, per in combo.items()], dict_format) for combo in combos
     ]
     return Candidates(requests, summaries)
+
+
+def _own_candidates(
+    connection: Connection,
+    amounts: Dict[int, int],
+    class_names: Dict[int, str],
+    required_ids: List[int],
+    member_of: Optional[Set[str]],
+    limit: Optional[int],
+    with_traits: bool,
+    dict_format: bool,
+) -> Candidates:
+    """No sharing provider anywhere: every candidate is one provider that can take
+    the whole request itself, one row of one SQL query each."""
+    order = tuple(sorted(amounts))
+    aggregates = sorted(member_of) if member_of else []
+    query = _own_query(order, len(required_ids), len(aggregates), with_traits, connection.dialect.name, limit)
+    params: Dict[str, Any] = {f"b_amount_{rc_id}": amount for rc_id, amount in amounts.items()}
+    params.update((f"b_trait_{index}", trait_id) for index, trait_id in enumerate(required_ids))
+    if len(aggregates) == 1:
+        params["b_member"] = aggregates[0]
+    elif aggregates:
+        params["b_members"] = aggregates
+    names = [class_names[rc_id] for rc_id in order]
+    whole = {name: amounts[rc_id] for rc_id, name in zip(order, names)}
+    shared = {"resources": whole}  # the same in every request: one object, encoded many times
+    requests: List[Dict[str, Any]] = []
+    summaries: Dict[str, Dict[str, object]] = {}
+    for row in connection.execute(query, params):
+        uuid = row[1]
+        resources = {}
+        column = 3
+        for name in names:
+            resources[name] = {"capacity": int(row[column]), "used": int(row[column + 1])}
+            column += 2
+        summary: Dict[str, object] = {"resources": resources}
+        if with_traits:
+            listed = row[2]
+            summary["traits"] = sorted(listed.split(",")) if listed else []
+        summaries[uuid] = summary
+        if dict_format:
+            requests.append({"allocations": {uuid: shared}})
+        else:
+            requests.append(_request([(uuid, whole)], dict_format))
+    return Candidates(requests, summaries)
+
+
+@functools.lru_cache(maxsize=256)
+def _own_query(
+    class_ids: Tuple[int, ...], required: int, aggregates: int, with_traits: bool, dialect: str, limit: Optional[int]
+):  # type: ignore[no-untyped-def]
+    """The statement of ``_own_candidates`` for one shape of request, built once:
+    constructing SQLAlchemy expressions costs more than SQLite running them.
+    Every value is a bound parameter (``b_amount_<class id>``, ``b_trait_<n>``,
+    ``b_member`` or ``b_members``)."""
+    inv = inventories
+    source = inv.join(resource_providers, resource_providers.c.id == inv.c.resource_provider_id)
+    # Drive the query from the most selective tables: each required trait and a
+    # single aggregate are joins on their primary keys (3x faster than IN lists).
+    for index in range(required):
+        having = provider_traits.alias(f"required_{index}")
+        source = source.join(
+            having,
+            and_(
+                having.c.resource_provider_id == inv.c.resource_provider_id,
+                having.c.trait_id == bindparam(f"b_trait_{index}"),
+            ),
+        )
+    conditions = [fitting_rows({rc_id: bindparam(f"b_amount_{rc_id}", type_=Integer) for rc_id in class_ids})]
+    if aggregates == 1:
+        member = provider_aggregates.alias("member")
+        source = source.join(
+            member,
+            and_(
+                member.c.resource_provider_id == inv.c.resource_provider_id,
+                member.c.aggregate_uuid == bindparam("b_member"),
+            ),
+        )
+    elif aggregates:
+        conditions.append(
+            exists().where(
+                provider_aggregates.c.resource_provider_id == inv.c.resource_provider_id,
+                provider_aggregates.c.aggregate_uuid.in_(bindparam("b_members", expanding=True)),
+            )
+        )
+    # One row per provider that can take every class itself (conditional aggregation).
+    columns = []
+    for rc_id in class_ids:
+        columns.append(func.max(case((inv.c.resource_class_id == rc_id, _capacity()))))
+        columns.append(func.max(case((inv.c.resource_class_id == rc_id, used_of_inventory()))))
+    traits_column = _trait_list(dialect) if with_traits else null()
+    query = (
+        select(inv.c.resource_provider_id, resource_providers.c.uuid, traits_column, *columns)
+        .select_from(source)
+        .where(*conditions)
+        .group_by(inv.c.resource_provider_id, resource_providers.c.uuid)
+        .having(func.count() == len(class_ids))
+        .order_by(inv.c.resource_provider_id)
+    )
+    return query if limit is None else query.limit(limit)
 
 
 def _request(parts: List[Tuple[str, Dict[str, int]]], dict_format: bool) -> Dict[str, Any]:
@@ -277,9 +323,9 @@ def _with_traits(
     return [combo for combo in combos if required_ids <= set().union(*(has.get(rp, set()) for rp in combo))]
 
 
-def _trait_list(connection: Connection):  # type: ignore[no-untyped-def]
+def _trait_list(dialect: str):  # type: ignore[no-untyped-def]
     """SQL: the comma-joined trait names of the current row's provider (names have no commas)."""
-    if connection.dialect.name == "postgresql":
+    if dialect == "postgresql":
         joined = func.string_agg(traits.c.name, ",")
     else:
         joined = func.group_concat(traits.c.name, ",")

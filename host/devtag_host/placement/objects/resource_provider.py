@@ -84,16 +84,8 @@ def ids_by_uuid(connection: Connection, uuids: Iterable[str]) -> Dict[str, Provi
 
 
 def used_of_inventory():  # type: ignore[no-untyped-def]
-    """SQL: the amount allocated from the current ``inventories`` row (correlated)."""
-    return (
-        select(func.coalesce(func.sum(allocations.c.used), 0))
-        .where(
-            allocations.c.resource_provider_id == inventories.c.resource_provider_id,
-            allocations.c.resource_class_id == inventories.c.resource_class_id,
-        )
-        .correlate(inventories)
-        .scalar_subquery()
-    )
+    """SQL: the amount allocated from the current ``inventories`` row (kept by allocation writes)."""
+    return inventories.c.used
 
 
 def fits(amount: int):  # type: ignore[no-untyped-def]
