@@ -165,20 +165,33 @@ def _own_candidates(
     names = [class_names[rc_id] for rc_id in order]
     whole = {name: amounts[rc_id] for rc_id, name in zip(order, names)}
     shared = {"resources": whole}  # the same in every request: one object, encoded many times
+    # Thousands of providers usually share a handful of (capacity, used) figures and
+    # trait sets: one object per distinct value, referenced by every summary that
+    # has it.  The answer encodes the same, but the request creates a few objects
+    # per candidate instead of eight (less work, and far fewer garbage-collector
+    # passes, which showed in the medians).  Nothing mutates them afterwards.
+    same_resources: Dict[Tuple, Dict[str, Any]] = {}
+    same_traits: Dict[Optional[str], List[str]] = {}
     requests: List[Dict[str, Any]] = []
     summaries: Dict[str, Dict[str, object]] = {}
-    for row in connection.execute(query, params):
+    figures = slice(3, 3 + 2 * len(names))
+    for row in connection.execute(query, params).all():
         uuid = row[1]
-        resources = {}
-        column = 3
-        for name in names:
-            resources[name] = {"capacity": int(row[column]), "used": int(row[column + 1])}
-            column += 2
-        summary: Dict[str, object] = {"resources": resources}
+        key = row[figures]
+        resources = same_resources.get(key)
+        if resources is None:
+            resources = same_resources[key] = {
+                name: {"capacity": int(key[2 * index]), "used": int(key[2 * index + 1])}
+                for index, name in enumerate(names)
+            }
         if with_traits:
             listed = row[2]
-            summary["traits"] = sorted(listed.split(",")) if listed else []
-        summaries[uuid] = summary
+            traits_of = same_traits.get(listed)
+            if traits_of is None:
+                traits_of = same_traits[listed] = sorted(listed.split(",")) if listed else []
+            summaries[uuid] = {"resources": resources, "traits": traits_of}
+        else:
+            summaries[uuid] = {"resources": resources}
         if dict_format:
             requests.append({"allocations": {uuid: shared}})
         else:
