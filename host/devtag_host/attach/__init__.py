@@ -43,7 +43,7 @@ Public API (stable; the migration/lifecycle flows build on it):
     mac=, detail=)``, ``journal(operation=None)``, ``open_operations()``.
 
 ``backends`` -- ``VolumeBackend`` protocol: ``create_volume(volume_id, name, size_bytes) ->
-    location``, ``delete_volume(location)``, ``volume_exists(location)``,
+    location``, ``location_for(volume_id)``, ``delete_volume(location)``, ``volume_exists(location)``,
     ``initialize_connection(location, attachment_id, connector) -> connection_info``,
     ``connect(connection_info)``, ``disconnect(connection_info)``, ``is_connected(connection_info)``;
     ``host_connector(host=None)``; ``BackendError``.
@@ -87,6 +87,24 @@ from .model import (
 )
 from .store import AttachmentStore
 
+# The flows import libvirt: loaded on first use, so the store works without it.
+_LAZY = {
+    "ComputeHost": "flows",
+    "DetachTimeout": "flows",
+    "FlowFailed": "flows",
+    "SimulatedCrash": "flows",
+    "check_invariants": "invariants",
+}
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "ATTACHED",
     "ATTACHING",
@@ -100,12 +118,17 @@ __all__ = [
     "Attachment",
     "AttachmentStore",
     "BackendError",
+    "ComputeHost",
     "Conflict",
+    "DetachTimeout",
+    "FlowFailed",
     "InterfaceAttachment",
     "InvalidInput",
     "NotFound",
+    "SimulatedCrash",
     "Volume",
     "VolumeBackend",
     "VolumeInUse",
+    "check_invariants",
     "host_connector",
 ]

@@ -83,7 +83,9 @@ def disk_xml(
     ET.SubElement(disk, "driver", name="qemu", type="raw")
     if kind == "file":
         disk.set("type", "file")
-        ET.SubElement(disk, "source", file=str(data["path"]))
+        source = ET.SubElement(disk, "source", file=str(data["path"]))
+        if data.get("owned_by_qemu"):
+            ET.SubElement(source, "seclabel", model="dac", relabel="no")
     elif kind == "nbd":
         disk.set("type", "network")
         source = ET.SubElement(disk, "source", protocol="nbd", name=str(data["export"]))

@@ -181,7 +181,7 @@ class ComputeHost:
         volume = self.store.create_volume(name, driver.name, size_bytes, multiattach=multiattach)
         operation.ids["volume_id"] = volume.id
         try:
-            operation.step("create")
+            operation.step("create", location=driver.location_for(volume.id))
             location = driver.create_volume(volume.id, name, size_bytes)
             operation.step("ready", location=location)
             volume = self.store.set_volume_ready(volume.id, location)
@@ -198,7 +198,11 @@ class ComputeHost:
         driver = self.backend(volume.backend)
         operation = self.operation("delete-volume", volume_id=volume.id)
         operation.step("begin-delete")
-        volume = self.store.begin_volume_delete(volume.id)
+        try:
+            volume = self.store.begin_volume_delete(volume.id)
+        except Exception as exc:
+            operation.end("refused", error=str(exc))
+            raise
         operation.step("delete-storage", location=volume.location)
         if volume.location:
             driver.delete_volume(volume.location)
@@ -288,14 +292,7 @@ class ComputeHost:
             raise DetachTimeout(f"the guest did not release {alias} within {self.detach_timeout:g} s")
 
     def _untag(self, guest: Guest, kind: str, keys: Tuple[str, ...]) -> None:
-        """Drop tag entries stored under any of ``keys`` (serial/alias or MAC), in every definition."""
-        wanted = {k.lower() for k in keys if k}
-
-        def change(domain: Domain) -> Tuple[TagEntry, ...]:
-            return tuple(e for e in domain.tag_entries if not (e.kind == kind and e.value.lower() in wanted))
-
-        if guest.handle.isActive() or guest.handle.isPersistent():
-            virt.update_tags(guest.handle, change)
+        untag(guest, kind, keys)
 
     # -- detach a volume -------------------------------------------------------------
 
@@ -310,7 +307,11 @@ class ComputeHost:
         )
         with self.domain_attach_lock(guest):
             operation.step("begin-detaching")
-            self.store.begin_detaching(attachment.id)
+            try:
+                self.store.begin_detaching(attachment.id)
+            except Exception as exc:
+                operation.end("refused", error=str(exc))
+                raise
             try:
                 saved = guest.device_xml(alias, "config")
                 operation.step("detach-config", xml=saved)
@@ -389,7 +390,7 @@ class ComputeHost:
         guest = self.guest(domain)
         record_id = str(uuid.uuid4())
         alias = devices.alias_for(record_id)
-        operation = self.operation("attach-interface", instance_uuid=guest.uuid)
+        operation = self.operation("attach-interface", instance_uuid=guest.uuid, attachment_id=record_id)
         undo = _Undo(operation)
         with self.domain_attach_lock(guest):
             try:
@@ -445,10 +446,12 @@ class ComputeHost:
         if record.status != model.ATTACHED:
             raise model.Conflict(f"NIC {record.mac} is {record.status}; wait or run reconcile")
         alias = record.alias or devices.alias_for(record.id)
-        operation = self.operation("detach-interface", instance_uuid=guest.uuid, mac=record.mac)
+        operation = self.operation(
+            "detach-interface", instance_uuid=guest.uuid, mac=record.mac, attachment_id=record.id
+        )
         with self.domain_attach_lock(guest):
             operation.step("begin-detaching")
-            self.store.set_interface(record.mac, status=model.DETACHING)
+            self.store.set_interface(record.mac, status=model.DETACHING)  # a plain update: cannot be refused
             saved = None
             try:
                 saved = guest.device_xml(alias, "config")
@@ -491,6 +494,17 @@ class ComputeHost:
         from .reconcile import reconcile
 
         return reconcile(self)
+
+
+def untag(guest: Guest, kind: str, keys: Tuple[str, ...]) -> None:
+    """Drop tag entries stored under any of ``keys`` (serial/alias or MAC), in every definition."""
+    wanted = {k.lower() for k in keys if k}
+
+    def change(domain: Domain) -> Tuple[TagEntry, ...]:
+        return tuple(e for e in domain.tag_entries if not (e.kind == kind and e.value.lower() in wanted))
+
+    if guest.handle.isActive() or guest.handle.isPersistent():
+        virt.update_tags(guest.handle, change)
 
 
 def _translate(exc: Exception) -> Exception:

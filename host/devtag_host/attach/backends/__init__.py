@@ -39,6 +39,9 @@ class VolumeBackend(Protocol):
     def create_volume(self, volume_id: str, name: str, size_bytes: int) -> str:
         """Create the volume's storage; returns its location (kept in the store)."""
 
+    def location_for(self, volume_id: str) -> str:
+        """Where :meth:`create_volume` puts this volume (journalled before it runs, for reconcile)."""
+
     def delete_volume(self, location: str) -> None:
         """Delete it; a volume already gone is not an error."""
 

@@ -17,7 +17,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Dict, Optional
 
 from . import BackendError, ConnectionInfo, Connector
 
@@ -36,7 +36,7 @@ class NbdBackend:
     def create_volume(self, volume_id: str, name: str, size_bytes: int) -> str:
         self.volumes.mkdir(parents=True, exist_ok=True)
         self.volumes.chmod(0o700)  # only qemu-nbd (root) opens these files
-        path = self.volumes / f"{volume_id}.raw"
+        path = Path(self.location_for(volume_id))
         try:
             with open(path, "ab") as handle:
                 handle.truncate(size_bytes)
@@ -44,6 +44,9 @@ class NbdBackend:
             path.unlink(missing_ok=True)
             raise BackendError(f"cannot create volume {name!r}: {exc.strerror}") from None
         return str(path)
+
+    def location_for(self, volume_id: str) -> str:
+        return str(self.volumes / f"{volume_id}.raw")
 
     def delete_volume(self, location: str) -> None:
         try:
@@ -113,6 +116,17 @@ class NbdBackend:
     def is_connected(self, connection_info: ConnectionInfo) -> bool:
         socket_path = Path(connection_info["data"]["socket"])
         return _server_pid(socket_path) is not None and socket_path.exists()
+
+    def exported_attachments(self) -> Dict[str, ConnectionInfo]:
+        """Attachment id -> connection info of every export that runs (reconcile looks for leaks)."""
+        found: Dict[str, ConnectionInfo] = {}
+        if not self.exports.is_dir():
+            return found
+        for pid_file in self.exports.glob("*.pid"):
+            socket_path = pid_file.with_suffix(".sock")
+            if _server_pid(socket_path) is not None:
+                found[pid_file.stem] = {"driver_volume_type": "nbd", "data": {"socket": str(socket_path)}}
+        return found
 
     def _prepare_exports(self) -> None:
         self.exports.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Tuple
 from xml.etree import ElementTree as ET
 
 from . import BackendError, ConnectionInfo, Connector
@@ -94,10 +94,16 @@ class PoolBackend:
         ET.SubElement(target, "format", type="raw")
         permissions = ET.SubElement(target, "permissions")
         ET.SubElement(permissions, "mode").text = "0600"
+        uid, gid = qemu_identity()
+        ET.SubElement(permissions, "owner").text = str(uid)
+        ET.SubElement(permissions, "group").text = str(gid)
         try:
             return self._pool().createXML(ET.tostring(volume, encoding="unicode"), 0).path()
         except libvirt.libvirtError as exc:
             raise BackendError(f"cannot create volume {name!r}: {exc.get_error_message()}") from None
+
+    def location_for(self, volume_id: str) -> str:
+        return str(self.directory / volume_id)
 
     def delete_volume(self, location: str) -> None:
         import libvirt
@@ -114,9 +120,16 @@ class PoolBackend:
         return self._lookup(location) is not None
 
     def initialize_connection(self, location: str, attachment_id: str, connector: Connector) -> ConnectionInfo:
+        # The file belongs to QEMU's user already: libvirt must not relabel it (its DAC
+        # driver would hand it to root after the detach, out of the pool daemon's reach).
         return {
             "driver_volume_type": "file",
-            "data": {"path": location, "pool": self.pool_name, "volume": os.path.basename(location)},
+            "data": {
+                "path": location,
+                "pool": self.pool_name,
+                "volume": os.path.basename(location),
+                "owned_by_qemu": True,
+            },
         }
 
     def connect(self, connection_info: ConnectionInfo) -> None:
@@ -129,6 +142,19 @@ class PoolBackend:
 
     def is_connected(self, connection_info: ConnectionInfo) -> bool:
         return os.path.exists(connection_info["data"]["path"])
+
+
+def qemu_identity() -> Tuple[int, int]:
+    """uid and gid QEMU runs as: libvirt-qemu under a privileged libvirt, else this user."""
+    import pwd
+
+    if os.geteuid() == 0:
+        try:
+            entry = pwd.getpwnam("libvirt-qemu")
+            return entry.pw_uid, entry.pw_gid
+        except KeyError:
+            pass
+    return os.geteuid(), os.getegid()
 
 
 def _give_to_daemon_user(directory: Path, connection: Any) -> None:

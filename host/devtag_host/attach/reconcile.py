@@ -1,0 +1,411 @@
+"""``devtag-host attachments reconcile``: converge after a crash between any two steps.
+
+Inputs: the journal's open operations of this host, the store, the live and
+persistent domain XML, and the backends.  The rules (docs/attach.md):
+
+* **attach** (volume or NIC): roll *forward* -- record address and tag, mark
+  ``attached`` -- only if the attachment row exists, no rollback had started
+  and the device is in every definition the domain has (live if running,
+  persistent if defined).  Otherwise roll *back*: unplug the device wherever
+  it is, drop its tags, disconnect the backend, delete the attachment.
+* **detach**: if the device is still in the running guest, the detach did not
+  happen: put the device back into the persistent config (from the XML
+  journalled before it was removed) and mark ``attached``.  Otherwise roll
+  forward: remove it from the config, disconnect, delete, drop the tags.
+* **create-volume** rolls back (the journalled location is deleted) unless
+  ``ready`` was reached; **delete-volume** rolls forward.
+* A rollback that cannot finish (the guest keeps a PCI device) leaves the
+  operation open: the next reconcile tries again.
+
+After the journal, a sweep applies the same rules to what no open operation
+explains: ``attached`` rows whose device left every definition (a guest that
+released a device after the detach gave up), ``error_*`` rows, NBD exports
+without an attachment, and tags of devices that are gone.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+
+import libvirt
+
+from ..metadata import add_tags
+from ..metadata.device_tags import taggable_devices
+from ..metadata.model import Domain, TagEntry
+from . import devices, model
+from .guest import Guest
+from .model import Attachment
+
+if TYPE_CHECKING:
+    from .flows import ComputeHost
+
+log = logging.getLogger(__name__)
+
+CONNECTED = (model.ATTACHING, model.ATTACHED, model.DETACHING, model.ERROR_ATTACHING, model.ERROR_DETACHING)
+
+
+class Pending(Exception):
+    """The operation cannot finish now (a device the guest keeps); try again later."""
+
+
+def reconcile(host: ComputeHost) -> List[Dict[str, Any]]:
+    """Finish every open operation of ``host``, then sweep; returns what was done, one dict per item."""
+    report: List[Dict[str, Any]] = []
+    for rows in host.store.open_operations():
+        first = rows[0]
+        if first["detail"].get("host") not in (host.host_name, None):
+            continue
+        flow = first["flow"]
+        try:
+            outcome = _finish(host, flow, rows)
+        except Pending as exc:
+            report.append({"operation": first["operation"], "flow": flow, "outcome": "pending", "reason": str(exc)})
+            continue
+        host.store.journal_step(
+            first["operation"],
+            flow,
+            "end",
+            instance_uuid=first["instance_uuid"],
+            volume_id=first["volume_id"],
+            attachment_id=first["attachment_id"],
+            mac=first["mac"],
+            detail={"host": host.host_name, "outcome": outcome, "by": "reconcile"},
+        )
+        report.append(
+            {"operation": first["operation"], "flow": flow, "outcome": outcome, "last_step": rows[-1]["step"]}
+        )
+    report.extend(_sweep(host))
+    return report
+
+
+def _finish(host: ComputeHost, flow: str, rows: List[Dict[str, Any]]) -> str:
+    ids = _ids(rows)
+    steps = [row["step"] for row in rows]
+    undoing = any(step.startswith("undo-") for step in steps)
+    if flow in host.reconcilers:
+        return host.reconcilers[flow](rows)
+    if flow == "attach-volume":
+        return _finish_attach_volume(host, ids, steps, undoing)
+    if flow == "detach-volume":
+        return _finish_detach(host, ids, rows, undoing, volume=True)
+    if flow == "attach-interface":
+        return _finish_attach_interface(host, ids, steps, undoing)
+    if flow == "detach-interface":
+        return _finish_detach(host, ids, rows, undoing, volume=False)
+    if flow == "create-volume":
+        return _finish_create_volume(host, ids, rows)
+    if flow == "delete-volume":
+        return _finish_delete_volume(host, ids)
+    raise Pending(f"no reconciler for flow {flow!r}")
+
+
+def _ids(rows: List[Dict[str, Any]]) -> Dict[str, Optional[str]]:
+    ids: Dict[str, Optional[str]] = {}
+    for row in rows:
+        for key in ("instance_uuid", "volume_id", "attachment_id", "mac"):
+            if row[key]:
+                ids[key] = row[key]
+    return ids
+
+
+# -- where a device is ---------------------------------------------------------------
+
+
+def _guest(host: ComputeHost, instance_uuid: Optional[str]) -> Optional[Guest]:
+    if not instance_uuid:
+        return None
+    try:
+        return Guest(host.connection.lookupByUUIDString(instance_uuid))
+    except libvirt.libvirtError as exc:
+        if exc.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
+            return None
+        raise
+
+
+def _presence(guest: Optional[Guest], alias: str) -> Tuple[bool, bool]:
+    """(in some definition, in every definition) of the domain."""
+    if guest is None:
+        return False, False
+    views = guest.views()
+    found = [devices.find_by_alias(domain, alias) is not None for domain in views.values()]
+    return any(found), bool(found) and all(found)
+
+
+def _live(guest: Optional[Guest], alias: str) -> bool:
+    return guest is not None and guest.running and guest.has_alias(alias, "live")
+
+
+def _unplug(host: ComputeHost, guest: Optional[Guest], alias: str) -> None:
+    if guest is None:
+        return
+    guest.detach_config(alias)
+    result = guest.detach_live(alias, timeout_s=host.detach_timeout, attempts=host.detach_attempts)
+    if not result.removed:
+        raise Pending(f"the guest still holds {alias}")
+
+
+def _untag(guest: Optional[Guest], kind: str, keys: Tuple[str, ...]) -> None:
+    if guest is not None:
+        from .flows import untag
+
+        untag(guest, kind, keys)
+
+
+def _tag(guest: Guest, alias: str, tag: Optional[str]) -> Optional[str]:
+    """Record the tag (idempotent) and return the device's address."""
+    from .. import virt
+
+    if tag is not None:
+        virt.update_tags(guest.handle, lambda domain: add_tags(domain, alias, [tag]))
+    current = guest.current()
+    device = devices.find_by_alias(current, alias)
+    location = devices.guest_location(current, device) if device is not None else None
+    return (location or {}).get("address")
+
+
+# -- volumes --------------------------------------------------------------------------
+
+
+def retire_volume_attachment(host: ComputeHost, attachment: Attachment, guest: Optional[Guest]) -> None:
+    """Make the attachment not exist: device out of the guest, tag, backend connection, row."""
+    alias = attachment.alias or devices.alias_for(attachment.id)
+    _unplug(host, guest, alias)
+    _untag(guest, "disk", (attachment.volume_id, alias))
+    if attachment.connection_info:
+        volume = host.store.get_volume(attachment.volume_id)
+        host.backend(volume.backend).disconnect(attachment.connection_info)
+    host.store.delete_attachment(attachment.id)
+
+
+def _keep_volume_attachment(host: ComputeHost, attachment: Attachment, guest: Guest) -> None:
+    alias = attachment.alias or devices.alias_for(attachment.id)
+    volume = host.store.get_volume(attachment.volume_id)
+    if attachment.connection_info:
+        host.backend(volume.backend).connect(attachment.connection_info)
+    address = _tag(guest, alias, attachment.tag)
+    if attachment.status == model.ATTACHING:
+        host.store.complete(attachment.id, address=address)
+    elif attachment.status == model.DETACHING:
+        host.store.roll_detaching(attachment.id)
+    elif attachment.status in (model.ERROR_DETACHING, model.ERROR_ATTACHING):
+        host.store.set_fields(attachment.id, address=address)
+        _force_attached(host, attachment.id)
+
+
+def _force_attached(host: ComputeHost, attachment_id: str) -> None:
+    from sqlalchemy import update
+
+    from .db import attachments
+
+    with host.store.db.write() as conn:
+        conn.execute(update(attachments).where(attachments.c.id == attachment_id).values(status=model.ATTACHED))
+
+
+def _finish_attach_volume(host: ComputeHost, ids: Dict[str, Optional[str]], steps: List[str], undoing: bool) -> str:
+    attachment = host.store.find_attachment(ids.get("attachment_id") or "")
+    guest = _guest(host, ids.get("instance_uuid"))
+    alias = devices.alias_for(ids.get("attachment_id") or "")
+    if attachment is None:
+        # reserve never committed, or the rollback had deleted it: only a tag can be left.
+        _unplug(host, guest, alias)
+        _untag(guest, "disk", (ids.get("volume_id") or "", alias))
+        return "rolled-back"
+    _, everywhere = _presence(guest, alias)
+    if not undoing and everywhere and guest is not None and attachment.status in (model.ATTACHING, model.ATTACHED):
+        _keep_volume_attachment(host, attachment, guest)
+        return "rolled-forward"
+    retire_volume_attachment(host, attachment, guest)
+    return "rolled-back"
+
+
+def _finish_detach(
+    host: ComputeHost, ids: Dict[str, Optional[str]], rows: List[Dict[str, Any]], undoing: bool, *, volume: bool
+) -> str:
+    guest = _guest(host, ids.get("instance_uuid"))
+    alias = devices.alias_for(ids.get("attachment_id") or "")
+    saved = next((row["detail"].get("xml") for row in rows if row["step"] == "detach-config"), None)
+    if volume:
+        attachment = host.store.find_attachment(ids.get("attachment_id") or "")
+        if attachment is None:
+            _untag(guest, "disk", (ids.get("volume_id") or "", alias))
+            return "rolled-forward"
+    else:
+        record = host.store.find_interface(ids.get("mac") or "")
+        if record is None:
+            _untag(guest, "nic", (ids.get("mac") or "",))
+            return "rolled-forward"
+    if _live(guest, alias):
+        assert guest is not None
+        if saved and guest.handle.isPersistent() and not guest.has_alias(alias, "config"):
+            guest.attach_config(saved)
+        if volume:
+            _keep_volume_attachment(host, attachment, guest)
+        else:
+            _keep_interface(host, record, guest)
+        return "rolled-back"
+    if volume:
+        retire_volume_attachment(host, attachment, guest)
+    else:
+        _retire_interface(host, record, guest)
+    return "rolled-forward"
+
+
+def _finish_create_volume(host: ComputeHost, ids: Dict[str, Optional[str]], rows: List[Dict[str, Any]]) -> str:
+    volume_id = ids.get("volume_id")
+    if not volume_id:
+        return "rolled-back"  # the row was never inserted
+    try:
+        volume = host.store.get_volume(volume_id)
+    except model.NotFound:
+        return "rolled-back"
+    if volume.lifecycle == model.READY:
+        return "rolled-forward"
+    location = next((row["detail"].get("location") for row in rows if row["step"] == "create"), None)
+    if location:
+        host.backend(volume.backend).delete_volume(location)
+    host.store.remove_volume(volume.id)
+    return "rolled-back"
+
+
+def _finish_delete_volume(host: ComputeHost, ids: Dict[str, Optional[str]]) -> str:
+    try:
+        volume = host.store.get_volume(ids.get("volume_id") or "")
+    except model.NotFound:
+        return "rolled-forward"
+    if volume.lifecycle != model.DELETING:
+        return "rolled-back"  # begin-delete did not commit (e.g. the volume was attached)
+    location = volume.location or host.backend(volume.backend).location_for(volume.id)
+    host.backend(volume.backend).delete_volume(location)
+    host.store.remove_volume(volume.id)
+    return "rolled-forward"
+
+
+# -- NICs ------------------------------------------------------------------------------
+
+
+def _retire_interface(host: ComputeHost, record: model.InterfaceAttachment, guest: Optional[Guest]) -> None:
+    alias = record.alias or devices.alias_for(record.id)
+    _unplug(host, guest, alias)
+    _untag(guest, "nic", (record.mac,))
+    host.store.remove_interface(record.mac)
+
+
+def _keep_interface(host: ComputeHost, record: model.InterfaceAttachment, guest: Guest) -> None:
+    address = _tag(guest, record.alias or devices.alias_for(record.id), record.tag)
+    host.store.set_interface(record.mac, status=model.ATTACHED, address=address)
+
+
+def _finish_attach_interface(host: ComputeHost, ids: Dict[str, Optional[str]], steps: List[str], undoing: bool) -> str:
+    guest = _guest(host, ids.get("instance_uuid"))
+    alias = devices.alias_for(ids.get("attachment_id") or "")
+    record = host.store.find_interface(ids.get("mac") or "") if ids.get("mac") else None
+    if record is None:
+        _unplug(host, guest, alias)
+        if ids.get("mac"):
+            _untag(guest, "nic", (ids["mac"] or "",))
+        return "rolled-back"
+    _, everywhere = _presence(guest, alias)
+    if not undoing and everywhere and guest is not None:
+        _keep_interface(host, record, guest)
+        return "rolled-forward"
+    _retire_interface(host, record, guest)
+    return "rolled-back"
+
+
+# -- the sweep -----------------------------------------------------------------------
+
+
+def _sweep(host: ComputeHost) -> List[Dict[str, Any]]:
+    report: List[Dict[str, Any]] = []
+    open_attachments = {
+        row["attachment_id"] for rows in host.store.open_operations() for row in rows if row["attachment_id"]
+    }
+    touched = set()
+    for attachment in host.store.attachments(host=host.host_name):
+        if attachment.id in open_attachments:
+            continue
+        guest = _guest(host, attachment.instance_uuid)
+        touched.add(attachment.instance_uuid)
+        alias = attachment.alias or devices.alias_for(attachment.id)
+        anywhere = _presence(guest, alias)[0]
+        try:
+            if attachment.status in (model.ATTACHED, model.ERROR_DETACHING) and not anywhere:
+                retire_volume_attachment(host, attachment, guest)
+                report.append({"attachment": attachment.id, "outcome": "deleted: the device left the guest"})
+            elif attachment.status == model.ERROR_DETACHING and guest is not None and _live(guest, alias):
+                _keep_volume_attachment(host, attachment, guest)
+                report.append({"attachment": attachment.id, "outcome": "attached: the guest still has the device"})
+            elif attachment.status == model.ERROR_ATTACHING:
+                retire_volume_attachment(host, attachment, guest)
+                report.append({"attachment": attachment.id, "outcome": "rolled back an error_attaching attachment"})
+        except Pending as exc:
+            report.append({"attachment": attachment.id, "outcome": "pending", "reason": str(exc)})
+    for record in host.store.interfaces():
+        guest = _guest(host, record.instance_uuid)
+        alias = record.alias or devices.alias_for(record.id)
+        if record.status == model.ATTACHED and guest is not None and not _presence(guest, alias)[0]:
+            _retire_interface(host, record, guest)
+            report.append({"mac": record.mac, "outcome": "deleted: the NIC left the guest"})
+    report.extend(_stop_leaked_exports(host))
+    report.extend(_drop_stale_tags(host, touched))
+    return report
+
+
+def _stop_leaked_exports(host: ComputeHost) -> List[Dict[str, Any]]:
+    report = []
+    for backend in host.backends.values():
+        exported = getattr(backend, "exported_attachments", None)
+        if exported is None:
+            continue
+        for attachment_id, info in exported().items():
+            attachment = host.store.find_attachment(attachment_id)
+            if attachment is None or attachment.status not in CONNECTED:
+                backend.disconnect(info)
+                report.append({"attachment": attachment_id, "outcome": f"stopped a leaked {backend.name} export"})
+    return report
+
+
+def _drop_stale_tags(host: ComputeHost, touched: set) -> List[Dict[str, Any]]:
+    """Tags of devtag-attached devices (volume serials, ``ua-`` aliases, known NICs) that are gone."""
+    from .. import virt
+
+    known = {v.id for v in host.store.list_volumes()}
+    known |= {row["volume_id"] for row in host.store.journal() if row["volume_id"]}
+    macs = {row["mac"] for row in host.store.journal() if row["mac"]}
+    instances = touched | {row["instance_uuid"] for row in host.store.journal() if row["instance_uuid"]}
+    report = []
+    for instance_uuid in sorted(i for i in instances if i):
+        guest = _guest(host, instance_uuid)
+        if guest is None:
+            continue
+        stale = stale_tag_entries(guest.views(), known, macs)
+        if not stale:
+            continue
+
+        def change(domain: Domain, stale: frozenset = frozenset(stale)) -> Tuple[TagEntry, ...]:
+            return tuple(e for e in domain.tag_entries if (e.kind, e.key, e.value.lower()) not in stale)
+
+        virt.update_tags(guest.handle, change)
+        report.append({"instance": instance_uuid, "outcome": f"removed {len(stale)} stale tag entries"})
+    return report
+
+
+def stale_tag_entries(views: Dict[str, Domain], volume_ids: set, macs: set) -> set:
+    """(kind, key, value) of tag entries for devtag-attached devices that a definition lacks."""
+    stale = set()
+    for domain in views.values():
+        present = set()
+        for device in taggable_devices(domain):
+            for value in (getattr(device, "serial", None), device.alias, getattr(device, "mac", None)):
+                if value:
+                    present.add(value.lower())
+        for entry in domain.tag_entries:
+            ours = (
+                entry.value in volume_ids
+                or entry.value.startswith(devices.ALIAS_PREFIX)
+                or (entry.kind == "nic" and entry.value.lower() in macs)
+            )
+            if ours and entry.value.lower() not in present:
+                stale.add((entry.kind, entry.key, entry.value.lower()))
+    return stale
