@@ -3,6 +3,8 @@ reached through httpx's WSGI transport, no sockets) and a reporter client on it.
 
 from __future__ import annotations
 
+import socket
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -24,3 +26,13 @@ def placement(tmp_path: Path) -> Iterator[reporter.PlacementClient]:
     yield reporter.PlacementClient("http://placement", session=session)
     session.close()
     store.dispose()
+
+
+def wait_for_port(port: int, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise TimeoutError(f"nothing listens on port {port}")

@@ -64,8 +64,12 @@ def provider(client: PlacementClient, uuid: str) -> Provider:
 
 
 def schedule(client: PlacementClient, request: SchedulingRequest, *, limit: Optional[int] = None) -> ScheduleResult:
-    """Ask placement for candidates, drop forbidden-trait ones, rank; names for the first ``limit``."""
-    query = candidates_query(request.group, limit=limit, microversion=MICROVERSION)
+    """Ask placement for candidates, drop forbidden-trait ones, rank, keep the best ``limit``.
+
+    ``limit`` is not sent to placement: its ``limit`` keeps the first N candidates
+    in its own order, before they are ranked.
+    """
+    query = candidates_query(request.group, microversion=MICROVERSION)
     data = _get(client, query_path(query), "the allocation candidates query")
     ranking = rank(data, request.group)
     if limit is not None:

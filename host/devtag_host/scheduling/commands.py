@@ -7,7 +7,7 @@ import json
 import os
 import sys
 import uuid as uuidlib
-from typing import Any, Optional
+from typing import Any, Callable, Optional, TypeVar
 
 from ..errors import InputError
 from .errors import NoValidHost
@@ -17,6 +17,7 @@ from .request import Image, build_request, flavor_from_json, image_from_json, qu
 PLACEMENT_URL_ENV = "DEVTAG_PLACEMENT_URL"
 DEFAULT_PLACEMENT_URL = "http://127.0.0.1:8778"
 MAX_JSON_BYTES = 1024 * 1024
+T = TypeVar("T")
 
 _SCHEDULE_DESCRIPTION = f"""\
 Build the placement request for booting IMAGE with FLAVOR and print the
@@ -140,6 +141,15 @@ def read_json(path: str, option: str) -> Any:
         raise InputError(f"{option} {path}: invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
 
 
+def load(path: str, option: str, parse: Callable[[Any], T]) -> T:
+    """Read and parse a flavor or image file; errors in its content name the file too."""
+    data = read_json(path, option)
+    try:
+        return parse(data)
+    except InputError as exc:
+        raise type(exc)(f"{option} {path}: {exc}") from None
+
+
 def prefilter_enabled(flag: Optional[bool]) -> bool:
     if flag is not None:
         return flag
@@ -163,8 +173,8 @@ def _client(args: argparse.Namespace) -> Any:
 def _cmd_schedule(args: argparse.Namespace) -> None:
     from .client import schedule, summary
 
-    flavor = flavor_from_json(read_json(args.flavor, "--flavor"))
-    image = image_from_json(read_json(args.image, "--image")) if args.image else Image("image", {})
+    flavor = load(args.flavor, "--flavor", flavor_from_json)
+    image = load(args.image, "--image", image_from_json) if args.image else Image("image", {})
     request = build_request(flavor, image, prefilter=prefilter_enabled(args.prefilter))
     result = schedule(_client(args), request, limit=args.limit)
     if args.json:
@@ -208,9 +218,9 @@ def _cmd_rebuild_check(args: argparse.Namespace) -> None:
         instance = str(uuidlib.UUID(args.instance))
     except ValueError:
         raise InputError(f"INSTANCE {args.instance[:60]!r} is not a UUID") from None
-    image = image_from_json(read_json(args.image, "--image"))
+    image = load(args.image, "--image", image_from_json)
     if args.flavor:
-        flavor = flavor_from_json(read_json(args.flavor, "--flavor"))
+        flavor = load(args.flavor, "--flavor", flavor_from_json)
     else:
         flavor = Flavor("none", vcpus=1, memory_mb=0)  # resources are not asked for; only its traits matter
     request = build_request(flavor, image, prefilter=prefilter_enabled(args.prefilter))

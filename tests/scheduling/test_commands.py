@@ -1,0 +1,207 @@
+"""``devtag-host schedule`` and ``devtag-host rebuild-check`` against a placement
+service under uvicorn (``devtag-host placement serve``), fed by
+``devtag-host placement report`` from the embedded libvirt."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from devtag_host.cli import main
+from devtag_host.placement import reporter
+from devtag_host.placement.testing import free_port
+
+from .conftest import wait_for_port
+from .test_end_to_end import arm_node
+
+FLAVOR = {"name": "m1.tiny", "vcpus": 1, "ram": 64, "disk": 1}
+IMAGE = {"name": "debian", "hw_disk_bus": "scsi", "hw_vif_model": "e1000", "trait:HW_CPU_X86_AVX2": "required"}
+
+
+def write(path: Path, data) -> str:
+    path.write_text(data if isinstance(data, str) else json.dumps(data), encoding="utf-8")
+    return str(path)
+
+
+@pytest.fixture
+def service(libvirt_conn, libvirt_uri, tmp_path):
+    """A served placement with the libvirt node (AVX2 as an operator trait) and the arm node."""
+    port = free_port()
+    devtag_host = str(Path(sys.executable).parent / "devtag-host")
+    server = subprocess.Popen(
+        [
+            devtag_host,
+            "placement",
+            "serve",
+            "--db",
+            f"sqlite:///{tmp_path / 'p.sqlite'}",
+            "--listen",
+            f"127.0.0.1:{port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_for_port(port)
+        url = f"http://127.0.0.1:{port}"
+        argv = ["placement", "report", "--connect", libvirt_uri, "--placement-url", url]
+        node = ["--name", "cli-node", "--trait", "HW_CPU_X86_AVX2", "--disk-path", str(tmp_path)]
+        assert main([*argv, *node]) == 0
+        reporter.report(reporter.PlacementClient(url), arm_node(), reporter.Settings())
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+@pytest.mark.libvirt
+def test_schedule_command(service, tmp_path, capsys, monkeypatch):
+    flavor = write(tmp_path / "flavor.json", FLAVOR)
+    image = write(tmp_path / "image.json", IMAGE)
+    common = ["--flavor", flavor, "--image", image, "--placement-url", service]
+    capsys.readouterr()
+    assert main(["schedule", *common, "--image-metadata-prefilter"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "query: GET /allocation_candidates?resources=DISK_GB:1,MEMORY_MB:64,VCPU:1"
+        "&required=COMPUTE_NET_VIF_MODEL_E1000,COMPUTE_STORAGE_BUS_SCSI,HW_CPU_X86_AVX2\n"
+    ) in out
+    assert "COMPUTE_STORAGE_BUS_SCSI (hw_disk_bus=scsi)" in out
+    assert "  1. cli-node (" in out and "arm-node" not in out
+
+    # The option from the environment, and JSON output.
+    monkeypatch.setenv("DEVTAG_IMAGE_METADATA_PREFILTER", "1")
+    no_cpu = write(tmp_path / "no-cpu.json", {"hw_disk_bus": "scsi", "hw_vif_model": "e1000"})
+    assert main(["schedule", "--flavor", flavor, "--image", no_cpu, "--placement-url", service, "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["prefilter"] is True
+    assert [c["host"]["name"] for c in document["candidates"]] == ["arm-node", "cli-node"]
+    assert document["candidates"][0]["rank"] == 1 and 0 < document["candidates"][0]["headroom"] <= 1
+    assert main(["schedule", "--flavor", flavor, "--image", no_cpu, "--placement-url", service, "--limit", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "arm-node" in out and "cli-node" not in out
+    # The flag wins over the environment.
+    ide = write(tmp_path / "ide.json", {"hw_disk_bus": "ide"})
+    assert main(["schedule", "--flavor", flavor, "--image", ide, "--placement-url", service, "--json"]) == 0
+    assert [c["host"]["name"] for c in json.loads(capsys.readouterr().out)["candidates"]] == ["cli-node"]
+    off = ["--no-image-metadata-prefilter", "--json"]
+    assert main(["schedule", "--flavor", flavor, "--image", ide, "--placement-url", service, *off]) == 0
+    assert len(json.loads(capsys.readouterr().out)["candidates"]) == 2
+    monkeypatch.setenv("DEVTAG_IMAGE_METADATA_PREFILTER", "perhaps")
+    assert main(["schedule", *common]) == 2
+    assert "DEVTAG_IMAGE_METADATA_PREFILTER='perhaps'" in capsys.readouterr().err
+    monkeypatch.delenv("DEVTAG_IMAGE_METADATA_PREFILTER")
+
+    # No valid host: exit 3, the query is still printed.
+    nobody = write(tmp_path / "nobody.json", {"hw_vif_model": "spapr-vlan"})
+    assert (
+        main(
+            [
+                "schedule",
+                "--flavor",
+                flavor,
+                "--image",
+                nobody,
+                "--placement-url",
+                service,
+                "--image-metadata-prefilter",
+            ]
+        )
+        == 3
+    )
+    captured = capsys.readouterr()
+    assert "COMPUTE_NET_VIF_MODEL_SPAPR_VLAN" in captured.out and "candidates: none" in captured.out
+    assert "no valid host" in captured.err
+
+    # Forbidden traits: filtered here and listed.
+    forbids = write(tmp_path / "forbids.json", {**FLAVOR, "extra_specs": {"trait:HW_ARCH_AARCH64": "forbidden"}})
+    assert main(["schedule", "--flavor", forbids, "--image", no_cpu, "--placement-url", service]) == 0
+    out = capsys.readouterr().out
+    assert "excluded: arm-node" in out and "HW_ARCH_AARCH64" in out and "1. cli-node" in out
+
+
+@pytest.mark.libvirt
+def test_rebuild_check_command(service, tmp_path, capsys):
+    client = reporter.PlacementClient(service)
+    _, found = client.call("GET", "/resource_providers?name=cli-node")
+    node = found["resource_providers"][0]["uuid"]
+    instance = str(uuid.uuid4())
+    body = {
+        "allocations": {node: {"resources": {"VCPU": 1, "MEMORY_MB": 64}}},
+        "project_id": "p",
+        "user_id": "u",
+    }
+    assert client.call("PUT", f"/allocations/{instance}", body)[0] == 204
+    image = write(tmp_path / "image.json", IMAGE)
+    other = write(tmp_path / "other.json", {"hw_disk_bus": "xen", "trait:CUSTOM_TRUSTED_HOST": "required"})
+    common = ["--placement-url", service, "--image-metadata-prefilter"]
+    capsys.readouterr()
+    assert main(["rebuild-check", instance, "--image", image, *common]) == 0
+    assert "rebuild accepted" in capsys.readouterr().out
+    assert main(["rebuild-check", instance, "--image", other, *common]) == 3
+    err = capsys.readouterr().err
+    assert "rebuild refused" in err and "COMPUTE_STORAGE_BUS_XEN (hw_disk_bus=xen)" in err
+    assert "CUSTOM_TRUSTED_HOST (image trait)" in err
+    forbids = write(tmp_path / "flavor.json", {**FLAVOR, "extra_specs": {"trait:HW_CPU_X86_AVX2": "forbidden"}})
+    assert main(["rebuild-check", instance, "--image", image, "--flavor", forbids, *common]) == 2
+    assert "HW_CPU_X86_AVX2 is required by the image but forbidden by the flavor" in capsys.readouterr().err
+    assert main(["rebuild-check", str(uuid.uuid4()), "--image", image, *common]) == 2
+    assert "has no allocations" in capsys.readouterr().err
+    assert main(["rebuild-check", "web1", "--image", image, *common]) == 2
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (None, "No such file or directory"),
+        ("{", "invalid JSON: Expecting property name enclosed in double quotes at line 1 column 2"),
+        ("[1]", "a flavor is a JSON object"),
+        ('{"vcpus": "two", "ram": 1}', "flavor field 'vcpus'"),
+        (b"\xff\xfe", "not UTF-8 text"),
+    ],
+)
+def test_bad_flavor_files(tmp_path, capsys, content, message):
+    path = tmp_path / "flavor.json"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content is not None:
+        path.write_text(content)
+    url = f"http://127.0.0.1:{free_port()}"  # never reached
+    assert main(["schedule", "--flavor", str(path), "--placement-url", url]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"devtag-host: error: --flavor {path}") and message in err
+    assert err.count("\n") == 1  # one line, no traceback
+
+
+def test_bad_image_file_and_unreachable_placement(tmp_path, capsys):
+    flavor = write(tmp_path / "flavor.json", FLAVOR)
+    url = f"http://127.0.0.1:{free_port()}"
+    bad = write(tmp_path / "image.json", {"trait:CUSTOM_X": "forbidden"})
+    assert main(["schedule", "--flavor", flavor, "--image", bad, "--placement-url", url]) == 2
+    assert "only 'required' is valid on an image" in capsys.readouterr().err
+    good = write(tmp_path / "good.json", {"hw_disk_bus": "scsi"})
+    assert main(["schedule", "--flavor", flavor, "--image", good, "--placement-url", url]) == 1
+    assert "cannot reach placement" in capsys.readouterr().err
+
+
+def test_help_explains(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["schedule", "--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    for words in (
+        "Ranking:",
+        "forbidden traits",
+        "--image-metadata-prefilter",
+        "exit status",
+        "DEVTAG_IMAGE_METADATA_PREFILTER",
+    ):
+        assert words in out
+    with pytest.raises(SystemExit):
+        main(["rebuild-check", "--help"])
+    assert "in_tree" in capsys.readouterr().out

@@ -1,0 +1,164 @@
+"""End to end on the placement service: a compute node reported from the real
+embedded libvirt and an aarch64 node (capabilities from libvirt's stored
+domain capabilities), images asking for device models and CPU traits, the
+ranked candidates, and the rebuild pre-flight for a running domain."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from devtag_host.placement import reporter
+from devtag_host.scheduling import capabilities
+from devtag_host.scheduling.client import allocation_tree_traits, check_instance_rebuild, schedule
+from devtag_host.scheduling.errors import InvalidImageProperty, TraitConflict
+from devtag_host.scheduling.request import build_request, flavor_from_json, image_from_json
+
+from .conftest import FIXTURES
+
+DOMAIN = """<domain type='qemu'><name>{name}</name><memory unit='MiB'>64</memory><vcpu>1</vcpu>
+  <os><type arch='x86_64' machine='pc'>hvm</type></os><devices></devices></domain>"""
+
+FLAVOR = {"name": "m1.tiny", "vcpus": 1, "ram": 64, "disk": 1}
+BOOT_IMAGE = {"name": "debian", "hw_disk_bus": "scsi", "hw_vif_model": "e1000", "trait:HW_CPU_X86_AVX2": "required"}
+
+
+def arm_node() -> reporter.HostFacts:
+    document = capabilities.parse_domain_capabilities(
+        (FIXTURES / "libvirt-qemu_10.0.0-virt.aarch64.xml").read_text(encoding="utf-8")
+    )
+    found = capabilities.capability_traits([document], host_arch="aarch64")
+    return reporter.HostFacts(
+        uuid=str(uuid.uuid4()),
+        name="arm-node",
+        vcpus=512,  # bigger than any test machine: it ranks first when it qualifies
+        memory_mb=4 * 1024 * 1024,
+        disk_gb=100000,
+        cpu_features=[],  # no x86 CPU traits
+        capability_traits=found.traits,
+    )
+
+
+@pytest.fixture
+def cloud(libvirt_conn, define_domain, placement, image_dir):
+    """Two nodes in placement and one running domain (the instance) on the libvirt one."""
+    name = f"sched-{uuid.uuid4().hex[:8]}"
+    domain = define_domain(DOMAIN.format(name=name))
+    domain.create()
+    real = reporter.read_host(libvirt_conn, name="libvirt-node", disk_path=str(image_dir))
+    # AVX2 as an operator trait: the test must not depend on this machine's CPU.
+    settings = reporter.Settings(extra_traits=("HW_CPU_X86_AVX2",))
+    assert reporter.report(placement, real, settings).failed == []
+    arm = arm_node()
+    reporter.report(placement, arm, reporter.Settings())
+    return {"real": real, "arm": arm, "instance": domain.UUIDString()}
+
+
+def request(image, flavor=None, prefilter=True):
+    return build_request(flavor_from_json(flavor or FLAVOR), image_from_json(image), prefilter=prefilter)
+
+
+def hosts(placement, image, flavor=None, prefilter=True):
+    result = schedule(placement, request(image, flavor, prefilter))
+    return [result.name(candidate.host) for candidate in result.ranking.candidates], result
+
+
+@pytest.mark.libvirt
+def test_candidates_only_include_hosts_that_satisfy_the_image(cloud, placement):
+    # scsi + e1000 + AVX2: the aarch64 node has scsi and e1000, not AVX2.
+    names, result = hosts(placement, BOOT_IMAGE)
+    assert names == ["libvirt-node"]
+    assert result.query["required"] == ("COMPUTE_NET_VIF_MODEL_E1000,COMPUTE_STORAGE_BUS_SCSI,HW_CPU_X86_AVX2")
+    # Without the CPU trait both qualify; the bigger (emptier) arm node ranks first.
+    names, _ = hosts(placement, {"hw_disk_bus": "scsi", "hw_vif_model": "e1000"})
+    assert names == ["arm-node", "libvirt-node"]
+    # IDE only on the real node (its pc machine type); aarch64 'virt' has none.
+    assert hosts(placement, {"hw_disk_bus": "ide"})[0] == ["libvirt-node"]
+    # spapr-vlan: nobody.
+    assert hosts(placement, {"hw_vif_model": "spapr-vlan"})[0] == []
+    # Prefilter off: the device-model properties do not narrow the request.
+    assert sorted(hosts(placement, {"hw_disk_bus": "ide"}, prefilter=False)[0]) == ["arm-node", "libvirt-node"]
+    # Architectures.
+    assert hosts(placement, {"hw_architecture": "aarch64"})[0] == ["arm-node"]
+    assert hosts(placement, {"hw_architecture": "x86_64", "hw_emulation_architecture": "x86_64"})[0] == ["libvirt-node"]
+
+
+@pytest.mark.libvirt
+def test_forbidden_traits_are_filtered_client_side(cloud, placement):
+    flavor = {**FLAVOR, "extra_specs": {"trait:HW_ARCH_AARCH64": "forbidden"}}
+    names, result = hosts(placement, {"hw_disk_bus": "scsi"}, flavor)
+    assert names == ["libvirt-node"]
+    assert "!" not in result.query.get("required", "")  # placement 1.17 would refuse it
+    assert {result.name(uuid): traits for uuid, traits in result.ranking.excluded.items()} == {
+        "arm-node": ["HW_ARCH_AARCH64"]
+    }
+
+
+@pytest.mark.libvirt
+def test_rebuild_preflight(cloud, placement):
+    instance = cloud["instance"]
+    members, traits = allocation_tree_traits(placement, instance)
+    assert list(members.values()) == ["libvirt-node"]
+    assert "COMPUTE_STORAGE_BUS_IDE" in traits
+
+    accepted = check_instance_rebuild(placement, instance, request(BOOT_IMAGE))
+    assert accepted.accepted, accepted.message()
+
+    refused = check_instance_rebuild(
+        placement, instance, request({"hw_video_model": "xen", "trait:CUSTOM_TRUSTED_HOST": "required"})
+    )
+    assert not refused.accepted
+    assert set(refused.missing) == {"COMPUTE_GRAPHICS_MODEL_XEN", "CUSTOM_TRUSTED_HOST"}
+    message = refused.message()
+    assert "COMPUTE_GRAPHICS_MODEL_XEN (hw_video_model=xen)" in message
+    assert "CUSTOM_TRUSTED_HOST (image trait)" in message and "libvirt-node" in message
+
+    # Prefilter off: the device-model property is not checked, the image trait is.
+    assert (
+        set(
+            check_instance_rebuild(
+                placement,
+                instance,
+                request({"hw_video_model": "xen", "trait:HW_CPU_X86_AVX2": "required"}, None, False),
+            ).missing
+        )
+        == set()
+    )
+
+    # The flavor forbids what the image requires: refused before asking placement.
+    with pytest.raises(TraitConflict, match="HW_CPU_X86_AVX2"):
+        request(BOOT_IMAGE, {**FLAVOR, "extra_specs": {"trait:HW_CPU_X86_AVX2": "forbidden"}})
+    with pytest.raises(InvalidImageProperty, match="hw_disk_bus"):
+        request({"hw_disk_bus": "nvme"})
+
+
+@pytest.mark.libvirt
+def test_rebuild_sees_traits_of_nested_providers(cloud, placement):
+    """A trait on a child of the compute node (a NIC with offload) counts: the whole tree (in_tree)."""
+    node = cloud["real"].uuid
+    image = {"trait:CUSTOM_NIC_OFFLOAD": "required"}
+    assert set(check_instance_rebuild(placement, cloud["instance"], request(image)).missing) == {"CUSTOM_NIC_OFFLOAD"}
+    child = str(uuid.uuid4())
+    status, _ = placement.call(
+        "POST", "/resource_providers", {"name": "libvirt-node-nic1", "uuid": child, "parent_provider_uuid": node}
+    )
+    assert status == 201
+    placement.call("PUT", "/traits/CUSTOM_NIC_OFFLOAD")
+    body = {"traits": ["CUSTOM_NIC_OFFLOAD"], "resource_provider_generation": 0}
+    assert placement.call("PUT", f"/resource_providers/{child}/traits", body)[0] == 200
+    verdict = check_instance_rebuild(placement, cloud["instance"], request(image))
+    assert verdict.accepted
+    assert set(verdict.providers.values()) == {"libvirt-node", "libvirt-node-nic1"}
+    # The arm node is not in the instance's tree: its traits never count.
+    assert check_instance_rebuild(placement, cloud["instance"], request({"hw_architecture": "aarch64"})).missing == {
+        "HW_ARCH_AARCH64": "hw_architecture=aarch64"
+    }
+
+
+@pytest.mark.libvirt
+def test_rebuild_of_an_unknown_instance(cloud, placement):
+    from devtag_host.errors import InputError
+
+    with pytest.raises(InputError, match="has no allocations"):
+        check_instance_rebuild(placement, str(uuid.uuid4()), request(BOOT_IMAGE))
