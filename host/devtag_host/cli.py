@@ -45,6 +45,7 @@ COMMAND_MODULES: Tuple[str, ...] = (
     "devtag_host.placement.commands",
     "devtag_host.fwcfg.commands",
     "devtag_host.scheduling.commands",
+    "devtag_host.attach.commands",
 )
 
 _DESCRIPTION = """\
