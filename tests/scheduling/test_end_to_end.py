@@ -13,7 +13,7 @@ from devtag_host.placement import reporter
 from devtag_host.scheduling import capabilities
 from devtag_host.scheduling.client import allocation_tree_traits, check_instance_rebuild, schedule
 from devtag_host.scheduling.errors import InvalidImageProperty, TraitConflict
-from devtag_host.scheduling.request import build_request, flavor_from_json, image_from_json
+from devtag_host.scheduling.request import build_request, flavor_from_json, image_from_json, trait_group
 
 from .conftest import FIXTURES
 
@@ -59,6 +59,10 @@ def request(image, flavor=None, prefilter=True):
     return build_request(flavor_from_json(flavor or FLAVOR), image_from_json(image), prefilter=prefilter)
 
 
+def rebuild(image, flavor=None, prefilter=True):
+    return trait_group(image_from_json(image), flavor_from_json(flavor) if flavor else None, prefilter=prefilter)
+
+
 def hosts(placement, image, flavor=None, prefilter=True):
     result = schedule(placement, request(image, flavor, prefilter))
     return [result.name(candidate.host) for candidate in result.ranking.candidates], result
@@ -102,11 +106,11 @@ def test_rebuild_preflight(cloud, placement):
     assert list(members.values()) == ["libvirt-node"]
     assert "COMPUTE_STORAGE_BUS_IDE" in traits
 
-    accepted = check_instance_rebuild(placement, instance, request(BOOT_IMAGE))
+    accepted = check_instance_rebuild(placement, instance, rebuild(BOOT_IMAGE))
     assert accepted.accepted, accepted.message()
 
     refused = check_instance_rebuild(
-        placement, instance, request({"hw_video_model": "xen", "trait:CUSTOM_TRUSTED_HOST": "required"})
+        placement, instance, rebuild({"hw_video_model": "xen", "trait:CUSTOM_TRUSTED_HOST": "required"})
     )
     assert not refused.accepted
     assert set(refused.missing) == {"COMPUTE_GRAPHICS_MODEL_XEN", "CUSTOM_TRUSTED_HOST"}
@@ -120,7 +124,7 @@ def test_rebuild_preflight(cloud, placement):
             check_instance_rebuild(
                 placement,
                 instance,
-                request({"hw_video_model": "xen", "trait:HW_CPU_X86_AVX2": "required"}, None, False),
+                rebuild({"hw_video_model": "xen", "trait:HW_CPU_X86_AVX2": "required"}, None, False),
             ).missing
         )
         == set()
@@ -128,9 +132,9 @@ def test_rebuild_preflight(cloud, placement):
 
     # The flavor forbids what the image requires: refused before asking placement.
     with pytest.raises(TraitConflict, match="HW_CPU_X86_AVX2"):
-        request(BOOT_IMAGE, {**FLAVOR, "extra_specs": {"trait:HW_CPU_X86_AVX2": "forbidden"}})
+        rebuild(BOOT_IMAGE, {**FLAVOR, "extra_specs": {"trait:HW_CPU_X86_AVX2": "forbidden"}})
     with pytest.raises(InvalidImageProperty, match="hw_disk_bus"):
-        request({"hw_disk_bus": "nvme"})
+        rebuild({"hw_disk_bus": "nvme"})
 
 
 @pytest.mark.libvirt
@@ -138,7 +142,7 @@ def test_rebuild_sees_traits_of_nested_providers(cloud, placement):
     """A trait on a child of the compute node (a NIC with offload) counts: the whole tree (in_tree)."""
     node = cloud["real"].uuid
     image = {"trait:CUSTOM_NIC_OFFLOAD": "required"}
-    assert set(check_instance_rebuild(placement, cloud["instance"], request(image)).missing) == {"CUSTOM_NIC_OFFLOAD"}
+    assert set(check_instance_rebuild(placement, cloud["instance"], rebuild(image)).missing) == {"CUSTOM_NIC_OFFLOAD"}
     child = str(uuid.uuid4())
     status, _ = placement.call(
         "POST", "/resource_providers", {"name": "libvirt-node-nic1", "uuid": child, "parent_provider_uuid": node}
@@ -147,11 +151,11 @@ def test_rebuild_sees_traits_of_nested_providers(cloud, placement):
     placement.call("PUT", "/traits/CUSTOM_NIC_OFFLOAD")
     body = {"traits": ["CUSTOM_NIC_OFFLOAD"], "resource_provider_generation": 0}
     assert placement.call("PUT", f"/resource_providers/{child}/traits", body)[0] == 200
-    verdict = check_instance_rebuild(placement, cloud["instance"], request(image))
+    verdict = check_instance_rebuild(placement, cloud["instance"], rebuild(image))
     assert verdict.accepted
     assert set(verdict.providers.values()) == {"libvirt-node", "libvirt-node-nic1"}
     # The arm node is not in the instance's tree: its traits never count.
-    assert check_instance_rebuild(placement, cloud["instance"], request({"hw_architecture": "aarch64"})).missing == {
+    assert check_instance_rebuild(placement, cloud["instance"], rebuild({"hw_architecture": "aarch64"})).missing == {
         "HW_ARCH_AARCH64": "hw_architecture=aarch64"
     }
 
@@ -161,4 +165,4 @@ def test_rebuild_of_an_unknown_instance(cloud, placement):
     from devtag_host.errors import InputError
 
     with pytest.raises(InputError, match="has no allocations"):
-        check_instance_rebuild(placement, str(uuid.uuid4()), request(BOOT_IMAGE))
+        check_instance_rebuild(placement, str(uuid.uuid4()), rebuild(BOOT_IMAGE))

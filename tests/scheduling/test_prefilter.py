@@ -150,3 +150,8 @@ def test_setting(value, expected):
 def test_bad_setting_names_the_variable():
     with pytest.raises(InputError, match="DEVTAG_IMAGE_METADATA_PREFILTER='maybe'"):
         parse_setting("maybe")
+
+
+def test_setting_from_environment():
+    assert prefilter.setting_from_environment({}) is False
+    assert prefilter.setting_from_environment({"DEVTAG_IMAGE_METADATA_PREFILTER": "yes"}) is True

@@ -173,3 +173,13 @@ def test_query():
     assert newer["limit"] == "5"
     plain = candidates_query(build_request(flavor(), Image("i")).group, limit=3)
     assert plain == {"resources": "DISK_GB:20,MEMORY_MB:2048,VCPU:2", "limit": "3"}
+
+
+def test_trait_group_for_a_rebuild():
+    from devtag_host.scheduling.request import trait_group
+
+    group = trait_group(image(**{"trait:CUSTOM_A": "required", "hw_disk_bus": "ide"}), prefilter=True)
+    assert group.resources == {} and group.forbidden == {}
+    assert group.image_required() == {"COMPUTE_STORAGE_BUS_IDE": "hw_disk_bus=ide", "CUSTOM_A": "image"}
+    with pytest.raises(TraitConflict):
+        trait_group(image(**{"trait:CUSTOM_A": "required"}), flavor(**{"trait:CUSTOM_A": "forbidden"}))

@@ -6,7 +6,7 @@ Everything here is HTTP through :class:`~devtag_host.placement.reporter.Placemen
 
     client = PlacementClient("http://127.0.0.1:8778")
     result = schedule(client, build_request(flavor, image, prefilter=True))
-    verdict = check_instance_rebuild(client, instance_uuid, build_request(flavor, new_image))
+    verdict = check_instance_rebuild(client, instance_uuid, trait_group(new_image, flavor, prefilter=True))
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from ..errors import InputError, RuntimeFailure
 from ..placement.reporter import PlacementClient
 from .ranking import Ranking, rank
 from .rebuild import RebuildVerdict, check_rebuild
-from .request import SchedulingRequest, candidates_query, query_path
+from .request import RequestGroup, SchedulingRequest, candidates_query, query_path
 
 MICROVERSION = (1, 17)  # what PlacementClient sends
 
@@ -101,10 +101,10 @@ def allocation_tree_traits(client: PlacementClient, consumer: str) -> Tuple[Dict
     return members, traits
 
 
-def check_instance_rebuild(client: PlacementClient, consumer: str, request: SchedulingRequest) -> RebuildVerdict:
-    """The rebuild pre-flight against placement (see :mod:`.rebuild`)."""
+def check_instance_rebuild(client: PlacementClient, consumer: str, group: RequestGroup) -> RebuildVerdict:
+    """The rebuild pre-flight against placement (see :mod:`.rebuild`); ``group`` from :func:`.request.trait_group`."""
     members, traits = allocation_tree_traits(client, consumer)
-    return check_rebuild(request.group, traits, members)
+    return check_rebuild(group, traits, members)
 
 
 def summary(result: ScheduleResult) -> Mapping[str, Any]:

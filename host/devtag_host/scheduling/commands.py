@@ -11,8 +11,8 @@ from typing import Any, Callable, Optional, TypeVar
 
 from ..errors import InputError
 from .errors import NoValidHost
-from .prefilter import ENVIRONMENT_VARIABLE, parse_setting
-from .request import Image, build_request, flavor_from_json, image_from_json, query_path
+from .prefilter import ENVIRONMENT_VARIABLE, setting_from_environment
+from .request import Image, build_request, flavor_from_json, image_from_json, query_path, trait_group
 
 PLACEMENT_URL_ENV = "DEVTAG_PLACEMENT_URL"
 DEFAULT_PLACEMENT_URL = "http://127.0.0.1:8778"
@@ -151,9 +151,7 @@ def load(path: str, option: str, parse: Callable[[Any], T]) -> T:
 
 
 def prefilter_enabled(flag: Optional[bool]) -> bool:
-    if flag is not None:
-        return flag
-    return parse_setting(os.environ.get(ENVIRONMENT_VARIABLE))
+    return setting_from_environment() if flag is None else flag
 
 
 def _client(args: argparse.Namespace) -> Any:
@@ -212,18 +210,14 @@ def _print_schedule(result: Any) -> None:
 
 def _cmd_rebuild_check(args: argparse.Namespace) -> None:
     from .client import check_instance_rebuild
-    from .request import Flavor
 
     try:
         instance = str(uuidlib.UUID(args.instance))
     except ValueError:
         raise InputError(f"INSTANCE {args.instance[:60]!r} is not a UUID") from None
     image = load(args.image, "--image", image_from_json)
-    if args.flavor:
-        flavor = load(args.flavor, "--flavor", flavor_from_json)
-    else:
-        flavor = Flavor("none", vcpus=1, memory_mb=0)  # resources are not asked for; only its traits matter
-    request = build_request(flavor, image, prefilter=prefilter_enabled(args.prefilter))
-    verdict = check_instance_rebuild(_client(args), instance, request)
+    flavor = load(args.flavor, "--flavor", flavor_from_json) if args.flavor else None
+    group = trait_group(image, flavor, prefilter=prefilter_enabled(args.prefilter))
+    verdict = check_instance_rebuild(_client(args), instance, group)
     verdict.raise_if_refused()
     print(verdict.message())

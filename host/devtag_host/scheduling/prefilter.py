@@ -12,12 +12,14 @@ either (no ``COMPUTE_HYPERVISOR_*``, no ``COMPUTE_VM_MODE_*``), and inventing
 ``CUSTOM_`` ones would match no reporter.  ``tests/scheduling`` fails when
 os-traits gains them.
 
-Off by default, like Nova's option: :class:`PrefilterSetting` reads
-``$DEVTAG_IMAGE_METADATA_PREFILTER``; the CLI has ``--image-metadata-prefilter``.
+Off by default, like Nova's option: ``build_request(..., prefilter=True)`` turns
+it on in the Python API, :func:`setting_from_environment` reads
+``$DEVTAG_IMAGE_METADATA_PREFILTER``, the CLI has ``--image-metadata-prefilter``.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from ..errors import InputError
@@ -97,6 +99,11 @@ def known_values(prefix: str) -> Tuple[str, ...]:
     """The property values that have a trait under ``prefix``, as images spell them."""
     start = prefix + "_"
     return tuple(sorted(name[len(start) :].lower() for name in KNOWN_TRAITS if name.startswith(start)))
+
+
+def setting_from_environment(environ: Optional[Mapping[str, str]] = None) -> bool:
+    """The option as ``$DEVTAG_IMAGE_METADATA_PREFILTER`` sets it (unset: off)."""
+    return parse_setting((os.environ if environ is None else environ).get(ENVIRONMENT_VARIABLE))
 
 
 def parse_setting(value: Optional[str], source: str = ENVIRONMENT_VARIABLE) -> bool:

@@ -221,17 +221,28 @@ def _describe(origin: str) -> str:
     return origin if origin in (FLAVOR, IMAGE) else f"image ({origin})"
 
 
+def trait_group(image: Image, flavor: Optional[Flavor] = None, *, prefilter: bool = False) -> RequestGroup:
+    """The traits of the unnumbered group (no resources): what a rebuild checks.
+
+    Without a flavor only the image's traits count.
+    """
+    derived = prefilter_traits(image.properties) if prefilter else {}
+    sources = [flavor_traits(flavor)] if flavor is not None else []
+    required, forbidden = merge_traits([*sources, (image_traits(image), {}), (derived, {})])
+    return RequestGroup(required=dict(sorted(required.items())), forbidden=dict(sorted(forbidden.items())))
+
+
 def build_request(flavor: Flavor, image: Image, *, prefilter: bool = False) -> SchedulingRequest:
     """The unnumbered request group for booting ``image`` with ``flavor``.
 
-    ``prefilter`` is the image-metadata prefilter option (off by default, as in Nova).
+    ``prefilter`` is the image-metadata prefilter option (off by default, as in Nova;
+    :func:`.prefilter.setting_from_environment` reads it the CLI's way).
     """
     resources = flavor_resources(flavor)
     if not resources:
         raise InvalidFlavor(f"flavor {flavor.name[:60]!r} requests no resources")
-    derived = prefilter_traits(image.properties) if prefilter else {}
-    required, forbidden = merge_traits([flavor_traits(flavor), (image_traits(image), {}), (derived, {})])
-    group = RequestGroup(resources=resources, required=dict(sorted(required.items())), forbidden=forbidden)
+    group = trait_group(image, flavor, prefilter=prefilter)
+    group.resources = resources
     return SchedulingRequest(flavor=flavor, image=image, group=group, prefilter=prefilter)
 
 
