@@ -12,7 +12,7 @@ import pytest
 from devtag_host.placement import reporter
 from devtag_host.scheduling import capabilities
 from devtag_host.scheduling.client import allocation_tree_traits, check_instance_rebuild, schedule
-from devtag_host.scheduling.errors import InvalidImageProperty, TraitConflict
+from devtag_host.scheduling.errors import InvalidImageProperty, NoValidHost, TraitConflict
 from devtag_host.scheduling.request import build_request, flavor_from_json, image_from_json, trait_group
 
 from .conftest import FIXTURES
@@ -81,6 +81,9 @@ def test_candidates_only_include_hosts_that_satisfy_the_image(cloud, placement):
     assert hosts(placement, {"hw_disk_bus": "ide"})[0] == ["libvirt-node"]
     # spapr-vlan: nobody.
     assert hosts(placement, {"hw_vif_model": "spapr-vlan"})[0] == []
+    # A custom trait placement has never seen: no valid host rather than bad input.
+    with pytest.raises(NoValidHost, match="CUSTOM_NOBODY_HAS_IT"):
+        hosts(placement, {"trait:CUSTOM_NOBODY_HAS_IT": "required"})
     # Prefilter off: the device-model properties do not narrow the request.
     assert sorted(hosts(placement, {"hw_disk_bus": "ide"}, prefilter=False)[0]) == ["arm-node", "libvirt-node"]
     # Architectures.

@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Mapping, Optional, Set, Tuple
 
 from ..errors import InputError, RuntimeFailure
 from ..placement.reporter import PlacementClient
+from .errors import NoValidHost
 from .ranking import Ranking, rank
 from .rebuild import RebuildVerdict, check_rebuild
 from .request import RequestGroup, SchedulingRequest, candidates_query, query_path
@@ -51,6 +52,10 @@ def _detail(data: Any) -> str:
 
 def _get(client: PlacementClient, path: str, what: str) -> Any:
     status, data = client.call("GET", path)
+    return _ok(status, data, what)
+
+
+def _ok(status: int, data: Any, what: str) -> Any:
     if status == 400:
         raise InputError(f"placement refused {what}: {_detail(data)}")
     if status != 200:
@@ -70,7 +75,11 @@ def schedule(client: PlacementClient, request: SchedulingRequest, *, limit: Opti
     in its own order, before they are ranked.
     """
     query = candidates_query(request.group, microversion=MICROVERSION)
-    data = _get(client, query_path(query), "the allocation candidates query")
+    status, data = client.call("GET", query_path(query))
+    if status == 400 and _detail(data).startswith("No such trait"):
+        # A trait placement has never heard of (a CUSTOM_ one nobody reported): no provider has it.
+        raise NoValidHost(f"no valid host: {_detail(data)}")
+    data = _ok(status, data, "the allocation candidates query")
     ranking = rank(data, request.group)
     if limit is not None:
         ranking.candidates = ranking.candidates[:limit]
