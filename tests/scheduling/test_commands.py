@@ -205,3 +205,10 @@ def test_help_explains(capsys):
     with pytest.raises(SystemExit):
         main(["rebuild-check", "--help"])
     assert "in_tree" in capsys.readouterr().out
+
+
+def test_provider_names_are_shown_escaped():
+    from devtag_host.scheduling.commands import _shown
+
+    assert _shown("cn1") == "cn1"
+    assert _shown("evil\x1b[2J\u202ename") == "evil\\x1b[2J\\x202ename"

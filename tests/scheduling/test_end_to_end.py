@@ -169,3 +169,12 @@ def test_rebuild_of_an_unknown_instance(cloud, placement):
 
     with pytest.raises(InputError, match="has no allocations"):
         check_instance_rebuild(placement, str(uuid.uuid4()), rebuild(BOOT_IMAGE))
+
+
+@pytest.mark.libvirt
+def test_provider_names_one_by_one_or_listed(cloud, placement):
+    from devtag_host.scheduling.client import providers
+
+    wanted = {cloud["real"].uuid, cloud["arm"].uuid}
+    assert providers(placement, wanted, one_by_one=0) == providers(placement, wanted)
+    assert {p.name for p in providers(placement, wanted, one_by_one=0).values()} == {"libvirt-node", "arm-node"}

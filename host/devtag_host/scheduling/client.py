@@ -87,9 +87,20 @@ def schedule(client: PlacementClient, request: SchedulingRequest, *, limit: Opti
     wanted: Set[str] = set(ranking.excluded)
     for candidate in ranking.candidates:
         wanted.update(candidate.allocations)
-    for uuid in sorted(wanted):
-        result.providers[uuid] = provider(client, uuid)
+    result.providers = providers(client, wanted)
     return result
+
+
+def providers(client: PlacementClient, uuids: Set[str], one_by_one: int = 20) -> Dict[str, Provider]:
+    """Names and roots of ``uuids``: one GET each for a few, one listing of all providers for more."""
+    if len(uuids) <= one_by_one:
+        return {uuid: provider(client, uuid) for uuid in sorted(uuids)}
+    listing = _get(client, "/resource_providers", "the provider list")["resource_providers"]
+    return {
+        entry["uuid"]: Provider(entry["uuid"], entry["name"], entry.get("root_provider_uuid") or entry["uuid"])
+        for entry in listing
+        if entry["uuid"] in uuids
+    }
 
 
 def allocation_tree_traits(client: PlacementClient, consumer: str) -> Tuple[Dict[str, str], Set[str]]:

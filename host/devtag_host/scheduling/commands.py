@@ -183,6 +183,11 @@ def _cmd_schedule(args: argparse.Namespace) -> None:
         raise NoValidHost("no valid host: no candidate satisfies the request")
 
 
+def _shown(text: str) -> str:
+    """A provider name as the terminal shows it: control characters escaped (names are anyone's input)."""
+    return "".join(ch if ch.isprintable() else f"\\x{ord(ch):02x}" for ch in text)
+
+
 def _print_schedule(result: Any) -> None:
     group = result.request.group
     out = sys.stdout
@@ -194,18 +199,18 @@ def _print_schedule(result: Any) -> None:
         listed = ", ".join(sorted(group.forbidden))
         out.write(f"forbidden (checked against the candidates' traits; placement 1.17 has no !TRAIT): {listed}\n")
     for uuid, names in sorted(result.ranking.excluded.items()):
-        out.write(f"excluded: {result.name(uuid)} ({uuid}) has forbidden {', '.join(names)}\n")
+        out.write(f"excluded: {_shown(result.name(uuid))} ({uuid}) has forbidden {', '.join(names)}\n")
     if not result.ranking.candidates:
         out.write("candidates: none\n")
         return
     out.write("candidates (most free capacity of the requested classes after placing first):\n")
     for index, candidate in enumerate(result.ranking.candidates, start=1):
         free = ", ".join(f"{name} {value:.0%}" for name, value in candidate.free_after.items())
-        out.write(f"{index:3d}. {result.name(candidate.host)} ({candidate.host})  free after: {free}\n")
+        out.write(f"{index:3d}. {_shown(result.name(candidate.host))} ({candidate.host})  free after: {free}\n")
         if len(candidate.allocations) > 1 or candidate.host not in candidate.allocations:
             for uuid, resources in candidate.allocations.items():
                 amounts = ", ".join(f"{name}:{amount}" for name, amount in sorted(resources.items()))
-                out.write(f"       {amounts} from {result.name(uuid)}\n")
+                out.write(f"       {amounts} from {_shown(result.name(uuid))}\n")
 
 
 def _cmd_rebuild_check(args: argparse.Namespace) -> None:
