@@ -272,13 +272,23 @@ class ComputeHost:
         location = devices.guest_location(current, device) or {}
         return {"address": location.get("address")}
 
-    def _roll_back(self, operation: Operation, undo: _Undo, exc: Exception, *, attachment_id: Optional[str]) -> None:
+    def _roll_back(
+        self,
+        operation: Operation,
+        undo: _Undo,
+        exc: Exception,
+        *,
+        attachment_id: Optional[str] = None,
+        mac: Optional[str] = None,
+    ) -> None:
         problem = undo.run()
         if problem is None:
             operation.end("rolled-back", error=str(exc))
             raise _translate(exc) from None
         if attachment_id and self.store.find_attachment(attachment_id):
             self.store.mark_error(attachment_id, model.ERROR_ATTACHING, problem)
+        if mac and self.store.find_interface(mac):
+            self.store.set_interface(mac, status=model.ERROR_ATTACHING)
         operation.end("error", error=str(exc), undo_error=problem)
         raise FlowFailed(
             f"{exc}; rolling back failed too ({problem}): run 'devtag-host attachments reconcile'"
@@ -356,22 +366,26 @@ class ComputeHost:
     def _finish_volume_detach(
         self, operation: Operation, guest: Guest, volume: Volume, attachment: Attachment, driver: VolumeBackend
     ) -> None:
-        """The guest released the device: disconnect, delete the attachment, drop the tag."""
-        operation.step("disconnect")
+        """The guest released the device: disconnect, delete the attachment, drop the tag.
+
+        From here on there is no going back; a failure leaves ``error_detaching`` for reconcile.
+        """
         try:
+            operation.step("disconnect")
             if attachment.connection_info:
                 driver.disconnect(attachment.connection_info)
+            operation.step("delete")
+            self.store.delete_attachment(attachment.id)
+            operation.step("untag")
+            self._untag(guest, "disk", (volume.id, attachment.alias or ""))
         except Exception as exc:
-            self.store.mark_error(attachment.id, model.ERROR_DETACHING, str(exc))
+            if self.store.find_attachment(attachment.id) is not None:
+                self.store.mark_error(attachment.id, model.ERROR_DETACHING, str(exc))
             operation.end("error", error=str(exc))
             raise FlowFailed(
-                f"volume {volume.name!r} left the guest but its backend did not disconnect ({exc});"
-                " the attachment is error_detaching: run 'devtag-host attachments reconcile'"
+                f"volume {volume.name!r} left the guest but the detach did not finish ({exc}):"
+                " run 'devtag-host attachments reconcile'"
             ) from None
-        operation.step("delete")
-        self.store.delete_attachment(attachment.id)
-        operation.step("untag")
-        self._untag(guest, "disk", (volume.id, attachment.alias or ""))
         operation.end("completed")
 
     # -- NICs -------------------------------------------------------------------------
@@ -433,7 +447,7 @@ class ComputeHost:
                 operation.step("complete")
                 result = self.store.set_interface(mac, status=model.ATTACHED, address=location["address"])
             except Exception as exc:
-                self._roll_back(operation, undo, exc, attachment_id=None)
+                self._roll_back(operation, undo, exc, mac=operation.ids.get("mac"))
                 raise AssertionError("unreachable") from exc
             operation.end("completed")
         return result
@@ -453,19 +467,19 @@ class ComputeHost:
             operation.step("begin-detaching")
             self.store.set_interface(record.mac, status=model.DETACHING)  # a plain update: cannot be refused
             saved = None
+            timed_out = False
             try:
                 saved = guest.device_xml(alias, "config")
                 operation.step("detach-config", xml=saved)
                 guest.detach_config(alias)
                 operation.step("detach-live")
                 result = guest.detach_live(alias, timeout_s=self.detach_timeout, attempts=self.detach_attempts)
+                timed_out = not result.removed
                 error = (
-                    None
-                    if result.removed
-                    else (
-                        f"the guest did not release NIC {record.mac} ({alias}) after {result.attempts} request(s)"
-                        f" in {result.elapsed_s:.1f} s; it stays attached"
-                    )
+                    f"the guest did not release NIC {record.mac} ({alias}) after {result.attempts} request(s)"
+                    f" in {result.elapsed_s:.1f} s; it stays attached"
+                    if timed_out
+                    else None
                 )
             except Exception as exc:
                 error = str(exc)
@@ -476,11 +490,20 @@ class ComputeHost:
                 operation.step("undo-begin-detaching")
                 self.store.set_interface(record.mac, status=model.ATTACHED)
                 operation.end("still-attached", error=error)
-                raise DetachTimeout(error)
-            operation.step("delete")
-            self.store.remove_interface(record.mac)
-            operation.step("untag")
-            self._untag(guest, "nic", (record.mac,))
+                raise DetachTimeout(error) if timed_out else FlowFailed(f"{error}; the NIC stays attached")
+            try:
+                operation.step("delete")
+                self.store.remove_interface(record.mac)
+                operation.step("untag")
+                self._untag(guest, "nic", (record.mac,))
+            except Exception as exc:
+                if self.store.find_interface(record.mac) is not None:
+                    self.store.set_interface(record.mac, status=model.ERROR_DETACHING)
+                operation.end("error", error=str(exc))
+                raise FlowFailed(
+                    f"NIC {record.mac} left the guest but the detach did not finish ({exc}):"
+                    " run 'devtag-host attachments reconcile'"
+                ) from None
             operation.end("completed")
 
     # -- recovery ---------------------------------------------------------------------

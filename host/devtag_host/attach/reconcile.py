@@ -341,12 +341,28 @@ def _sweep(host: ComputeHost) -> List[Dict[str, Any]]:
                 report.append({"attachment": attachment.id, "outcome": "rolled back an error_attaching attachment"})
         except Pending as exc:
             report.append({"attachment": attachment.id, "outcome": "pending", "reason": str(exc)})
+    open_macs = {row["mac"] for rows in host.store.open_operations() for row in rows if row["mac"]}
     for record in host.store.interfaces():
+        if record.mac in open_macs:
+            continue
         guest = _guest(host, record.instance_uuid)
         alias = record.alias or devices.alias_for(record.id)
-        if record.status == model.ATTACHED and guest is not None and not _presence(guest, alias)[0]:
-            _retire_interface(host, record, guest)
-            report.append({"mac": record.mac, "outcome": "deleted: the NIC left the guest"})
+        try:
+            if record.status == model.ATTACHED and guest is not None and not _presence(guest, alias)[0]:
+                _retire_interface(host, record, guest)
+                report.append({"mac": record.mac, "outcome": "deleted: the NIC left the guest"})
+            elif record.status in (model.ATTACHING, model.ERROR_ATTACHING):
+                _retire_interface(host, record, guest)
+                report.append({"mac": record.mac, "outcome": f"rolled back a {record.status} NIC"})
+            elif record.status in (model.DETACHING, model.ERROR_DETACHING):
+                if guest is not None and _live(guest, alias):
+                    _keep_interface(host, record, guest)
+                    report.append({"mac": record.mac, "outcome": "attached: the guest still has the NIC"})
+                else:
+                    _retire_interface(host, record, guest)
+                    report.append({"mac": record.mac, "outcome": "deleted: the NIC left the guest"})
+        except Pending as exc:
+            report.append({"mac": record.mac, "outcome": "pending", "reason": str(exc)})
     report.extend(_stop_leaked_exports(host))
     report.extend(_drop_stale_tags(host, touched))
     return report
