@@ -52,6 +52,25 @@ StandardOutput=journal+console
 [Install]
 WantedBy=multi-user.target
 """
+WATCH_UNIT = """\
+[Unit]
+Description=devtag end-to-end test: report changes of /dev/disk/by-tag (hot-plug)
+After=devtag-e2e-report.service
+
+[Service]
+ExecStart=/usr/bin/python3 /usr/local/sbin/devtag-e2e-report --watch
+
+[Install]
+WantedBy=multi-user.target
+"""
+# The NIC the metadata-service test adds (QEMU user networking, see
+# test_end_to_end.METADATA_NIC) keeps its DHCP lease after boot: a hot-plugged
+# disk makes the agent ask the metadata service again.  Other guests have no
+# such NIC, so the stanza does nothing there.
+METADATA_NIC_STANZA = """\
+allow-hotplug enp0s30
+iface enp0s30 inet dhcp
+"""
 
 
 def cache_dir() -> Path:
@@ -119,11 +138,13 @@ def build_guest_image(agent_deb: Path, workdir: Path) -> GuestImage:
     # cloud-init fetches the metadata (OpenStack datasource, ephemeral DHCP) but
     # configures no network: the test NICs have no DHCP server worth waiting for.
     (root / "etc/cloud/cloud.cfg.d/91-devtag-e2e-network.cfg").write_text("network: {config: disabled}\n")
-    unit = root / "etc/systemd/system/devtag-e2e-report.service"
-    unit.write_text(REPORT_UNIT)
+    # Debian's /etc/network/interfaces sources interfaces.d/*.
+    (root / "etc/network/interfaces.d/devtag-e2e-metadata").write_text(METADATA_NIC_STANZA)
     wants = root / "etc/systemd/system/multi-user.target.wants"
     wants.mkdir(parents=True, exist_ok=True)
-    (wants / unit.name).symlink_to(f"/etc/systemd/system/{unit.name}")
+    for name, text in (("devtag-e2e-report.service", REPORT_UNIT), ("devtag-e2e-watch.service", WATCH_UNIT)):
+        (root / "etc/systemd/system" / name).write_text(text)
+        (wants / name).symlink_to(f"/etc/systemd/system/{name}")
     kernel = next(iter(sorted((root / "boot").glob("vmlinuz-*"))))
     initrd = next(iter(sorted((root / "boot").glob("initrd.img-*"))))
     image = GuestImage(disk=workdir / "root.raw", kernel=workdir / "vmlinuz", initrd=workdir / "initrd.img")

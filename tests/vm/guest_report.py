@@ -8,12 +8,19 @@ it, every NIC's MAC and altnames, where each /dev/disk/by-tag link points,
 and the udev properties of each tagged device.  With ``devtag_e2e_mkfs=TAG``
 on the kernel command line it also runs mkfs on that disk (first boot only)
 and records the links again after the change event.
+
+With ``--watch`` (a second service, started after the report) it stays
+running and writes ``DEVTAG-E2E-EVENT {json}`` whenever the set of
+/dev/disk/by-tag links changes: the hot-plug case attaches and detaches a
+disk and waits for these lines.
 """
 
 import glob
 import json
 import os
 import subprocess
+import sys
+import time
 
 MARKER = "/var/lib/devtag-e2e-mkfs-done"
 
@@ -59,6 +66,33 @@ def unit_times(unit):
     return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
 
+def hotplug_event(links):
+    """What the host checks after a hot-plug: the links, whose disks they are, the agent's view."""
+    serials = {}
+    for name, target in links.items():
+        serials[name] = udev_properties("/sys/class/block/" + os.path.basename(target)).get("ID_SERIAL")
+    code, out, err = run("devtag-agent", "list", "--json")
+    journal = run("journalctl", "-b", "-u", "devtag-agent-hotplug@*", "--no-pager", "-o", "cat")[1]
+    return {
+        "by_tag": links,
+        "serials": serials,
+        "list": json.loads(out) if code == 0 and out.strip() else err[-2000:],
+        "hotplug_journal": journal[-4000:],
+    }
+
+
+def watch():
+    seen = by_tag_links()
+    while True:
+        time.sleep(0.5)
+        links = by_tag_links()
+        if links != seen:
+            seen = links
+            with open("/dev/ttyS1", "w") as port:
+                port.write("DEVTAG-E2E-EVENT " + json.dumps(hotplug_event(links)) + "\n")
+                port.flush()
+
+
 def main():
     report = {"boot_id": open("/proc/sys/kernel/random/boot_id").read().strip()}
     code, out, err = run("devtag-agent", "list", "--json")
@@ -97,4 +131,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    watch() if sys.argv[1:] == ["--watch"] else main()

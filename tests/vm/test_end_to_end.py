@@ -6,7 +6,9 @@ a domain with one device of every kind devtag maps, tag them with
 ``devtag-host tag``, attach a config drive built by ``devtag-host
 configdrive``, boot it, and check what the guest reports (see
 guest_report.py) against the serials and MACs the host configured.  Then run
-mkfs on a tagged disk and reboot.
+mkfs on a tagged disk and reboot.  The metadata-service guest then gets a
+tagged disk hot-plugged and unplugged: its link in /dev/disk/by-tag must come
+and go.
 
 Run alone:  .venv/bin/pytest -m vm -v
 Keep the VM files for debugging:  DEVTAG_E2E_KEEP=1 (the directory is printed).
@@ -22,7 +24,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterator, List
+from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 import pytest
 
@@ -66,6 +68,9 @@ EXPECTED_DISKS = {  # tag -> serial udev must report for the disk it resolves to
     "usbkey": "usb-key",
 }
 EXPECTED_NICS = {"nfvfunc1": NICS["nic1"], "nfvfunc2": NICS["nic2"]}
+HOTPLUG_TAG = "hot plugged"  # its link is hot\x20plugged
+HOTPLUG_SERIAL = "hotplug-disk"
+HOTPLUG_TIMEOUT = 120
 
 
 @pytest.fixture(scope="session")
@@ -155,6 +160,23 @@ def wait_for_report(directory: Path, count: int) -> Dict[str, Any]:
         time.sleep(2)
     console = (directory / "console.log").read_text(errors="replace")[-3000:]
     raise AssertionError(f"no report #{count} within {BOOT_TIMEOUT}s; console tail:\n{console}")
+
+
+def wait_for_event(directory: Path, after: int, wanted: Callable[[Dict[str, Any]], bool]) -> Tuple[int, Dict[str, Any]]:
+    """The first by-tag change event (see guest_report.watch) past the ``after``-th that ``wanted`` accepts."""
+    deadline = time.monotonic() + HOTPLUG_TIMEOUT
+    path = directory / "report.log"
+    while time.monotonic() < deadline:
+        text = path.read_text(errors="replace")
+        complete = text[: text.rfind("\n") + 1]
+        events = [line for line in complete.splitlines() if line.startswith("DEVTAG-E2E-EVENT ")]
+        for index, line in enumerate(events[after:], start=after + 1):
+            event = json.loads(line.split(" ", 1)[1])
+            if wanted(event):
+                return index, event
+        time.sleep(0.2)
+    events_seen = [line[:2000] for line in path.read_text(errors="replace").splitlines() if "E2E-EVENT" in line]
+    raise AssertionError(f"no matching by-tag event within {HOTPLUG_TIMEOUT}s; events: {events_seen}")
 
 
 def serials_of(report: Dict[str, Any], devnode: str) -> List[str]:
@@ -319,9 +341,52 @@ def test_guest_finds_every_device_by_tag_via_the_metadata_service(
         check_report(report)
         assert report["source"] in ("instance-data", "metadata"), report["journal"]
         report_timings(f"metadata service, via {report['source']}", time.monotonic() - started, report)
+        hot_plug_and_unplug(libvirt_conn, domain, directory)
     finally:
         server.stop()
         service.watcher.stop()
         if domain.isActive():
             domain.destroy()
         domain.undefine()
+
+
+def hot_plug_and_unplug(connection: Any, domain: Any, directory: Path) -> None:
+    """Attach a tagged volume to the running guest, see its link appear, detach it, see the link go.
+
+    Through devtag's attach flow (devtag_host.attach: attachment store, pool
+    backend, libvirt attach, tag in the domain metadata).  The guest's udev
+    rule starts devtag-agent-hotplug@.service for the new disk, which asks the
+    metadata service (refreshed on libvirt's events) and applies; on removal
+    the instance stops and prunes.
+    """
+    from devtag_host.attach import AttachmentStore
+    from devtag_host.attach.flows import ComputeHost, default_backends
+    from devtag_host.attach.invariants import check_invariants
+    from devtag_host.attach.storage_daemon import StorageDaemon
+
+    link = _link(HOTPLUG_TAG)
+    state = Path(tempfile.mkdtemp(prefix="dte-"))  # short: sockets live below it
+    state.chmod(0o755)
+    store = AttachmentStore(f"sqlite:///{directory / 'attach.sqlite'}")
+    host = ComputeHost(connection, store, host="e2e", backends=default_backends(connection, state))
+    try:
+        volume = host.create_volume("hotplug", 64 << 20)
+        started = time.monotonic()
+        host.attach_volume(domain.name(), "hotplug", tag=HOTPLUG_TAG, bus="scsi")
+        seen, event = wait_for_event(directory, 0, lambda e: link in e["by_tag"])
+        attached = time.monotonic() - started
+        assert volume.id[:20] in (event["serials"][link] or ""), event["serials"]  # serial = volume id
+        assert [d for d in event["list"] if HOTPLUG_TAG in d["tags"]], event["list"]
+        assert check_invariants(host) == []
+        started = time.monotonic()
+        host.detach_volume(domain.name(), "hotplug")
+        _, event = wait_for_event(directory, seen, lambda e: link not in e["by_tag"])
+        detached = time.monotonic() - started
+        assert not [d for d in event["list"] if HOTPLUG_TAG in d["tags"]], event["list"]
+        host.delete_volume("hotplug")
+        assert check_invariants(host) == []
+        print(f"\n[hot-plug] attach to link in the guest {attached:.1f} s; detach to link gone {detached:.1f} s")
+    finally:
+        store.close()
+        StorageDaemon(state / "sd").stop()
+        shutil.rmtree(state, ignore_errors=True)
