@@ -1,0 +1,428 @@
+"""Live migration of a domain together with its volume attachments (Nova/Cinder's ordering).
+
+Example::
+
+    from devtag_host.attach.migration import MigrationOptions, live_migrate
+
+    source = ComputeHost(virt.open_connection("qemu+tls://node1/system"), store, host="node1")
+    destination = ComputeHost(virt.open_connection("qemu+tls://node2/system"), store, host="node2")
+    live_migrate(source, destination, "web1")
+
+Both hosts share one attachment store (it plays Cinder).  For every volume
+attachment of the domain on the source, following the new-attach-API spec:
+
+1. *(destination)* create an attachment with the destination's connector
+   (reserve, then update): the volume now has two attachments for one
+   instance on two hosts, the one exception to the multiattach rule;
+2. *(destination)* connect the backend there;
+3. *(source)* migrate, the destination definition pointing each disk at the
+   destination's connection and alias (:mod:`devtag_host.attach.retarget`);
+4. on success: complete the destination attachment, disconnect the source's
+   backend, delete the source attachment; check the tags arrived;
+5. on failure: disconnect on the destination and delete its attachment; the
+   source attachment was never touched, so the original is intact.
+
+Tags need no copying: they live in the domain's ``<metadata>``, which libvirt
+migrates with the definition (live and persistent).
+
+Every step is journalled before it runs (the operation's first row carries
+the plan: each volume's source and destination attachment), and the source
+host's step hook sees it, so tests can fail or "crash" before any step.  An
+error before the migration rolls back; once the domain runs on the
+destination nothing can roll back, so an error after it leaves the operation
+open and :func:`finish_live_migration` (registered as the ``live-migrate``
+reconciler on the source host, see :func:`register`) rolls it forward.
+Reconcile decides by where the domain actually runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+import libvirt
+
+from .. import virt
+from ..metadata import add_tags, find_device, tags_of
+from . import devices, model
+from .flows import ComputeHost, FlowFailed, Operation, _Undo
+from .guest import Guest
+from .model import Attachment
+from .reconcile import Pending
+from .retarget import DiskRetarget, retarget_disks
+
+log = logging.getLogger(__name__)
+
+FLOW = "live-migrate"
+STEPS = (
+    "validate",
+    "reserve-destination",
+    "update-destination",
+    "connect-destination",
+    "migrate",
+    "complete-destination",
+    "disconnect-source",
+    "delete-source",
+    "check-tags",
+)
+
+
+@dataclass(frozen=True)
+class MigrationOptions:
+    """How the memory travels; the defaults are libvirt's.
+
+    ``migrate_uri`` (``tcp://HOST:PORT``) and ``listen_address`` choose the
+    destination QEMU's address (tests: loopback).  ``peer_to_peer_uri`` makes
+    the source libvirt drive the migration itself (``VIR_MIGRATE_PEER2PEER``,
+    as Nova does) and names the destination libvirt as the source sees it.
+    """
+
+    migrate_uri: Optional[str] = None
+    listen_address: Optional[str] = None
+    peer_to_peer_uri: Optional[str] = None
+    bandwidth_mib_s: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class MovedVolume:
+    """One volume attachment in a migration: the source's and the destination's attachment."""
+
+    volume_id: str
+    source_attachment: str
+    destination_attachment: str
+    source_alias: str
+    tag: Optional[str]
+
+    @property
+    def destination_alias(self) -> str:
+        return devices.alias_for(self.destination_attachment)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "volume_id": self.volume_id,
+            "source_attachment": self.source_attachment,
+            "destination_attachment": self.destination_attachment,
+            "source_alias": self.source_alias,
+            "tag": self.tag,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> MovedVolume:
+        return cls(**{key: data.get(key) for key in cls.__dataclass_fields__})  # type: ignore[arg-type]
+
+
+def live_migrate(
+    source: ComputeHost, destination: ComputeHost, domain: str, options: MigrationOptions = MigrationOptions()
+) -> List[Attachment]:
+    """Migrate ``domain`` from ``source`` to ``destination`` with its volumes; returns the new attachments.
+
+    Raises :class:`FlowFailed` if the migration failed (everything rolled
+    back: the domain runs on the source with its original attachments), or if
+    it succeeded but the clean-up did not (the operation stays open for
+    reconcile, which finishes it).
+    """
+    if source.store.url != destination.store.url:
+        raise model.InvalidInput("both hosts must share one attachment store")
+    if source.host_name == destination.host_name:
+        raise model.InvalidInput(f"source and destination are the same host ({source.host_name})")
+    guest = source.guest(domain)
+    operation = source.operation(FLOW, instance_uuid=guest.uuid)
+    undo = _Undo(operation)
+    moved: List[MovedVolume] = []
+    migrating = False
+    with source.domain_attach_lock(guest):
+        try:
+            moved = _plan(source, guest)
+            operation.step(
+                "validate",
+                destination=destination.host_name,
+                volumes=[m.to_dict() for m in moved],
+                persistent=bool(guest.handle.isPersistent()),
+            )
+            if not guest.running:
+                raise model.Conflict(f"domain {domain!r} is not running: nothing to live-migrate")
+            if _lookup(destination, guest.uuid) is not None:
+                raise model.Conflict(f"domain {domain!r} already exists on {destination.host_name}")
+            for volume in moved:
+                _prepare_destination(destination, operation, undo, volume)
+            migrating = True
+            _migrate(operation, guest, destination, moved, options)
+        except Exception as exc:
+            if not migrating or _lookup_running(destination, guest.uuid) is None:
+                _roll_back(operation, undo, moved, destination, exc)
+            # libvirt reported an error, but the domain runs on the destination: finish.
+            log.warning("migration of %s reported %s, but the domain runs on %s", domain, exc, destination.host_name)
+        try:
+            _finish_on_destination(source, destination, operation, moved)
+        except Exception as exc:
+            operation.step("failed-after-migrate", error=str(exc))
+            raise FlowFailed(
+                f"domain {domain!r} runs on {destination.host_name}, but cleaning up failed ({exc});"
+                f" run 'devtag-host attachments reconcile' on {source.host_name}"
+            ) from None
+        operation.end("completed")
+    return [destination.store.get_attachment(m.destination_attachment) for m in moved]
+
+
+def _roll_back(
+    operation: Operation, undo: _Undo, moved: Sequence[MovedVolume], destination: ComputeHost, exc: Exception
+) -> None:
+    """Undo the destination's attachments (newest first); the source's were never touched."""
+    problem = undo.run()
+    if problem is None:
+        operation.end("rolled-back", error=str(exc))
+        if isinstance(exc, model.AttachError):
+            raise exc
+        raise FlowFailed(str(exc)) from None
+    for volume in moved:
+        if destination.store.find_attachment(volume.destination_attachment) is not None:
+            destination.store.mark_error(volume.destination_attachment, model.ERROR_ATTACHING, problem)
+    operation.end("error", error=str(exc), undo_error=problem)
+    raise FlowFailed(f"{exc}; rolling back failed too ({problem}): run 'devtag-host attachments reconcile'") from None
+
+
+def _plan(source: ComputeHost, guest: Guest) -> List[MovedVolume]:
+    """The domain's volume attachments on the source; each must be ``attached`` (no flow in flight)."""
+    moved = []
+    for attachment in source.store.attachments(instance_uuid=guest.uuid, host=source.host_name):
+        if attachment.status != model.ATTACHED:
+            raise model.Conflict(
+                f"volume attachment {attachment.id} is {attachment.status}: finish or reconcile it before migrating"
+            )
+        moved.append(
+            MovedVolume(
+                volume_id=attachment.volume_id,
+                source_attachment=attachment.id,
+                destination_attachment=str(uuid.uuid4()),
+                source_alias=attachment.alias or devices.alias_for(attachment.id),
+                tag=attachment.tag,
+            )
+        )
+    return moved
+
+
+def _prepare_destination(destination: ComputeHost, operation: Operation, undo: _Undo, volume: MovedVolume) -> None:
+    """Steps 1 and 2: the destination attachment with its connector, its backend connected."""
+    store = destination.store
+    record = store.get_volume(volume.volume_id)
+    source_attachment = store.get_attachment(volume.source_attachment)
+    driver = destination.backend(record.backend)
+    operation.ids.update(volume_id=volume.volume_id, attachment_id=volume.destination_attachment)
+
+    operation.step("reserve-destination")
+    undo.push("reserve-destination", lambda: store.delete_attachment(volume.destination_attachment))
+    store.reserve(
+        record.id,
+        source_attachment.instance_uuid,
+        mode=source_attachment.mode,
+        tag=volume.tag,
+        bus=source_attachment.bus,
+        host=destination.host_name,
+        attachment_id=volume.destination_attachment,
+        detail={"migrating_from": volume.source_attachment},
+    )
+
+    operation.step("update-destination")
+    connector = destination.connector()
+    info = driver.initialize_connection(record.location or "", volume.destination_attachment, connector)
+    store.update(
+        volume.destination_attachment,
+        connector,
+        info,
+        alias=volume.destination_alias,
+        detail={**source_attachment.detail, "migrating_from": volume.source_attachment},
+    )
+
+    operation.step("connect-destination")
+    undo.push("connect-destination", lambda: driver.disconnect(info))
+    driver.connect(info)
+
+
+def _destination_definitions(guest: Guest, destination: ComputeHost, moved: Sequence[MovedVolume]) -> Dict[str, str]:
+    """The live (and persistent) definition for the destination: each volume disk on its new connection."""
+    changes = {}
+    for volume in moved:
+        attachment = destination.store.get_attachment(volume.destination_attachment)
+        record = destination.store.get_volume(volume.volume_id)
+        template = devices.disk_xml(
+            attachment.connection_info or {},
+            alias=volume.destination_alias,
+            serial=record.id,
+            target="vdz",
+            bus=attachment.bus or "virtio",
+        )
+        changes[volume.source_alias] = DiskRetarget(alias=volume.destination_alias, disk_xml=template)
+    secure = libvirt.VIR_DOMAIN_XML_SECURE | libvirt.VIR_DOMAIN_XML_MIGRATABLE
+    definitions = {"live": retarget_disks(guest.handle.XMLDesc(secure), changes)}
+    if guest.handle.isPersistent():
+        persistent = guest.handle.XMLDesc(secure | libvirt.VIR_DOMAIN_XML_INACTIVE)
+        definitions["persistent"] = retarget_disks(persistent, changes)
+    return definitions
+
+
+def _migrate(
+    operation: Operation,
+    guest: Guest,
+    destination: ComputeHost,
+    moved: Sequence[MovedVolume],
+    options: MigrationOptions,
+) -> None:
+    """Step 3: libvirt's live migration, the destination's definitions given explicitly."""
+    definitions = _destination_definitions(guest, destination, moved)
+    params: Dict[str, Any] = {libvirt.VIR_MIGRATE_PARAM_DEST_XML: definitions["live"]}
+    flags = libvirt.VIR_MIGRATE_LIVE
+    if "persistent" in definitions:
+        params[libvirt.VIR_MIGRATE_PARAM_PERSIST_XML] = definitions["persistent"]
+        flags |= libvirt.VIR_MIGRATE_PERSIST_DEST | libvirt.VIR_MIGRATE_UNDEFINE_SOURCE
+    if options.migrate_uri:
+        params[libvirt.VIR_MIGRATE_PARAM_URI] = options.migrate_uri
+    if options.listen_address:
+        params[libvirt.VIR_MIGRATE_PARAM_LISTEN_ADDRESS] = options.listen_address
+    if options.bandwidth_mib_s:
+        params[libvirt.VIR_MIGRATE_PARAM_BANDWIDTH] = options.bandwidth_mib_s
+    operation.ids.update(volume_id=None, attachment_id=None)
+    operation.step("migrate", flags=flags, peer_to_peer=bool(options.peer_to_peer_uri))
+    try:
+        if options.peer_to_peer_uri:
+            guest.handle.migrateToURI3(options.peer_to_peer_uri, params, flags | libvirt.VIR_MIGRATE_PEER2PEER)
+        else:
+            guest.handle.migrate3(destination.connection, params, flags)
+    except libvirt.libvirtError as exc:
+        raise FlowFailed(f"libvirt could not migrate {guest.name!r}: {exc.get_error_message()}") from None
+
+
+def _finish_on_destination(
+    source: ComputeHost, destination: ComputeHost, operation: Operation, moved: Sequence[MovedVolume]
+) -> None:
+    """Step 4: the destination attachments complete, the source's go away, the tags are there."""
+    migrated = _lookup_running(destination, operation.ids["instance_uuid"] or "")
+    if migrated is None:
+        raise FlowFailed("the domain is not running on the destination")
+    for volume in moved:
+        operation.ids.update(volume_id=volume.volume_id, attachment_id=volume.destination_attachment)
+        operation.step("complete-destination")
+        _complete_destination(destination, Guest(migrated), volume)
+    for volume in moved:
+        operation.ids.update(volume_id=volume.volume_id, attachment_id=volume.source_attachment)
+        operation.step("disconnect-source")
+        _disconnect_source(source, volume)
+        operation.step("delete-source")
+        source.store.delete_attachment(volume.source_attachment)
+    operation.ids.update(volume_id=None, attachment_id=None)
+    operation.step("check-tags")
+    _ensure_tags(Guest(migrated), moved)
+
+
+def _complete_destination(destination: ComputeHost, guest: Guest, volume: MovedVolume) -> None:
+    attachment = destination.store.find_attachment(volume.destination_attachment)
+    if attachment is None or attachment.status == model.ATTACHED:
+        return
+    current = guest.current()
+    device = devices.find_by_alias(current, volume.destination_alias)
+    location = devices.guest_location(current, device) if device is not None else None
+    destination.store.complete(volume.destination_attachment, address=(location or {}).get("address"))
+
+
+def _disconnect_source(source: ComputeHost, volume: MovedVolume) -> None:
+    """Nova: disconnect on the source; only if that worked is the source attachment deleted."""
+    attachment = source.store.find_attachment(volume.source_attachment)
+    if attachment is None:
+        return
+    if attachment.status == model.ATTACHED:
+        attachment = source.store.begin_detaching(attachment.id)
+    if attachment.connection_info:
+        driver = source.backend(source.store.get_volume(volume.volume_id).backend)
+        try:
+            driver.disconnect(attachment.connection_info)
+        except Exception as exc:
+            source.store.mark_error(attachment.id, model.ERROR_DETACHING, f"source disconnect failed: {exc}")
+            raise
+
+
+def _ensure_tags(guest: Guest, moved: Sequence[MovedVolume]) -> None:
+    """The tags came with the definition; put back any that did not (a definition without them)."""
+    for volume in moved:
+        if volume.tag is None:
+            continue
+        for view in guest.views().values():
+            if volume.tag not in tags_of(view, find_device(view, volume.destination_alias)):
+                virt.update_tags(guest.handle, lambda d, v=volume: add_tags(d, v.destination_alias, [v.tag]))
+                break
+
+
+# -- where the domain is ------------------------------------------------------------
+
+
+def _lookup(host: ComputeHost, instance_uuid: str) -> Optional[Any]:
+    try:
+        return host.connection.lookupByUUIDString(instance_uuid)
+    except libvirt.libvirtError as exc:
+        if exc.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
+            return None
+        raise
+
+
+def _lookup_running(host: ComputeHost, instance_uuid: str) -> Optional[Any]:
+    """The domain if it runs on ``host`` (not an incoming migration still paused there)."""
+    handle = _lookup(host, instance_uuid)
+    if handle is None or not handle.isActive():
+        return None
+    state, _reason = handle.state()
+    return handle if state == libvirt.VIR_DOMAIN_RUNNING else None
+
+
+# -- reconcile ------------------------------------------------------------------------
+
+
+def register(source: ComputeHost, peers: Sequence[ComputeHost]) -> None:
+    """Let ``source.reconcile()`` finish this host's interrupted migrations to any of ``peers``."""
+    by_name = {peer.host_name: peer for peer in peers}
+    source.register_reconciler(FLOW, lambda rows: finish_live_migration(source, by_name, rows))
+
+
+def finish_live_migration(source: ComputeHost, peers: Mapping[str, ComputeHost], rows: List[Dict[str, Any]]) -> str:
+    """Converge an interrupted migration: forward if the domain runs on the destination, else back."""
+    plan = rows[0]
+    if plan["step"] != "validate":
+        return "rolled-back"  # nothing was done
+    destination = peers.get(plan["detail"]["destination"])
+    if destination is None:
+        raise Pending(f"reconcile needs a connection to {plan['detail']['destination']} to finish a migration")
+    moved = [MovedVolume.from_dict(v) for v in plan["detail"]["volumes"]]
+    instance_uuid = plan["instance_uuid"]
+    migrated = _lookup_running(destination, instance_uuid)
+    still_here = _lookup_running(source, instance_uuid)
+    if migrated is not None and still_here is None:
+        _discard_leftover(source, instance_uuid)
+        for volume in moved:
+            _complete_destination(destination, Guest(migrated), volume)
+        for volume in moved:
+            _disconnect_source(source, volume)
+            source.store.delete_attachment(volume.source_attachment)
+        _ensure_tags(Guest(migrated), moved)
+        return "rolled-forward"
+    if still_here is not None:
+        _discard_leftover(destination, instance_uuid)
+        for volume in moved:
+            attachment = destination.store.find_attachment(volume.destination_attachment)
+            if attachment is None:
+                continue
+            if attachment.connection_info:
+                driver = destination.backend(destination.store.get_volume(volume.volume_id).backend)
+                driver.disconnect(attachment.connection_info)
+            destination.store.delete_attachment(attachment.id)
+        return "rolled-back"
+    raise Pending(f"domain {instance_uuid} runs on neither {source.host_name} nor {destination.host_name}")
+
+
+def _discard_leftover(host: ComputeHost, instance_uuid: str) -> None:
+    """A paused incoming copy (destination) or a paused, migrated-away copy (source) is removed."""
+    handle = _lookup(host, instance_uuid)
+    if handle is None:
+        return
+    if handle.isActive():
+        handle.destroy()
+    if handle.isPersistent():
+        handle.undefine()

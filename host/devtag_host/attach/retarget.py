@@ -1,0 +1,90 @@
+"""Point a domain definition's volume disks at other connections (pure XML in, XML out).
+
+A domain that moves to another host (live migration, evacuate, unshelve)
+reaches its volumes through that host's attachments: another connection (an
+NBD socket of the destination's export, another path) and, because the
+attachment is new, another ``ua-<attachment id>`` alias.  Everything else in
+the definition stays as it is: QEMU needs identical guest hardware on both
+sides, and the guest keeps its disk serials and addresses.  devtag's tag
+entries are stored under the disk's serial; an entry stored under the old
+alias follows the disk to its new alias.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from typing import Mapping
+from xml.etree import ElementTree as ET
+
+import defusedxml.ElementTree as SafeET
+
+from ..metadata import TAGS_NAMESPACE
+
+
+@dataclass(frozen=True)
+class DiskRetarget:
+    """The new alias and connection of the disk that has some old alias."""
+
+    alias: str
+    disk_xml: str  # a <disk> built for the new connection (devices.disk_xml); its type and <source> are used
+
+
+class RetargetError(ValueError):
+    """The definition lacks a disk the caller expected to move."""
+
+
+def retarget_disks(domain_xml: str, changes: Mapping[str, DiskRetarget]) -> str:
+    """``domain_xml`` with the disks aliased as the keys of ``changes`` moved to their new connection."""
+    for _event, (prefix, uri) in SafeET.iterparse(io.StringIO(domain_xml), events=("start-ns",), forbid_dtd=True):
+        if prefix:
+            ET.register_namespace(prefix, uri)
+    root = SafeET.fromstring(domain_xml, forbid_dtd=True)
+    found = set()
+    for disk in root.iterfind("./devices/disk"):
+        alias = disk.find("alias")
+        old = alias.get("name") if alias is not None else None
+        if old not in changes:
+            continue
+        found.add(old)
+        change = changes[old]
+        template = SafeET.fromstring(change.disk_xml, forbid_dtd=True)
+        disk.set("type", template.get("type", "file"))
+        position = len(disk)
+        for child in list(disk):
+            if child.tag in ("source", "backingStore"):
+                position = min(position, list(disk).index(child))
+                disk.remove(child)
+        source = template.find("source")
+        if source is not None:
+            disk.insert(position, source)
+        alias.set("name", change.alias)
+    missing = set(changes) - found
+    if missing:
+        raise RetargetError(f"no disk with alias {', '.join(sorted(missing))} in domain {root.findtext('name')!r}")
+    _rename_tag_keys(root, {old: change.alias for old, change in changes.items()})
+    return ET.tostring(root, encoding="unicode")
+
+
+def _rename_tag_keys(root: ET.Element, renames: Mapping[str, str]) -> None:
+    metadata = root.find("metadata")
+    if metadata is None:
+        return
+    for element in metadata.iter():
+        if not element.tag.startswith(f"{{{TAGS_NAMESPACE}}}"):
+            continue
+        for key, value in element.attrib.items():
+            if value in renames:
+                element.set(key, renames[value])
+
+
+def disk_sources(domain_xml: str) -> Mapping[str, str]:
+    """alias -> the ``<source>`` of each aliased disk, serialised (what a test or a check compares)."""
+    root = SafeET.fromstring(domain_xml, forbid_dtd=True)
+    sources = {}
+    for disk in root.iterfind("./devices/disk"):
+        alias = disk.find("alias")
+        source = disk.find("source")
+        if alias is not None and source is not None and alias.get("name"):
+            sources[alias.get("name", "")] = ET.tostring(source, encoding="unicode")
+    return sources
