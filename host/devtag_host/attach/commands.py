@@ -135,6 +135,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     reconcile.add_argument("--json", action="store_true", help="print JSON")
     reconcile.set_defaults(handler=_cmd_reconcile)
     check = common(parser(verbs, "check", "check the invariants (exit 1 if any is violated)"))
+    check.add_argument("--domain", action="append", metavar="NAME", help="only these domains (repeatable)")
     check.set_defaults(handler=_cmd_check)
     alist = common(parser(verbs, "list", "list attachments as JSON"), libvirt=False)
     alist.set_defaults(handler=_cmd_attachments_list)
@@ -318,7 +319,7 @@ def _cmd_check(args: argparse.Namespace) -> None:
     from .invariants import check_invariants
 
     with _host(args) as host:
-        problems = check_invariants(host)
+        problems = check_invariants(host, domains=args.domain)
     for problem in problems:
         print(problem)
     if problems:
