@@ -178,7 +178,11 @@ class ComputeHost:
         model.check_volume_name(name)
         operation = self.operation("create-volume")
         operation.step("insert", name=name)
-        volume = self.store.create_volume(name, driver.name, size_bytes, multiattach=multiattach)
+        try:
+            volume = self.store.create_volume(name, driver.name, size_bytes, multiattach=multiattach)
+        except Exception as exc:
+            operation.end("refused", error=str(exc))
+            raise
         operation.ids["volume_id"] = volume.id
         try:
             operation.step("create", location=driver.location_for(volume.id))
