@@ -24,14 +24,14 @@ sudo=""
 apt_packages=(
     python3 python3-venv python3-dev gcc pkg-config      # virtualenv; build libvirt-python
     libvirt-dev libvirt-daemon-driver-qemu               # libvirt, embedded QEMU driver (no daemon)
-    qemu-system-x86 qemu-utils                           # real QEMU for the integration tests
+    qemu-system-x86 qemu-utils                           # real QEMU for the integration tests; qemu-nbd (attach)
     genisoimage xorriso libxml2-utils                    # ISO tools the tests compare against
     udev iproute2                                        # udevadm verify, network namespaces
     postgresql nginx wrk                                 # placement on PostgreSQL, HTTP baselines
     debhelper dh-python python3-all python3-setuptools lintian  # build and lint the .debs
     rpm                                                  # rpmbuild, for the RPM spec
     debootstrap e2fsprogs                                # the end-to-end test's Debian 12 guest image
-    libvirt-daemon                                       # libvirtd: two throw-away hosts for live migration
+    libvirt-daemon                                       # libvirtd: live-migration hosts; attach storage pool
 )
 missing=()
 for package in "${apt_packages[@]}"; do
