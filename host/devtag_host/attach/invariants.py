@@ -49,7 +49,8 @@ def check_invariants(
             problems.append(f"volume {volume.name} is {volume.lifecycle}")
         elif not volume.location or not host.backend(volume.backend).volume_exists(volume.location):
             problems.append(f"volume {volume.name}: its storage is missing")
-        if volume.status not in (model.AVAILABLE, model.IN_USE) and not allow_open:
+        settled = (model.AVAILABLE, model.IN_USE)
+        if volume.status not in settled and not allow_open and not all(map(shelved, volume.attachments)):
             problems.append(f"volume {volume.name} is {volume.status}")
         if not volume.multiattach and len({a.instance_uuid for a in volume.attachments}) > 1:
             problems.append(f"volume {volume.name} is attached to several instances but not multiattach")
@@ -67,6 +68,8 @@ def check_invariants(
         if attachment.host not in (host.host_name, None):
             continue
         label = f"attachment {attachment.id} of volume {by_volume[attachment.volume_id].name}"
+        if shelved(attachment):
+            continue
         if attachment.status != model.ATTACHED:
             if not allow_open:
                 problems.append(f"{label} is {attachment.status}")
@@ -82,7 +85,8 @@ def check_invariants(
             if device is None:
                 problems.append(f"{label}: no device {alias} in the {view} definition")
                 continue
-            if not isinstance(device, Disk) or device.serial != attachment.volume_id:
+            serial = attachment.detail.get("serial", attachment.volume_id)  # a swapped volume keeps the old one
+            if not isinstance(device, Disk) or device.serial != serial:
                 problems.append(f"{label}: device {alias} in the {view} definition is not the volume's disk")
             if attachment.tag and attachment.tag not in tags_of(domain, device):
                 problems.append(f"{label}: tag {attachment.tag!r} missing in the {view} definition")
@@ -109,6 +113,7 @@ def check_invariants(
             elif record.tag and record.tag not in tags_of(domain, device):
                 problems.append(f"{label}: tag {record.tag!r} missing in the {view} definition")
 
+    disk_aliases = {a.alias or devices.alias_for(a.id) for a in attachments}  # a swap keeps the device's alias
     volume_ids = {v.id for v in volumes} | {row["volume_id"] for row in store.journal() if row["volume_id"]}
     macs = {row["mac"] for row in store.journal() if row["mac"]}
     for instance_uuid, views in views_by_uuid.items():
@@ -116,8 +121,7 @@ def check_invariants(
             for device in [*domain.disks, *domain.nics]:
                 if not device.alias or not _OUR_ALIAS.match(device.alias):
                     continue
-                record_id = device.alias[len(devices.ALIAS_PREFIX) :]
-                if isinstance(device, Disk) and record_id not in by_id:
+                if isinstance(device, Disk) and device.alias not in disk_aliases:
                     problems.append(f"domain {domain.name}: disk {device.alias} ({view}) has no attachment")
                 if isinstance(device, Nic) and device.alias not in records:
                     problems.append(f"domain {domain.name}: NIC {device.mac} ({view}) has no NIC record")
@@ -133,3 +137,8 @@ def check_invariants(
             if attachment is None or attachment.status not in CONNECTED:
                 problems.append(f"{backend.name} export for attachment {attachment_id} runs without an attachment")
     return problems
+
+
+def shelved(attachment: model.Attachment) -> bool:
+    """Reserved for a shelved-offloaded instance: no host, no connector (a steady state, see lifecycle)."""
+    return attachment.status == model.RESERVED and attachment.host is None and bool(attachment.detail.get("shelved"))
