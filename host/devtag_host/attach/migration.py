@@ -52,6 +52,7 @@ from .guest import Guest
 from .model import Attachment
 from .reconcile import Pending
 from .retarget import DiskRetarget, retarget_disks
+from .store import AttachmentStore
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +135,7 @@ def live_migrate(
     migrating = False
     with source.domain_attach_lock(guest):
         try:
-            moved = _plan(source, guest)
+            moved = attached_volumes(source, guest)
             operation.step(
                 "validate",
                 destination=destination.host_name,
@@ -143,14 +144,14 @@ def live_migrate(
             )
             if not guest.running:
                 raise model.Conflict(f"domain {domain!r} is not running: nothing to live-migrate")
-            if _lookup(destination, guest.uuid) is not None:
+            if lookup(destination, guest.uuid) is not None:
                 raise model.Conflict(f"domain {domain!r} already exists on {destination.host_name}")
             for volume in moved:
-                _prepare_destination(destination, operation, undo, volume)
+                prepare_destination(destination, operation, undo, volume)
             migrating = True
             _migrate(operation, guest, destination, moved, options)
         except Exception as exc:
-            if not migrating or _lookup_running(destination, guest.uuid) is None:
+            if not migrating or lookup_running(destination, guest.uuid) is None:
                 _roll_back(operation, undo, moved, destination, exc)
             # libvirt reported an error, but the domain runs on the destination: finish.
             log.warning("migration of %s reported %s, but the domain runs on %s", domain, exc, destination.host_name)
@@ -183,7 +184,7 @@ def _roll_back(
     raise FlowFailed(f"{exc}; rolling back failed too ({problem}): run 'devtag-host attachments reconcile'") from None
 
 
-def _plan(source: ComputeHost, guest: Guest) -> List[MovedVolume]:
+def attached_volumes(source: ComputeHost, guest: Guest) -> List[MovedVolume]:
     """The domain's volume attachments on the source; each must be ``attached`` (no flow in flight)."""
     moved = []
     for attachment in source.store.attachments(instance_uuid=guest.uuid, host=source.host_name):
@@ -203,8 +204,12 @@ def _plan(source: ComputeHost, guest: Guest) -> List[MovedVolume]:
     return moved
 
 
-def _prepare_destination(destination: ComputeHost, operation: Operation, undo: _Undo, volume: MovedVolume) -> None:
-    """Steps 1 and 2: the destination attachment with its connector, its backend connected."""
+def prepare_destination(destination: ComputeHost, operation: Operation, undo: _Undo, volume: MovedVolume) -> None:
+    """Steps 1 and 2: the destination attachment with its connector, its backend connected.
+
+    Journalled as ``reserve-destination``, ``update-destination``,
+    ``connect-destination``; each pushes its undo first.  Shared with evacuate.
+    """
     store = destination.store
     record = store.get_volume(volume.volume_id)
     source_attachment = store.get_attachment(volume.source_attachment)
@@ -240,25 +245,29 @@ def _prepare_destination(destination: ComputeHost, operation: Operation, undo: _
     driver.connect(info)
 
 
-def _destination_definitions(guest: Guest, destination: ComputeHost, moved: Sequence[MovedVolume]) -> Dict[str, str]:
-    """The live (and persistent) definition for the destination: each volume disk on its new connection."""
+def retarget_for_destination(store: AttachmentStore, domain_xml: str, moved: Sequence[MovedVolume]) -> str:
+    """``domain_xml`` with each moved volume's disk on its destination attachment's connection and alias."""
     changes = {}
     for volume in moved:
-        attachment = destination.store.get_attachment(volume.destination_attachment)
-        record = destination.store.get_volume(volume.volume_id)
+        attachment = store.get_attachment(volume.destination_attachment)
         template = devices.disk_xml(
             attachment.connection_info or {},
             alias=volume.destination_alias,
-            serial=record.id,
-            target="vdz",
+            serial=volume.volume_id,
+            target="vdz",  # unused: only the disk's type and source are taken
             bus=attachment.bus or "virtio",
         )
         changes[volume.source_alias] = DiskRetarget(alias=volume.destination_alias, disk_xml=template)
+    return retarget_disks(domain_xml, changes)
+
+
+def _destination_definitions(guest: Guest, destination: ComputeHost, moved: Sequence[MovedVolume]) -> Dict[str, str]:
+    """The live (and persistent) definition for the destination: each volume disk on its new connection."""
     secure = libvirt.VIR_DOMAIN_XML_SECURE | libvirt.VIR_DOMAIN_XML_MIGRATABLE
-    definitions = {"live": retarget_disks(guest.handle.XMLDesc(secure), changes)}
+    definitions = {"live": retarget_for_destination(destination.store, guest.handle.XMLDesc(secure), moved)}
     if guest.handle.isPersistent():
         persistent = guest.handle.XMLDesc(secure | libvirt.VIR_DOMAIN_XML_INACTIVE)
-        definitions["persistent"] = retarget_disks(persistent, changes)
+        definitions["persistent"] = retarget_for_destination(destination.store, persistent, moved)
     return definitions
 
 
@@ -297,13 +306,13 @@ def _finish_on_destination(
     source: ComputeHost, destination: ComputeHost, operation: Operation, moved: Sequence[MovedVolume]
 ) -> None:
     """Step 4: the destination attachments complete, the source's go away, the tags are there."""
-    migrated = _lookup_running(destination, operation.ids["instance_uuid"] or "")
+    migrated = lookup_running(destination, operation.ids["instance_uuid"] or "")
     if migrated is None:
         raise FlowFailed("the domain is not running on the destination")
     for volume in moved:
         operation.ids.update(volume_id=volume.volume_id, attachment_id=volume.destination_attachment)
         operation.step("complete-destination")
-        _complete_destination(destination, Guest(migrated), volume)
+        complete_destination(destination, Guest(migrated), volume)
     for volume in moved:
         operation.ids.update(volume_id=volume.volume_id, attachment_id=volume.source_attachment)
         operation.step("disconnect-source")
@@ -312,10 +321,11 @@ def _finish_on_destination(
         source.store.delete_attachment(volume.source_attachment)
     operation.ids.update(volume_id=None, attachment_id=None)
     operation.step("check-tags")
-    _ensure_tags(Guest(migrated), moved)
+    ensure_tags(Guest(migrated), moved)
 
 
-def _complete_destination(destination: ComputeHost, guest: Guest, volume: MovedVolume) -> None:
+def complete_destination(destination: ComputeHost, guest: Guest, volume: MovedVolume) -> None:
+    """The destination attachment ``attached``, with the address the guest sees (idempotent)."""
     attachment = destination.store.find_attachment(volume.destination_attachment)
     if attachment is None or attachment.status == model.ATTACHED:
         return
@@ -341,7 +351,7 @@ def _disconnect_source(source: ComputeHost, volume: MovedVolume) -> None:
             raise
 
 
-def _ensure_tags(guest: Guest, moved: Sequence[MovedVolume]) -> None:
+def ensure_tags(guest: Guest, moved: Sequence[MovedVolume]) -> None:
     """The tags came with the definition; put back any that did not (a definition without them)."""
     for volume in moved:
         if volume.tag is None:
@@ -355,7 +365,7 @@ def _ensure_tags(guest: Guest, moved: Sequence[MovedVolume]) -> None:
 # -- where the domain is ------------------------------------------------------------
 
 
-def _lookup(host: ComputeHost, instance_uuid: str) -> Optional[Any]:
+def lookup(host: ComputeHost, instance_uuid: str) -> Optional[Any]:
     try:
         return host.connection.lookupByUUIDString(instance_uuid)
     except libvirt.libvirtError as exc:
@@ -364,9 +374,9 @@ def _lookup(host: ComputeHost, instance_uuid: str) -> Optional[Any]:
         raise
 
 
-def _lookup_running(host: ComputeHost, instance_uuid: str) -> Optional[Any]:
+def lookup_running(host: ComputeHost, instance_uuid: str) -> Optional[Any]:
     """The domain if it runs on ``host`` (not an incoming migration still paused there)."""
-    handle = _lookup(host, instance_uuid)
+    handle = lookup(host, instance_uuid)
     if handle is None or not handle.isActive():
         return None
     state, _reason = handle.state()
@@ -392,16 +402,16 @@ def finish_live_migration(source: ComputeHost, peers: Mapping[str, ComputeHost],
         raise Pending(f"reconcile needs a connection to {plan['detail']['destination']} to finish a migration")
     moved = [MovedVolume.from_dict(v) for v in plan["detail"]["volumes"]]
     instance_uuid = plan["instance_uuid"]
-    migrated = _lookup_running(destination, instance_uuid)
-    still_here = _lookup_running(source, instance_uuid)
+    migrated = lookup_running(destination, instance_uuid)
+    still_here = lookup_running(source, instance_uuid)
     if migrated is not None and still_here is None:
         _discard_leftover(source, instance_uuid)
         for volume in moved:
-            _complete_destination(destination, Guest(migrated), volume)
+            complete_destination(destination, Guest(migrated), volume)
         for volume in moved:
             _disconnect_source(source, volume)
             source.store.delete_attachment(volume.source_attachment)
-        _ensure_tags(Guest(migrated), moved)
+        ensure_tags(Guest(migrated), moved)
         return "rolled-forward"
     if still_here is not None:
         _discard_leftover(destination, instance_uuid)
@@ -419,7 +429,7 @@ def finish_live_migration(source: ComputeHost, peers: Mapping[str, ComputeHost],
 
 def _discard_leftover(host: ComputeHost, instance_uuid: str) -> None:
     """A paused incoming copy (destination) or a paused, migrated-away copy (source) is removed."""
-    handle = _lookup(host, instance_uuid)
+    handle = lookup(host, instance_uuid)
     if handle is None:
         return
     if handle.isActive():

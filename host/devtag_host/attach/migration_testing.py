@@ -27,9 +27,13 @@ import subprocess
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, List, Optional, Tuple
+
+if TYPE_CHECKING:
+    from .flows import ComputeHost
+    from .store import AttachmentStore
 
 LIBVIRTD = "/usr/sbin/libvirtd"
 USER_ENV = "DEVTAG_MIGRATION_HOST_USER"
@@ -175,3 +179,104 @@ def _destroy_domains(host: LibvirtHost) -> None:
                     domain.undefine()
     finally:
         connection.close()
+
+
+# -- two compute hosts on two such daemons ------------------------------------------------
+
+DOMAIN_XML = """<domain type='qemu'><name>{name}</name><memory unit='MiB'>64</memory><vcpu>1</vcpu>
+  <os><type arch='x86_64' machine='pc'>hvm</type></os><features><acpi/></features><devices>
+  <controller type='scsi' index='0' model='virtio-scsi'/>
+  <serial type='null'/><memballoon model='none'/>
+</devices></domain>"""
+
+
+@dataclass
+class TwoHostCluster:
+    """Two :class:`ComputeHost` ("node1", "node2") sharing one store and the NBD backend's volumes.
+
+    ``hooks`` are called with (flow, step) before every journalled step of
+    either host: tests append failure injectors.
+    """
+
+    node1: ComputeHost
+    node2: ComputeHost
+    store: AttachmentStore
+    hooks: List[Callable[[str, str], None]] = field(default_factory=list)
+
+    def hosts(self) -> Tuple[ComputeHost, ComputeHost]:
+        return self.node1, self.node2
+
+    def start(self, name: str, host: Optional[ComputeHost] = None) -> Any:
+        """Define and start a small domain (no guest OS) with a virtio-scsi controller."""
+        domain = (host or self.node1).connection.defineXML(DOMAIN_XML.format(name=name))
+        domain.create()
+        return domain
+
+    def where(self, domain_uuid: str) -> List[str]:
+        """The hosts on which the domain is defined or runs."""
+        import libvirt
+
+        found = []
+        for host in self.hosts():
+            try:
+                host.connection.lookupByUUIDString(domain_uuid)
+            except libvirt.libvirtError:
+                continue
+            found.append(host.host_name)
+        return found
+
+    def problems(self) -> List[str]:
+        """The invariant checker's findings on both hosts."""
+        from .invariants import check_invariants
+
+        return [f"{h.host_name}: {p}" for h in self.hosts() for p in check_invariants(h)]
+
+
+@contextlib.contextmanager
+def two_host_cluster(node1: LibvirtHost, node2: LibvirtHost, store_url: str) -> Iterator[TwoHostCluster]:
+    """ComputeHosts on two throw-away daemons; every domain and export is removed afterwards."""
+    from .. import virt
+    from . import lifecycle, migration
+    from .backends.nbd import NbdBackend
+    from .flows import ComputeHost
+    from .store import AttachmentStore
+
+    state = Path(tempfile.mkdtemp(prefix="dtm-"))  # short: the NBD sockets live below it
+    state.chmod(0o755)
+    backend = NbdBackend(state / "volumes", state / "exports")
+    store = AttachmentStore(store_url)
+    cluster_hooks: List[Callable[[str, str], None]] = []
+
+    def hook(flow: str, step: str) -> None:
+        for function in list(cluster_hooks):
+            function(flow, step)
+
+    hosts = [
+        ComputeHost(
+            virt.open_connection(node.uri),
+            store,
+            host=name,
+            backends={"nbd": backend},
+            step_hook=hook,
+            detach_timeout=3.0,
+        )
+        for name, node in (("node1", node1), ("node2", node2))
+    ]
+    for host, peer in ((hosts[0], hosts[1]), (hosts[1], hosts[0])):
+        migration.register(host, [peer])
+        lifecycle.register(host)
+    try:
+        yield TwoHostCluster(hosts[0], hosts[1], store, cluster_hooks)
+    finally:
+        for host in hosts:
+            for domain in host.connection.listAllDomains():
+                with contextlib.suppress(Exception):
+                    if domain.isActive():
+                        domain.destroy()
+                    if domain.isPersistent():
+                        domain.undefine()
+            host.connection.close()
+        for info in backend.exported_attachments().values():
+            backend.disconnect(info)
+        store.close()
+        shutil.rmtree(state, ignore_errors=True)

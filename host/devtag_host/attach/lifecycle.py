@@ -1,0 +1,765 @@
+"""Evacuate, shelve-offload/unshelve and swap volume, in the order of Nova's new-attach-API spec.
+
+Example::
+
+    from devtag_host.attach import lifecycle
+
+    lifecycle.evacuate(node2, saved_definition, source_host="node1")   # node1 is dead (fenced)
+    lifecycle.recover_evacuated(node1)                  # when node1 comes back: drop its stale copies
+
+    lifecycle.shelve_offload(node1, "web1")             # domain undefined, volumes reserved without host
+    lifecycle.unshelve(node2, instance_uuid)            # attachments updated with node2's connector
+
+    lifecycle.swap_volume(node1, "web1", "old-data", "new-data")   # blockcopy, then pivot
+
+* **Evacuate** (the source host is dead and fenced): nothing happens on the
+  source.  On the destination each volume gets a second attachment for the
+  instance, connected as in an attach; the domain is defined from its saved
+  definition (disks retargeted, tags inside) and started; only then is the old
+  attachment deleted, *without* contacting the dead host, so the volume stays
+  reserved for the instance throughout.  When the dead host returns,
+  :func:`recover_evacuated` destroys its stale copy (Nova's
+  ``_destroy_evacuated_instances``) and reconcile stops its leaked exports.
+* **Shelve-offload**: the guest is powered off; each volume first gets a new
+  attachment *without connector and host* (``reserved``: logically attached
+  to the instance), then the old one is disconnected and deleted the usual
+  way; the domain is undefined.  Its definition (with the tags) is kept in
+  the journal.  **Unshelve** updates each reserved attachment with the new
+  host's connector, connects, defines the domain with its disks retargeted,
+  starts it and completes the attachments.
+* **Swap volume**: a new attachment for the new volume (reserve, update,
+  connect), ``virDomainBlockCopy`` of the old volume into it, pivot; then the
+  old volume is disconnected and its attachment deleted.  The guest keeps its
+  device: same alias, same serial (the old volume's id, as in Nova), same
+  address and tag.  Refused for multiattach volumes, as in Nova.
+
+Every step is journalled before it runs and the host's step hook sees it.
+Errors before the point of no return (the migration in evacuate: ``start``;
+``delete-old`` in shelve; the pivot in swap) roll back every earlier step;
+after it, the operation stays open and the reconciler registered by
+:func:`register` rolls it forward.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from xml.etree import ElementTree as ET
+
+import defusedxml.ElementTree as SafeET
+import libvirt
+
+from .. import virt
+from ..metadata.model import Domain, TagEntry
+from . import devices, model
+from .flows import ComputeHost, FlowFailed, Operation, _Undo
+from .guest import Guest
+from .migration import (
+    MovedVolume,
+    complete_destination,
+    ensure_tags,
+    lookup,
+    prepare_destination,
+    retarget_for_destination,
+)
+from .model import Attachment
+from .retarget import DiskRetarget, retarget_disks
+
+log = logging.getLogger(__name__)
+
+EVACUATE_STEPS = (
+    "validate",
+    "reserve-destination",
+    "update-destination",
+    "connect-destination",
+    "define",
+    "start",
+    "complete-destination",
+    "delete-source",
+)
+SHELVE_STEPS = ("validate", "stop", "reserve-shelved", "disconnect", "delete-old", "undefine")
+UNSHELVE_STEPS = ("validate", "update", "connect", "define", "start", "complete")
+SWAP_STEPS = (
+    "validate",
+    "reserve",
+    "update",
+    "connect",
+    "copy",
+    "pivot",
+    "update-config",
+    "rekey-tag",
+    "disconnect-old",
+    "delete-old",
+    "complete",
+)
+COPY_TIMEOUT_S = 300.0
+
+
+def _fail(operation: Operation, undo: _Undo, exc: Exception, doomed: Callable[[], Sequence[str]], store: Any) -> None:
+    """Roll back (newest step first) and raise; a failed undo leaves ``error_attaching`` for reconcile."""
+    problem = undo.run()
+    if problem is None:
+        operation.end("rolled-back", error=str(exc))
+        if isinstance(exc, model.AttachError):
+            raise exc
+        raise FlowFailed(str(exc)) from None
+    for attachment_id in doomed():
+        if store.find_attachment(attachment_id) is not None:
+            store.mark_error(attachment_id, model.ERROR_ATTACHING, problem)
+    operation.end("error", error=str(exc), undo_error=problem)
+    raise FlowFailed(f"{exc}; rolling back failed too ({problem}): run 'devtag-host attachments reconcile'") from None
+
+
+def _left_open(operation: Operation, exc: Exception, what: str) -> FlowFailed:
+    operation.step("failed-after-point-of-no-return", error=str(exc))
+    return FlowFailed(f"{what}, but finishing failed ({exc}); run 'devtag-host attachments reconcile'")
+
+
+def _definition_identity(definition: str) -> Dict[str, str]:
+    root = SafeET.fromstring(definition, forbid_dtd=True)
+    uuid_text, name = root.findtext("uuid"), root.findtext("name")
+    if not uuid_text or not name:
+        raise model.InvalidInput("the domain definition needs a <name> and a <uuid>")
+    return {"uuid": uuid_text.lower(), "name": name}
+
+
+def _disconnect(host: ComputeHost, attachment: Attachment) -> None:
+    if attachment.connection_info:
+        host.backend(host.store.get_volume(attachment.volume_id).backend).disconnect(attachment.connection_info)
+
+
+def _destroy_and_undefine(handle: Any) -> None:
+    if handle is None:
+        return
+    if handle.isActive():
+        handle.destroy()
+    if handle.isPersistent():
+        handle.undefine()
+
+
+# -- evacuate --------------------------------------------------------------------------
+
+
+def evacuate(destination: ComputeHost, definition: str, *, source_host: str, start: bool = True) -> List[Attachment]:
+    """Rebuild the instance of ``definition`` on ``destination``; ``source_host`` is dead and is not contacted.
+
+    ``definition`` is the domain's persistent XML as last known (the cloud's
+    record of the instance); its ``<metadata>`` carries the tags.
+    """
+    identity = _definition_identity(definition)
+    store = destination.store
+    if source_host == destination.host_name:
+        raise model.InvalidInput("evacuate moves an instance to another host")
+    operation = destination.operation("evacuate", instance_uuid=identity["uuid"])
+    undo = _Undo(operation)
+    moved: List[MovedVolume] = []
+    try:
+        moved = [
+            MovedVolume(
+                volume_id=a.volume_id,
+                source_attachment=a.id,
+                destination_attachment=str(uuid.uuid4()),
+                source_alias=a.alias or devices.alias_for(a.id),
+                tag=a.tag,
+            )
+            for a in store.attachments(instance_uuid=identity["uuid"], host=source_host)
+        ]
+        operation.step(
+            "validate", source=source_host, volumes=[m.to_dict() for m in moved], definition=definition, start=start
+        )
+        if lookup(destination, identity["uuid"]) is not None:
+            raise model.Conflict(f"domain {identity['name']!r} already exists on {destination.host_name}")
+        for volume in moved:
+            prepare_destination(destination, operation, undo, volume)
+        operation.ids.update(volume_id=None, attachment_id=None)
+        operation.step("define")
+        undo.push("define", lambda: _destroy_and_undefine(lookup(destination, identity["uuid"])))
+        handle = destination.connection.defineXML(retarget_for_destination(store, definition, moved))
+        operation.step("start")
+        if start:
+            handle.create()
+    except Exception as exc:
+        _fail(operation, undo, exc, lambda: [m.destination_attachment for m in moved], store)
+        raise AssertionError("unreachable") from exc
+    try:
+        _finish_evacuation(destination, operation, moved, Guest(handle))
+    except Exception as exc:
+        raise _left_open(operation, exc, f"domain {identity['name']!r} runs on {destination.host_name}") from None
+    operation.end("completed")
+    return [store.get_attachment(m.destination_attachment) for m in moved]
+
+
+def _finish_evacuation(
+    destination: ComputeHost, operation: Operation, moved: Sequence[MovedVolume], guest: Guest
+) -> None:
+    for volume in moved:
+        operation.ids.update(volume_id=volume.volume_id, attachment_id=volume.destination_attachment)
+        operation.step("complete-destination")
+        complete_destination(destination, guest, volume)
+    for volume in moved:
+        operation.ids.update(volume_id=volume.volume_id, attachment_id=volume.source_attachment)
+        operation.step("delete-source")  # Cinder cleans up its side; the dead host is not asked
+        destination.store.delete_attachment(volume.source_attachment)
+    operation.ids.update(volume_id=None, attachment_id=None)
+    ensure_tags(guest, moved)
+
+
+def _finish_evacuate(host: ComputeHost, rows: List[Dict[str, Any]]) -> str:
+    plan = rows[0]
+    if plan["step"] != "validate":
+        return "rolled-back"
+    moved = [MovedVolume.from_dict(v) for v in plan["detail"]["volumes"]]
+    steps = {row["step"] for row in rows}
+    handle = lookup(host, plan["instance_uuid"])
+    started = "start" in steps and handle is not None and (handle.isActive() or not plan["detail"].get("start"))
+    if started and not any(step.startswith("undo-") for step in steps):
+        _finish_evacuation_again(host, moved, Guest(handle))
+        return "rolled-forward"
+    _destroy_and_undefine(handle)
+    for volume in moved:
+        attachment = host.store.find_attachment(volume.destination_attachment)
+        if attachment is not None:
+            _disconnect(host, attachment)
+            host.store.delete_attachment(attachment.id)
+    return "rolled-back"
+
+
+def _finish_evacuation_again(host: ComputeHost, moved: Sequence[MovedVolume], guest: Guest) -> None:
+    for volume in moved:
+        complete_destination(host, guest, volume)
+    for volume in moved:
+        host.store.delete_attachment(volume.source_attachment)
+    ensure_tags(guest, moved)
+
+
+def recover_evacuated(host: ComputeHost) -> List[str]:
+    """On a host that comes back after its instances were evacuated: destroy their stale copies.
+
+    Nova's ``_destroy_evacuated_instances``: every instance a completed
+    ``evacuate`` took away from this host is destroyed and undefined here
+    (never its volumes: they belong to the destination now); then reconcile
+    stops the exports of the deleted attachments.  Returns the domain names.
+    """
+    evacuated = set()
+    for row in host.store.journal():
+        if row["flow"] == "evacuate" and row["step"] == "validate" and row["detail"].get("source") == host.host_name:
+            evacuated.add(row["instance_uuid"])
+    completed = {
+        row["instance_uuid"]
+        for row in host.store.journal()
+        if row["flow"] == "evacuate"
+        and row["step"] == "end"
+        and row["detail"].get("outcome") in ("completed", "rolled-forward")
+    }
+    destroyed = []
+    for instance_uuid in sorted(evacuated & completed):
+        handle = lookup(host, instance_uuid)
+        if handle is not None and not host.store.attachments(instance_uuid=instance_uuid, host=host.host_name):
+            destroyed.append(handle.name())
+            _destroy_and_undefine(handle)
+    host.reconcile()
+    return destroyed
+
+
+# -- shelve-offload / unshelve -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ShelvedVolume:
+    volume_id: str
+    old_attachment: str
+    shelved_attachment: str
+    alias: str  # the disk's alias in the saved definition
+    tag: Optional[str]
+    bus: Optional[str]
+    mode: str
+
+    def to_dict(self) -> Dict[str, Any]:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ShelvedVolume:
+        return cls(**{key: data.get(key) for key in cls.__dataclass_fields__})  # type: ignore[arg-type]
+
+
+def shelve_offload(host: ComputeHost, domain: str) -> str:
+    """Power the domain off, keep its volumes reserved for it without a host, undefine it.
+
+    Returns the saved definition (also kept in the journal for :func:`unshelve`).
+    """
+    guest = host.guest(domain)
+    store = host.store
+    operation = host.operation("shelve-offload", instance_uuid=guest.uuid)
+    undo = _Undo(operation)
+    shelved: List[ShelvedVolume] = []
+    with host.domain_attach_lock(guest):
+        try:
+            secure = libvirt.VIR_DOMAIN_XML_SECURE
+            if guest.handle.isPersistent():
+                definition = guest.handle.XMLDesc(secure | libvirt.VIR_DOMAIN_XML_INACTIVE)
+            else:
+                definition = guest.handle.XMLDesc(secure | libvirt.VIR_DOMAIN_XML_MIGRATABLE)
+            for attachment in store.attachments(instance_uuid=guest.uuid, host=host.host_name):
+                if attachment.status != model.ATTACHED:
+                    raise model.Conflict(f"volume attachment {attachment.id} is {attachment.status}: reconcile first")
+                shelved.append(
+                    ShelvedVolume(
+                        volume_id=attachment.volume_id,
+                        old_attachment=attachment.id,
+                        shelved_attachment=str(uuid.uuid4()),
+                        alias=attachment.alias or devices.alias_for(attachment.id),
+                        tag=attachment.tag,
+                        bus=attachment.bus,
+                        mode=attachment.mode,
+                    )
+                )
+            was_running = guest.running
+            operation.step(
+                "validate", definition=definition, volumes=[s.to_dict() for s in shelved], running=was_running
+            )
+            operation.step("stop")
+            if was_running:
+                undo.push("stop", guest.handle.create)
+                guest.handle.destroy()
+            for volume in shelved:
+                operation.ids.update(volume_id=volume.volume_id, attachment_id=volume.shelved_attachment)
+                operation.step("reserve-shelved")
+                undo.push("reserve-shelved", lambda v=volume: store.delete_attachment(v.shelved_attachment))
+                _reserve_shelved(host, guest.uuid, volume)
+            for volume in shelved:
+                old = store.get_attachment(volume.old_attachment)
+                operation.ids.update(volume_id=volume.volume_id, attachment_id=volume.old_attachment)
+                operation.step("disconnect")
+                undo.push("disconnect", lambda o=old: _reconnect(host, o))
+                _disconnect(host, old)
+        except Exception as exc:
+            _fail(operation, undo, exc, lambda: [s.shelved_attachment for s in shelved], store)
+            raise AssertionError("unreachable") from exc
+        try:
+            _finish_shelve(host, operation, guest, shelved)
+        except Exception as exc:
+            raise _left_open(operation, exc, f"domain {domain!r} is powered off and its volumes reserved") from None
+        operation.end("completed")
+    return definition
+
+
+def _reserve_shelved(host: ComputeHost, instance_uuid: str, volume: ShelvedVolume) -> None:
+    if host.store.find_attachment(volume.shelved_attachment) is not None:
+        return
+    host.store.reserve(
+        volume.volume_id,
+        instance_uuid,
+        mode=volume.mode,
+        tag=volume.tag,
+        bus=volume.bus,
+        attachment_id=volume.shelved_attachment,
+        detail={"shelved": True, "alias": volume.alias},
+    )
+
+
+def _reconnect(host: ComputeHost, attachment: Attachment) -> None:
+    if attachment.connection_info:
+        host.backend(host.store.get_volume(attachment.volume_id).backend).connect(attachment.connection_info)
+
+
+def _finish_shelve(host: ComputeHost, operation: Operation, guest: Guest, shelved: Sequence[ShelvedVolume]) -> None:
+    for volume in shelved:
+        operation.ids.update(volume_id=volume.volume_id, attachment_id=volume.old_attachment)
+        operation.step("delete-old")
+        host.store.delete_attachment(volume.old_attachment)
+    operation.ids.update(volume_id=None, attachment_id=None)
+    operation.step("undefine")
+    _destroy_and_undefine(lookup(host, guest.uuid))
+
+
+def _finish_shelve_offload(host: ComputeHost, rows: List[Dict[str, Any]]) -> str:
+    plan = rows[0]
+    if plan["step"] != "validate":
+        return "rolled-back"
+    shelved = [ShelvedVolume.from_dict(v) for v in plan["detail"]["volumes"]]
+    steps = {row["step"] for row in rows}
+    handle = lookup(host, plan["instance_uuid"])
+    if "delete-old" in steps and not any(step.startswith("undo-") for step in steps):
+        _destroy_and_undefine(handle)
+        for volume in shelved:
+            _reserve_shelved(host, plan["instance_uuid"], volume)
+            old = host.store.find_attachment(volume.old_attachment)
+            if old is not None:
+                _disconnect(host, old)
+                host.store.delete_attachment(old.id)
+        return "rolled-forward"
+    for volume in shelved:  # back to the original: old attachments connected, domain as it was
+        old = host.store.find_attachment(volume.old_attachment)
+        if old is not None:
+            _reconnect(host, old)
+        host.store.delete_attachment(volume.shelved_attachment)
+    if handle is not None and plan["detail"].get("running") and not handle.isActive():
+        handle.create()
+    return "rolled-back"
+
+
+def shelved_definition(host: ComputeHost, instance_uuid: str) -> str:
+    """The definition the last completed shelve-offload of the instance saved."""
+    operations = [
+        row["operation"]
+        for row in host.store.journal()
+        if row["flow"] == "shelve-offload"
+        and row["step"] == "end"
+        and row["instance_uuid"] == instance_uuid
+        and row["detail"].get("outcome") in ("completed", "rolled-forward")
+    ]
+    if not operations:
+        raise model.NotFound(f"instance {instance_uuid} was not shelved")
+    (plan, *_rest) = host.store.journal(operations[-1])
+    return plan["detail"]["definition"]
+
+
+def unshelve(host: ComputeHost, instance_uuid: str, *, start: bool = True) -> Any:
+    """Bring a shelved-offloaded instance back on ``host``; returns the libvirt domain."""
+    store = host.store
+    definition = shelved_definition(host, instance_uuid)
+    identity = _definition_identity(definition)
+    reserved = [
+        a
+        for a in store.attachments(instance_uuid=instance_uuid)
+        if a.status == model.RESERVED and a.host is None and a.detail.get("shelved")
+    ]
+    operation = host.operation("unshelve", instance_uuid=instance_uuid)
+    undo = _Undo(operation)
+    try:
+        operation.step("validate", attachments=[a.id for a in reserved], start=start)
+        if lookup(host, instance_uuid) is not None:
+            raise model.Conflict(f"domain {identity['name']!r} already exists on {host.host_name}")
+        changes = {}
+        for attachment in reserved:
+            volume = store.get_volume(attachment.volume_id)
+            driver = host.backend(volume.backend)
+            alias = devices.alias_for(attachment.id)
+            operation.ids.update(volume_id=volume.id, attachment_id=attachment.id)
+            operation.step("update")
+            undo.push("update", lambda a=attachment: _reshelve(host, a))
+            info = driver.initialize_connection(volume.location or "", attachment.id, host.connector())
+            store.update(attachment.id, host.connector(), info, alias=alias)
+            operation.step("connect")
+            undo.push("connect", lambda i=info, d=driver: d.disconnect(i))
+            driver.connect(info)
+            template = devices.disk_xml(
+                info, alias=alias, serial=volume.id, target="vdz", bus=attachment.bus or "virtio"
+            )
+            changes[attachment.detail["alias"]] = DiskRetarget(alias=alias, disk_xml=template)
+        operation.ids.update(volume_id=None, attachment_id=None)
+        operation.step("define")
+        undo.push("define", lambda: _destroy_and_undefine(lookup(host, instance_uuid)))
+        handle = host.connection.defineXML(retarget_disks(definition, changes))
+        operation.step("start")
+        if start:
+            handle.create()
+    except Exception as exc:
+        _fail(operation, undo, exc, lambda: [], store)
+        raise AssertionError("unreachable") from exc
+    try:
+        for attachment in reserved:
+            operation.ids.update(volume_id=attachment.volume_id, attachment_id=attachment.id)
+            operation.step("complete")
+            _complete(host, Guest(handle), attachment.id)
+    except Exception as exc:
+        raise _left_open(operation, exc, f"domain {identity['name']!r} is defined on {host.host_name}") from None
+    operation.end("completed")
+    return handle
+
+
+def _reshelve(host: ComputeHost, attachment: Attachment) -> None:
+    """Undo an unshelve's update: Cinder cannot take a connector back, so a fresh reserved attachment replaces it."""
+    current = host.store.find_attachment(attachment.id)
+    if current is None or current.status == model.RESERVED:
+        return
+    replacement = host.store.reserve(
+        attachment.volume_id,
+        attachment.instance_uuid,
+        mode=attachment.mode,
+        tag=attachment.tag,
+        bus=attachment.bus,
+        detail=attachment.detail,
+    )
+    log.info("unshelve rolled back: attachment %s replaces %s", replacement.id, attachment.id)
+    host.store.delete_attachment(attachment.id)
+
+
+def _complete(host: ComputeHost, guest: Guest, attachment_id: str) -> None:
+    attachment = host.store.get_attachment(attachment_id)
+    if attachment.status == model.ATTACHED:
+        return
+    alias = attachment.alias or devices.alias_for(attachment.id)
+    current = guest.current()
+    device = devices.find_by_alias(current, alias)
+    location = devices.guest_location(current, device) if device is not None else None
+    host.store.complete(attachment_id, address=(location or {}).get("address"))
+
+
+def _finish_unshelve(host: ComputeHost, rows: List[Dict[str, Any]]) -> str:
+    plan = rows[0]
+    if plan["step"] != "validate":
+        return "rolled-back"
+    steps = {row["step"] for row in rows}
+    handle = lookup(host, plan["instance_uuid"])
+    attachments = [host.store.find_attachment(a) for a in plan["detail"]["attachments"]]
+    started = "start" in steps and handle is not None and (handle.isActive() or not plan["detail"].get("start"))
+    if started and not any(step.startswith("undo-") for step in steps):
+        for attachment in attachments:
+            if attachment is not None:
+                _reconnect(host, attachment)
+                _complete(host, Guest(handle), attachment.id)
+        return "rolled-forward"
+    _destroy_and_undefine(handle)
+    for attachment in attachments:
+        if attachment is not None and attachment.status != model.RESERVED:
+            _disconnect(host, attachment)
+            _reshelve(host, attachment)
+    return "rolled-back"
+
+
+# -- swap volume -------------------------------------------------------------------------
+
+
+def swap_volume(host: ComputeHost, domain: str, old_volume: str, new_volume: str) -> Attachment:
+    """Copy ``old_volume`` into ``new_volume`` under the running guest and switch to it."""
+    guest = host.guest(domain)
+    store = host.store
+    old_record, new_record = store.get_volume(old_volume), store.get_volume(new_volume)
+    new_id = str(uuid.uuid4())
+    operation = host.operation("swap-volume", instance_uuid=guest.uuid, volume_id=new_record.id, attachment_id=new_id)
+    undo = _Undo(operation)
+    with host.domain_attach_lock(guest):
+        try:
+            old = _attachment_on(host, guest, old_record)
+            alias = old.alias or devices.alias_for(old.id)
+            serial = old.detail.get("serial", old.volume_id)
+            operation.step("validate", old_attachment=old.id, alias=alias, serial=serial, old_volume=old_record.id)
+            if not guest.running:
+                raise model.Conflict(f"domain {domain!r} is not running: swap needs a running guest")
+            if old_record.multiattach or new_record.multiattach:
+                raise model.InvalidInput("swapping a multiattach volume is not supported (nor in Nova)")
+            if new_record.size_bytes != old_record.size_bytes:
+                raise model.InvalidInput(
+                    f"volume {new_record.name!r} has {new_record.size_bytes} bytes, {old_record.name!r} has"
+                    f" {old_record.size_bytes}: a block copy needs equal sizes"
+                )
+            target = devices.find_by_alias(guest.current(), alias).target_dev
+
+            operation.step("reserve")
+            undo.push("reserve", lambda: store.delete_attachment(new_id))
+            store.reserve(new_record.id, guest.uuid, mode=old.mode, tag=old.tag, bus=old.bus, attachment_id=new_id)
+
+            operation.step("update")
+            driver = host.backend(new_record.backend)
+            info = driver.initialize_connection(new_record.location or "", new_id, host.connector())
+            detail = {**old.detail, "serial": serial, "swapped_from": old.id}
+            store.update(new_id, host.connector(), info, alias=alias, detail=detail)
+
+            operation.step("connect")
+            undo.push("connect", lambda: driver.disconnect(info))
+            driver.connect(info)
+
+            operation.step("copy", target=target)
+            undo.push("copy", lambda: _abort_copy(guest, target))
+            copy = devices.disk_xml(info, alias=alias, serial=serial, target=target, bus=old.bus or "virtio")
+            _block_copy(guest, target, copy)
+
+            operation.step("pivot")
+            _pivot(guest, target)
+        except Exception as exc:
+            _fail(operation, undo, exc, lambda: [new_id], store)
+            raise AssertionError("unreachable") from exc
+        try:
+            _finish_swap(host, operation, guest, old, new_id, alias)
+        except Exception as exc:
+            raise _left_open(operation, exc, f"domain {domain!r} now uses volume {new_record.name!r}") from None
+        operation.end("completed")
+    return store.get_attachment(new_id)
+
+
+def _attachment_on(host: ComputeHost, guest: Guest, volume: model.Volume) -> Attachment:
+    for attachment in volume.attachments:
+        if attachment.instance_uuid == guest.uuid and attachment.host == host.host_name:
+            if attachment.status != model.ATTACHED:
+                raise model.Conflict(f"volume {volume.name!r} is {attachment.status}: reconcile first")
+            return attachment
+    raise model.InvalidInput(f"volume {volume.name!r} is not attached to domain {guest.name!r} on this host")
+
+
+def _block_copy(guest: Guest, target: str, disk_xml: str) -> None:
+    """Mirror the disk into the new volume (which exists: REUSE_EXT) until both are in sync."""
+    flags = libvirt.VIR_DOMAIN_BLOCK_COPY_REUSE_EXT | libvirt.VIR_DOMAIN_BLOCK_COPY_TRANSIENT_JOB
+    try:
+        guest.handle.blockCopy(target, disk_xml, None, flags)
+    except libvirt.libvirtError as exc:
+        raise FlowFailed(f"libvirt could not start the block copy of {target}: {exc.get_error_message()}") from None
+    deadline = time.monotonic() + COPY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        info = guest.handle.blockJobInfo(target, 0)
+        if not info:
+            raise FlowFailed(f"the block copy of {target} ended before it was ready")
+        if info["end"] > 0 and info["cur"] == info["end"] and _job_ready(guest, target):
+            return
+        time.sleep(0.05)
+    raise FlowFailed(f"the block copy of {target} was not ready within {COPY_TIMEOUT_S:.0f} s")
+
+
+def _job_ready(guest: Guest, target: str) -> bool:
+    """libvirt marks the mirror ready in the live XML (``<mirror ready='yes'>``)."""
+    root = SafeET.fromstring(guest.handle.XMLDesc(0), forbid_dtd=True)
+    for disk in root.iterfind("./devices/disk"):
+        target_element = disk.find("target")
+        mirror = disk.find("mirror")
+        if target_element is not None and target_element.get("dev") == target and mirror is not None:
+            return mirror.get("ready") == "yes"
+    return False
+
+
+def _abort_copy(guest: Guest, target: str) -> None:
+    try:
+        if guest.handle.blockJobInfo(target, 0):
+            guest.handle.blockJobAbort(target, 0)
+    except libvirt.libvirtError as exc:
+        raise FlowFailed(f"cannot abort the block copy of {target}: {exc.get_error_message()}") from None
+
+
+def _pivot(guest: Guest, target: str) -> None:
+    try:
+        guest.handle.blockJobAbort(target, libvirt.VIR_DOMAIN_BLOCK_JOB_ABORT_PIVOT)
+    except libvirt.libvirtError as exc:
+        raise FlowFailed(f"libvirt could not pivot {target} to the new volume: {exc.get_error_message()}") from None
+
+
+def _finish_swap(
+    host: ComputeHost, operation: Operation, guest: Guest, old: Attachment, new_id: str, alias: str
+) -> None:
+    store = host.store
+    new = store.get_attachment(new_id)
+    operation.step("update-config")
+    _point_config_at(guest, alias, new)
+    operation.step("rekey-tag")
+    _rekey_tag(guest, alias, new.detail.get("serial", old.volume_id))
+    operation.ids.update(volume_id=old.volume_id, attachment_id=old.id)
+    operation.step("disconnect-old")
+    if store.find_attachment(old.id) is not None:
+        if store.get_attachment(old.id).status == model.ATTACHED:
+            store.begin_detaching(old.id)
+        _disconnect(host, old)
+    operation.step("delete-old")
+    store.delete_attachment(old.id)
+    operation.ids.update(volume_id=new.volume_id, attachment_id=new_id)
+    operation.step("complete")
+    _complete(host, guest, new_id)
+
+
+def _point_config_at(guest: Guest, alias: str, attachment: Attachment) -> None:
+    """The persistent definition follows the pivot (libvirt changed only the live one)."""
+    if not guest.handle.isPersistent():
+        return
+    template = devices.disk_xml(
+        attachment.connection_info or {}, alias=alias, serial="unused", target="vdz", bus=attachment.bus or "virtio"
+    )
+    new_disk = SafeET.fromstring(template, forbid_dtd=True)
+
+    def edit(root: Any) -> bool:
+        for disk in root.iterfind("./devices/disk"):
+            element = disk.find("alias")
+            if element is None or element.get("name") != alias:
+                continue
+            before = ET.tostring(disk)
+            position = next((i for i, child in enumerate(disk) if child.tag == "source"), 1)
+            for child in list(disk):
+                if child.tag in ("source", "backingStore"):
+                    disk.remove(child)
+            disk.set("type", new_disk.get("type", "file"))
+            disk.insert(position, new_disk.find("source"))
+            return ET.tostring(disk) != before
+        return False
+
+    virt.edit_persistent_definition(guest.handle, edit)
+
+
+def _rekey_tag(guest: Guest, alias: str, serial: str) -> None:
+    """Store the disk's tags under its alias: the serial names the old volume, the alias the attachment."""
+
+    def change(domain: Domain) -> tuple:
+        entries = []
+        for entry in domain.tag_entries:
+            if entry.kind == "disk" and entry.key == "serial" and entry.value == serial:
+                entry = TagEntry(kind="disk", key="alias", value=alias, tags=entry.tags)
+            entries.append(entry)
+        return tuple(entries)
+
+    virt.update_tags(guest.handle, change)
+
+
+def _finish_swap_volume(host: ComputeHost, rows: List[Dict[str, Any]]) -> str:
+    plan = rows[0]
+    if plan["step"] != "validate":
+        return "rolled-back"
+    steps = {row["step"] for row in rows}
+    new_id = plan["attachment_id"]
+    old_id = plan["detail"]["old_attachment"]
+    alias = plan["detail"]["alias"]
+    guest_handle = lookup(host, plan["instance_uuid"])
+    guest = Guest(guest_handle) if guest_handle is not None else None
+    new = host.store.find_attachment(new_id)
+    pivoted = guest is not None and new is not None and _live_source_is(guest, alias, new)
+    if pivoted and not any(step.startswith("undo-") for step in steps):
+        assert guest is not None
+        old = host.store.find_attachment(old_id)
+        _point_config_at(guest, alias, new)
+        _rekey_tag(guest, alias, plan["detail"]["serial"])
+        if old is not None:
+            _disconnect(host, old)
+            host.store.delete_attachment(old_id)
+        _complete(host, guest, new_id)
+        return "rolled-forward"
+    target = next((row["detail"].get("target") for row in rows if row["step"] == "copy"), None)
+    if guest is not None and target:
+        _abort_copy(guest, target)
+    if new is not None:
+        _disconnect(host, new)
+        host.store.delete_attachment(new_id)
+    return "rolled-back"
+
+
+def _live_source_is(guest: Guest, alias: str, attachment: Attachment) -> bool:
+    """Whether the running guest's disk ``alias`` reads from ``attachment``'s connection."""
+    if not guest.running or not attachment.connection_info:
+        return False
+    template = devices.disk_xml(attachment.connection_info, alias=alias, serial="x", target="vdz", bus="virtio")
+    wanted = SafeET.fromstring(template, forbid_dtd=True).find("source")
+    root = SafeET.fromstring(guest.handle.XMLDesc(0), forbid_dtd=True)
+    for disk in root.iterfind("./devices/disk"):
+        element = disk.find("alias")
+        if element is None or element.get("name") != alias:
+            continue
+        source = disk.find("source")
+        if source is None or wanted is None:
+            return False
+        if wanted.get("file"):
+            return source.get("file") == wanted.get("file")
+        host_element, wanted_host = source.find("host"), wanted.find("host")
+        return (
+            host_element is not None
+            and wanted_host is not None
+            and host_element.get("socket") == wanted_host.get("socket")
+            and source.get("name") == wanted.get("name")
+        )
+    return False
+
+
+# -- reconcile -------------------------------------------------------------------------------
+
+
+def register(host: ComputeHost) -> None:
+    """Let ``host.reconcile()`` finish this host's interrupted evacuate, shelve, unshelve and swap operations."""
+    host.register_reconciler("evacuate", lambda rows: _finish_evacuate(host, rows))
+    host.register_reconciler("shelve-offload", lambda rows: _finish_shelve_offload(host, rows))
+    host.register_reconciler("unshelve", lambda rows: _finish_unshelve(host, rows))
+    host.register_reconciler("swap-volume", lambda rows: _finish_swap_volume(host, rows))

@@ -1,0 +1,298 @@
+"""Evacuate, shelve-offload/unshelve and swap volume on two real libvirt daemons.
+
+Same set-up as test_migration.py: throw-away session ``libvirtd`` hosts
+"node1" and "node2" sharing one attachment store and the NBD backend's
+volumes; domains without a guest OS.  After every flow, and after every
+injected failure plus reconcile, the invariant checker must find nothing on
+either host.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import uuid
+from pathlib import Path
+from typing import Dict, Iterator, Optional, Tuple
+
+import pytest
+
+from devtag_host import virt
+from devtag_host.attach import ATTACHED, IN_USE, RESERVED, InvalidInput, VolumeInUse
+from devtag_host.attach.flows import ComputeHost, FlowFailed, SimulatedCrash
+from devtag_host.attach.lifecycle import (
+    EVACUATE_STEPS,
+    SHELVE_STEPS,
+    SWAP_STEPS,
+    UNSHELVE_STEPS,
+    evacuate,
+    recover_evacuated,
+    shelve_offload,
+    swap_volume,
+    unshelve,
+)
+from devtag_host.attach.migration_testing import (
+    LibvirtHost,
+    TwoHostCluster,
+    throwaway_libvirt_host,
+    two_host_cluster,
+)
+from devtag_host.metadata import find_device, tags_of
+
+libvirt = pytest.importorskip("libvirt")
+pytestmark = pytest.mark.libvirt
+
+
+@pytest.fixture(scope="module")
+def two_hosts() -> Iterator[Tuple[LibvirtHost, LibvirtHost]]:
+    with throwaway_libvirt_host("node1") as node1, throwaway_libvirt_host("node2") as node2:
+        yield node1, node2
+
+
+@pytest.fixture
+def cluster(two_hosts: Tuple[LibvirtHost, LibvirtHost], tmp_path: Path) -> Iterator[TwoHostCluster]:
+    with two_host_cluster(*two_hosts, f"sqlite:///{tmp_path / 'attach.sqlite'}") as cluster:
+        yield cluster
+
+
+def attach(cluster: TwoHostCluster, domain: str, volume: str, tag: Optional[str], bus: str = "scsi") -> None:
+    cluster.node1.create_volume(volume, 1 << 20, backend="nbd")
+    cluster.node1.attach_volume(domain, volume, tag=tag, bus=bus)
+
+
+def assert_runs_on(cluster: TwoHostCluster, host: ComputeHost, domain_uuid: str, volumes: Dict[str, str]) -> None:
+    """Runs on ``host`` only, each volume attached there once, connected, tagged; no invariant broken."""
+    assert cluster.where(domain_uuid) == [host.host_name]
+    handle = host.connection.lookupByUUIDString(domain_uuid)
+    assert handle.state()[0] == libvirt.VIR_DOMAIN_RUNNING
+    for name, tag in volumes.items():
+        volume = cluster.store.get_volume(name)
+        (attachment,) = volume.attachments
+        assert (attachment.host, attachment.status, volume.status) == (host.host_name, ATTACHED, IN_USE)
+        assert host.backend("nbd").is_connected(attachment.connection_info)
+        for view in ("live", "config"):
+            model = virt.read_domain(handle, inactive=view == "config")
+            assert tags_of(model, find_device(model, attachment.alias)) == (tag,)
+    assert cluster.problems() == []
+
+
+def inject(cluster: TwoHostCluster, flow: str, step: str, failure: str) -> list:
+    """Fail (``error``) or die (``crash``) once, before ``step`` of ``flow``."""
+    fired: list = []
+
+    def hook(current_flow: str, current: str) -> None:
+        if current_flow == flow and current == step and not fired:
+            fired.append(current)
+            raise SimulatedCrash(step) if failure == "crash" else RuntimeError(f"injected before {step}")
+
+    cluster.hooks.append(hook)
+    return fired
+
+
+def expected_errors(failure: str) -> Tuple[type, ...]:
+    return (SimulatedCrash,) if failure == "crash" else (FlowFailed, RuntimeError)
+
+
+def reconcile_both(cluster: TwoHostCluster) -> None:
+    cluster.hooks.clear()
+    for host in cluster.hosts():
+        host.reconcile()
+
+
+# -- evacuate ------------------------------------------------------------------------------
+
+
+def _qemu_pid(host: LibvirtHost, name: str) -> int:
+    return int((host.base / "run" / "libvirt" / "qemu" / "run" / f"{name}.pid").read_text())
+
+
+@pytest.fixture
+def dead_host() -> Iterator[LibvirtHost]:
+    """A third host, whose daemon and QEMU processes the test freezes (SIGSTOP): "dead", fenced."""
+    with throwaway_libvirt_host("doomed") as doomed:
+        yield doomed
+
+
+def test_evacuate_rebuilds_on_the_destination_without_contacting_the_dead_host(
+    two_hosts: Tuple[LibvirtHost, LibvirtHost], dead_host: LibvirtHost, tmp_path: Path
+) -> None:
+    doomed = dead_host
+    with two_host_cluster(doomed, two_hosts[1], f"sqlite:///{tmp_path / 'attach.sqlite'}") as cluster:
+        domain = cluster.start("evac")
+        attach(cluster, "evac", "evac-db", "database")
+        attach(cluster, "evac", "evac-logs", "logs", bus="virtio")
+        definition = domain.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE | libvirt.VIR_DOMAIN_XML_SECURE)
+        old = {a.volume_id: a for a in cluster.store.attachments()}
+        frozen = [doomed.pid, _qemu_pid(doomed, "evac")]
+        for pid in frozen:
+            os.kill(pid, signal.SIGSTOP)  # any call to the dead host would now hang
+        try:
+            evacuate(cluster.node2, definition, source_host="node1")
+            for name in ("evac-db", "evac-logs"):
+                (attachment,) = cluster.store.get_volume(name).attachments
+                assert (attachment.host, attachment.status) == ("node2", ATTACHED)
+            assert not set(old) - {a.volume_id for a in cluster.store.attachments()}
+            assert cluster.node2.connection.lookupByUUIDString(domain.UUIDString()).isActive()
+        finally:
+            for pid in frozen:
+                os.kill(pid, signal.SIGCONT)
+        # The host comes back: its stale copy goes, and so do its exports of the old attachments.
+        assert recover_evacuated(cluster.node1) == ["evac"]
+        assert cluster.node1.backend("nbd").exported_attachments().keys() == {a.id for a in cluster.store.attachments()}
+        assert_runs_on(cluster, cluster.node2, domain.UUIDString(), {"evac-db": "database", "evac-logs": "logs"})
+
+
+@pytest.mark.parametrize("failure", ["error", "crash"])
+@pytest.mark.parametrize("step", EVACUATE_STEPS)
+def test_evacuate_failure_at_every_step_converges(cluster: TwoHostCluster, step: str, failure: str) -> None:
+    """The source is not dead here (it keeps running, as if fencing were pending): only the store moves."""
+    domain = cluster.start(f"ev-{failure}-{step}")
+    attach(cluster, domain.name(), "vol", "inject")
+    definition = domain.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE | libvirt.VIR_DOMAIN_XML_SECURE)
+    domain.destroy()  # the dead host's guest is gone; its definition and exports stay behind
+    fired = inject(cluster, "evacuate", step, failure)
+    with pytest.raises(expected_errors(failure)):
+        evacuate(cluster.node2, definition, source_host="node1")
+    assert fired == [step]
+    reconcile_both(cluster)
+    moved = EVACUATE_STEPS.index(step) > EVACUATE_STEPS.index("start")
+    (attachment,) = cluster.store.get_volume("vol").attachments
+    if moved:
+        recover_evacuated(cluster.node1)
+        assert_runs_on(cluster, cluster.node2, domain.UUIDString(), {"vol": "inject"})
+    else:
+        assert attachment.host == "node1" and cluster.where(domain.UUIDString()) == ["node1"]
+        domain.create()  # the source was not dead after all: its guest still works
+        assert_runs_on(cluster, cluster.node1, domain.UUIDString(), {"vol": "inject"})
+
+
+# -- shelve-offload / unshelve ----------------------------------------------------------
+
+
+def test_shelve_offload_then_unshelve_on_another_host(cluster: TwoHostCluster) -> None:
+    domain = cluster.start("shelved")
+    instance = domain.UUIDString()
+    attach(cluster, "shelved", "sh-db", "database")
+    attach(cluster, "shelved", "sh-logs", "fast logs", bus="virtio")
+    old = {a.id for a in cluster.store.attachments()}
+
+    shelve_offload(cluster.node1, "shelved")
+
+    assert cluster.where(instance) == []
+    for name in ("sh-db", "sh-logs"):
+        volume = cluster.store.get_volume(name)
+        (attachment,) = volume.attachments
+        assert (volume.status, attachment.status, attachment.host, attachment.connector) == (
+            RESERVED,
+            RESERVED,
+            None,
+            None,
+        )
+        assert attachment.id not in old and attachment.instance_uuid == instance
+    assert cluster.node1.backend("nbd").exported_attachments() == {}
+    assert cluster.problems() == []
+    with pytest.raises(VolumeInUse):
+        cluster.store.reserve("sh-db", str(uuid.uuid4()))  # still the instance's volume
+
+    unshelve(cluster.node2, instance)
+
+    assert_runs_on(cluster, cluster.node2, instance, {"sh-db": "database", "sh-logs": "fast logs"})
+
+
+@pytest.mark.parametrize("failure", ["error", "crash"])
+@pytest.mark.parametrize("step", SHELVE_STEPS)
+def test_shelve_failure_at_every_step_converges(cluster: TwoHostCluster, step: str, failure: str) -> None:
+    domain = cluster.start(f"sh-{failure}-{step}")
+    attach(cluster, domain.name(), "vol", "inject")
+    fired = inject(cluster, "shelve-offload", step, failure)
+    with pytest.raises(expected_errors(failure)):
+        shelve_offload(cluster.node1, domain.name())
+    assert fired == [step]
+    reconcile_both(cluster)
+    assert cluster.problems() == []
+    if SHELVE_STEPS.index(step) >= SHELVE_STEPS.index("delete-old"):
+        assert cluster.where(domain.UUIDString()) == []
+        unshelve(cluster.node1, domain.UUIDString())
+    assert_runs_on(cluster, cluster.node1, domain.UUIDString(), {"vol": "inject"})
+
+
+@pytest.mark.parametrize("failure", ["error", "crash"])
+@pytest.mark.parametrize("step", UNSHELVE_STEPS)
+def test_unshelve_failure_at_every_step_converges(cluster: TwoHostCluster, step: str, failure: str) -> None:
+    domain = cluster.start(f"us-{failure}-{step}")
+    attach(cluster, domain.name(), "vol", "inject")
+    shelve_offload(cluster.node1, domain.name())
+    fired = inject(cluster, "unshelve", step, failure)
+    with pytest.raises(expected_errors(failure)):
+        unshelve(cluster.node2, domain.UUIDString())
+    assert fired == [step]
+    reconcile_both(cluster)
+    assert cluster.problems() == []
+    if UNSHELVE_STEPS.index(step) <= UNSHELVE_STEPS.index("start"):
+        assert cluster.where(domain.UUIDString()) == []  # still shelved: unshelve again
+        unshelve(cluster.node2, domain.UUIDString())
+    assert_runs_on(cluster, cluster.node2, domain.UUIDString(), {"vol": "inject"})
+
+
+# -- swap volume ------------------------------------------------------------------------
+
+
+def test_swap_volume_copies_the_data_and_keeps_the_device_and_tag(cluster: TwoHostCluster) -> None:
+    domain = cluster.start("swapper")
+    attach(cluster, "swapper", "old", "database")
+    cluster.node1.create_volume("new", 1 << 20, backend="nbd")
+    old_volume, new_volume = cluster.store.get_volume("old"), cluster.store.get_volume("new")
+    payload = os.urandom(4096)
+    with open(old_volume.location, "r+b") as handle:  # what the guest wrote
+        handle.seek(512 * 1024)
+        handle.write(payload)
+    (old_attachment,) = old_volume.attachments
+    device_before = find_device(virt.read_domain(domain), old_attachment.alias)
+
+    attachment = swap_volume(cluster.node1, "swapper", "old", "new")
+
+    assert (attachment.volume_id, attachment.status, attachment.alias) == (
+        new_volume.id,
+        ATTACHED,
+        old_attachment.alias,
+    )
+    assert cluster.store.get_volume("old").attachments == () and cluster.store.get_volume("old").status == "available"
+    with open(new_volume.location, "rb") as handle:
+        handle.seek(512 * 1024)
+        assert handle.read(4096) == payload
+    for inactive in (False, True):
+        model = virt.read_domain(domain, inactive=inactive)
+        device = find_device(model, attachment.alias)
+        assert (device.serial, device.target_dev) == (device_before.serial, device_before.target_dev)
+        assert tags_of(model, device) == ("database",)
+    assert not cluster.node1.backend("nbd").is_connected(old_attachment.connection_info)
+    assert cluster.problems() == []
+    # The swapped volume detaches like any other, its tag with it.
+    cluster.node1.detach_volume("swapper", "new")
+    assert tags_of(virt.read_domain(domain), device_before) == ()
+    assert cluster.problems() == []
+
+
+def test_swap_refuses_volumes_of_another_size(cluster: TwoHostCluster) -> None:
+    cluster.start("swap-size")
+    attach(cluster, "swap-size", "small", "t")
+    cluster.node1.create_volume("big", 2 << 20, backend="nbd")
+    with pytest.raises(InvalidInput, match="equal sizes"):
+        swap_volume(cluster.node1, "swap-size", "small", "big")
+    assert cluster.problems() == []
+
+
+@pytest.mark.parametrize("failure", ["error", "crash"])
+@pytest.mark.parametrize("step", SWAP_STEPS)
+def test_swap_failure_at_every_step_converges(cluster: TwoHostCluster, step: str, failure: str) -> None:
+    domain = cluster.start(f"sw-{failure}-{step}")
+    attach(cluster, domain.name(), "old", "inject")
+    cluster.node1.create_volume("new", 1 << 20, backend="nbd")
+    fired = inject(cluster, "swap-volume", step, failure)
+    with pytest.raises(expected_errors(failure)):
+        swap_volume(cluster.node1, domain.name(), "old", "new")
+    assert fired == [step]
+    reconcile_both(cluster)
+    swapped = SWAP_STEPS.index(step) > SWAP_STEPS.index("pivot")
+    assert_runs_on(cluster, cluster.node1, domain.UUIDString(), {"new" if swapped else "old": "inject"})
+    assert cluster.store.get_volume("old" if swapped else "new").attachments == ()
