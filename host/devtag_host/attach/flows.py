@@ -326,6 +326,7 @@ class ComputeHost:
             except Exception as exc:
                 operation.end("refused", error=str(exc))
                 raise
+            saved: Optional[str] = None
             try:
                 saved = guest.device_xml(alias, "config")
                 operation.step("detach-config", xml=saved)
@@ -334,7 +335,7 @@ class ComputeHost:
                 operation.step("detach-live")
                 result = guest.detach_live(alias, timeout_s=self.detach_timeout, attempts=self.detach_attempts)
             except Exception as exc:
-                self._restore_detach(guest, operation, attachment, saved if "saved" in locals() else None, str(exc))
+                self._restore_detach(guest, operation, attachment, saved, str(exc))
                 raise _translate(exc) from None
             if not result.removed:
                 message = (
