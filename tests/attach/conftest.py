@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Iterator
 
@@ -83,17 +84,40 @@ def attach_state() -> Iterator[Path]:
     shutil.rmtree(base, ignore_errors=True)
 
 
-@pytest.fixture
-def compute_host(libvirt_conn: object, attach_state: Path, tmp_path: Path) -> Iterator[object]:
-    """A ComputeHost on the embedded libvirt, with a fresh SQLite store and the session's backends."""
+@contextlib.contextmanager
+def _compute_host(connection: object, attach_state: Path, url: str) -> Iterator[object]:
+    """The session's pool backend; NBD exports of this test only (its sockets in a fresh short directory)."""
+    import shutil
+    import tempfile
+
+    from devtag_host.attach.backends.nbd import NbdBackend
     from devtag_host.attach.flows import ComputeHost, default_backends
 
-    store = AttachmentStore(f"sqlite:///{tmp_path / 'attach.sqlite'}")
-    host = ComputeHost(
-        libvirt_conn, store, host="node1", backends=default_backends(libvirt_conn, attach_state), detach_timeout=3.0
-    )
-    yield host
-    store.close()
+    exports = Path(tempfile.mkdtemp(prefix="dtn-"))
+    backends = default_backends(connection, attach_state)
+    backends["nbd"] = NbdBackend(attach_state / "nbd-volumes", exports)
+    store = AttachmentStore(url)
+    try:
+        yield ComputeHost(connection, store, host="node1", backends=backends, detach_timeout=3.0)
+    finally:
+        for info in backends["nbd"].exported_attachments().values():
+            backends["nbd"].disconnect(info)
+        store.close()
+        shutil.rmtree(exports, ignore_errors=True)
+
+
+@pytest.fixture
+def compute_host(libvirt_conn: object, attach_state: Path, tmp_path: Path) -> Iterator[object]:
+    """A ComputeHost on the embedded libvirt, with a fresh SQLite store."""
+    with _compute_host(libvirt_conn, attach_state, f"sqlite:///{tmp_path / 'attach.sqlite'}") as host:
+        yield host
+
+
+@pytest.fixture
+def compute_host_any_store(libvirt_conn: object, attach_state: Path, store_url: str) -> Iterator[object]:
+    """A ComputeHost on the embedded libvirt with the store of each database in turn."""
+    with _compute_host(libvirt_conn, attach_state, store_url) as host:
+        yield host
 
 
 @pytest.fixture
