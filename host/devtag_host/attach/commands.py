@@ -133,6 +133,13 @@ def register(commands: argparse._SubParsersAction) -> None:
         )
     )
     reconcile.add_argument("--json", action="store_true", help="print JSON")
+    reconcile.add_argument(
+        "--peer",
+        action="append",
+        default=[],
+        metavar="NAME=URI",
+        help="another host's libvirt, to finish a live migration to it (repeatable; docs/attach-migration.md)",
+    )
     reconcile.set_defaults(handler=_cmd_reconcile)
     check = common(parser(verbs, "check", "check the invariants (exit 1 if any is violated)"))
     check.add_argument("--domain", action="append", metavar="NAME", help="only these domains (repeatable)")
@@ -299,7 +306,11 @@ def _cmd_detach_interface(args: argparse.Namespace) -> None:
 
 
 def _cmd_reconcile(args: argparse.Namespace) -> None:
-    with _host(args) as host:
+    from . import lifecycle, migration
+
+    with _host(args) as host, contextlib.ExitStack() as peers:
+        lifecycle.register(host)
+        migration.register(host, [peers.enter_context(migration.peer_host(spec, host.store)) for spec in args.peer])
         report = host.reconcile()
     if args.json:
         json.dump(report, sys.stdout, indent=2, default=str)
