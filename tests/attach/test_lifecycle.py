@@ -17,7 +17,7 @@ from typing import Dict, Iterator, Optional, Tuple
 
 import pytest
 
-from devtag_host import virt
+from devtag_host import cli, virt
 from devtag_host.attach import ATTACHED, IN_USE, RESERVED, InvalidInput, VolumeInUse
 from devtag_host.attach.flows import ComputeHost, FlowFailed, SimulatedCrash
 from devtag_host.attach.lifecycle import (
@@ -296,3 +296,20 @@ def test_swap_failure_at_every_step_converges(cluster: TwoHostCluster, step: str
     swapped = SWAP_STEPS.index(step) > SWAP_STEPS.index("pivot")
     assert_runs_on(cluster, cluster.node1, domain.UUIDString(), {"new" if swapped else "old": "inject"})
     assert cluster.store.get_volume("old" if swapped else "new").attachments == ()
+
+
+def test_devtag_host_attachments_reconcile_finishes_a_swap(
+    cluster: TwoHostCluster, two_hosts: Tuple[LibvirtHost, LibvirtHost], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A swap that died after the pivot is finished by the CLI's reconcile (lifecycle reconcilers registered)."""
+    domain = cluster.start("swap-cli")
+    attach(cluster, "swap-cli", "old", "cli")
+    cluster.node1.create_volume("new", 1 << 20, backend="nbd")
+    inject(cluster, "swap-volume", "disconnect-old", "crash")
+    with pytest.raises(SimulatedCrash):
+        swap_volume(cluster.node1, "swap-cli", "old", "new")
+    cluster.hooks.clear()
+    monkeypatch.setenv("DEVTAG_STATE_DIR", str(cluster.state))
+    argv = ["attachments", "reconcile", "--connect", two_hosts[0].uri, "--db", cluster.store.url, "--host", "node1"]
+    assert cli.main(argv) == 0
+    assert_runs_on(cluster, cluster.node1, domain.UUIDString(), {"new": "cli"})

@@ -15,7 +15,7 @@ from typing import Any, Iterator, Optional, Tuple
 
 import pytest
 
-from devtag_host import virt
+from devtag_host import cli, virt
 from devtag_host.attach import ATTACHED, ATTACHING, IN_USE, VolumeInUse
 from devtag_host.attach.flows import ComputeHost, FlowFailed, SimulatedCrash
 from devtag_host.attach.migration import STEPS, MigrationOptions, live_migrate
@@ -163,3 +163,28 @@ def test_failure_at_every_step_converges(cluster: TwoHostCluster, step: str, fai
     cluster.node2.reconcile()
     moved = STEPS.index(step) > STEPS.index("migrate")
     assert_runs_on(cluster, cluster.node2 if moved else cluster.node1, domain.UUIDString(), {"vol": "inject"})
+
+
+def test_devtag_host_attachments_reconcile_finishes_a_migration_with_peer(
+    cluster: TwoHostCluster, two_hosts: Tuple[LibvirtHost, LibvirtHost], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CLI's reconcile rolls a crashed migration forward when told how to reach the destination."""
+    domain = cluster.start("mig-cli")
+    attach(cluster, "mig-cli", "cli-vol", "cli", "scsi")
+    crash_before(cluster, "disconnect-source")
+    with pytest.raises(SimulatedCrash):
+        live_migrate(cluster.node1, cluster.node2, "mig-cli", options())
+    cluster.hooks.clear()
+    monkeypatch.setenv("DEVTAG_STATE_DIR", str(cluster.state))
+    common = ["--connect", two_hosts[0].uri, "--db", cluster.store.url, "--host", "node1"]
+    assert cli.main(["attachments", "reconcile", *common]) == 1  # pending: node2 unknown
+    assert cli.main(["attachments", "reconcile", *common, "--peer", f"node2={two_hosts[1].uri}"]) == 0
+    assert_runs_on(cluster, cluster.node2, domain.UUIDString(), {"cli-vol": "cli"})
+
+
+def crash_before(cluster: TwoHostCluster, step: str) -> None:
+    def hook(flow: str, current: str) -> None:
+        if current == step:
+            raise SimulatedCrash(step)
+
+    cluster.hooks.append(hook)

@@ -37,10 +37,11 @@ Reconcile decides by where the domain actually runs.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import uuid
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
 
 import libvirt
 
@@ -384,6 +385,19 @@ def lookup_running(host: ComputeHost, instance_uuid: str) -> Optional[Any]:
 
 
 # -- reconcile ------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def peer_host(spec: str, store: AttachmentStore) -> Iterator[ComputeHost]:
+    """``NAME=URI`` (``devtag-host attachments reconcile --peer``): another host, for reconcile."""
+    name, separator, uri = spec.partition("=")
+    if not separator or not name or not uri:
+        raise model.InvalidInput(f"--peer {spec!r}: expected NAME=URI")
+    connection = virt.open_connection(uri)
+    try:
+        yield ComputeHost(connection, store, host=name)
+    finally:
+        connection.close()
 
 
 def register(source: ComputeHost, peers: Sequence[ComputeHost]) -> None:

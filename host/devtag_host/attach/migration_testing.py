@@ -201,6 +201,7 @@ class TwoHostCluster:
     node1: ComputeHost
     node2: ComputeHost
     store: AttachmentStore
+    state: Path  # as $DEVTAG_STATE_DIR, the CLI finds the same NBD backend
     hooks: List[Callable[[str, str], None]] = field(default_factory=list)
 
     def hosts(self) -> Tuple[ComputeHost, ComputeHost]:
@@ -243,7 +244,7 @@ def two_host_cluster(node1: LibvirtHost, node2: LibvirtHost, store_url: str) -> 
 
     state = Path(tempfile.mkdtemp(prefix="dtm-"))  # short: the NBD sockets live below it
     state.chmod(0o755)
-    backend = NbdBackend(state / "volumes", state / "exports")
+    backend = NbdBackend(state / "nbd-volumes", state / "nbd")  # default_backends' layout
     store = AttachmentStore(store_url)
     cluster_hooks: List[Callable[[str, str], None]] = []
 
@@ -266,7 +267,7 @@ def two_host_cluster(node1: LibvirtHost, node2: LibvirtHost, store_url: str) -> 
         migration.register(host, [peer])
         lifecycle.register(host)
     try:
-        yield TwoHostCluster(hosts[0], hosts[1], store, cluster_hooks)
+        yield TwoHostCluster(hosts[0], hosts[1], store, state, cluster_hooks)
     finally:
         for host in hosts:
             for domain in host.connection.listAllDomains():
