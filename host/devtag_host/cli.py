@@ -46,6 +46,7 @@ COMMAND_MODULES: Tuple[str, ...] = (
     "devtag_host.fwcfg.commands",
     "devtag_host.scheduling.commands",
     "devtag_host.attach.commands",
+    "devtag_host.attach.lifecycle_commands",
 )
 
 _DESCRIPTION = """\
