@@ -313,3 +313,22 @@ def test_devtag_host_attachments_reconcile_finishes_a_swap(
     argv = ["attachments", "reconcile", "--connect", two_hosts[0].uri, "--db", cluster.store.url, "--host", "node1"]
     assert cli.main(argv) == 0
     assert_runs_on(cluster, cluster.node1, domain.UUIDString(), {"new": "cli"})
+
+
+def test_devtag_host_swap_shelve_unshelve_verbs(
+    cluster: TwoHostCluster, two_hosts: Tuple[LibvirtHost, LibvirtHost], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    domain = cluster.start("verbs")
+    attach(cluster, "verbs", "old", "verb")
+    cluster.node1.create_volume("new", 1 << 20, backend="nbd")
+    monkeypatch.setenv("DEVTAG_STATE_DIR", str(cluster.state))
+
+    def on(node: int) -> list:
+        return ["--connect", two_hosts[node].uri, "--db", cluster.store.url, "--host", f"node{node + 1}"]
+
+    assert cli.main(["swap-volume", "verbs", "old", "new", *on(0)]) == 0
+    assert cli.main(["shelve-offload", "verbs", *on(0)]) == 0
+    assert cluster.where(domain.UUIDString()) == [] and cluster.problems() == []
+    assert cli.main(["unshelve", domain.UUIDString(), *on(1)]) == 0
+    assert_runs_on(cluster, cluster.node2, domain.UUIDString(), {"new": "verb"})
+    assert cli.main(["unshelve", domain.UUIDString(), *on(1)]) == 2  # already there: refused as input

@@ -182,6 +182,18 @@ def test_devtag_host_attachments_reconcile_finishes_a_migration_with_peer(
     assert_runs_on(cluster, cluster.node2, domain.UUIDString(), {"cli-vol": "cli"})
 
 
+def test_devtag_host_live_migrate(
+    cluster: TwoHostCluster, two_hosts: Tuple[LibvirtHost, LibvirtHost], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    domain = cluster.start("mig-verb")
+    attach(cluster, "mig-verb", "verb-vol", "verb", "virtio")
+    monkeypatch.setenv("DEVTAG_STATE_DIR", str(cluster.state))
+    argv = ["live-migrate", "mig-verb", "--connect", two_hosts[0].uri, "--db", cluster.store.url, "--host", "node1"]
+    argv += ["--to", f"node2={two_hosts[1].uri}", "--migrate-uri", f"tcp://127.0.0.1:{free_port()}"]
+    assert cli.main([*argv, "--listen-address", "127.0.0.1"]) == 0
+    assert_runs_on(cluster, cluster.node2, domain.UUIDString(), {"verb-vol": "verb"})
+
+
 def crash_before(cluster: TwoHostCluster, step: str) -> None:
     def hook(flow: str, current: str) -> None:
         if current == step:

@@ -276,6 +276,7 @@ class ShelvedVolume:
     tag: Optional[str]
     bus: Optional[str]
     mode: str
+    serial: Optional[str] = None  # the disk's serial when it is not the volume id (a swapped volume)
 
     def to_dict(self) -> Dict[str, Any]:
         return dict(self.__dict__)
@@ -314,6 +315,7 @@ def shelve_offload(host: ComputeHost, domain: str) -> str:
                         tag=attachment.tag,
                         bus=attachment.bus,
                         mode=attachment.mode,
+                        serial=attachment.detail.get("serial"),
                     )
                 )
             was_running = guest.running
@@ -356,7 +358,7 @@ def _reserve_shelved(host: ComputeHost, instance_uuid: str, volume: ShelvedVolum
         tag=volume.tag,
         bus=volume.bus,
         attachment_id=volume.shelved_attachment,
-        detail={"shelved": True, "alias": volume.alias},
+        detail={"shelved": True, "alias": volume.alias, **({"serial": volume.serial} if volume.serial else {})},
     )
 
 
