@@ -194,6 +194,27 @@ def test_devtag_host_live_migrate(
     assert_runs_on(cluster, cluster.node2, domain.UUIDString(), {"verb-vol": "verb"})
 
 
+@pytest.mark.postgresql
+def test_live_migration_with_the_store_on_postgresql(
+    two_hosts: Tuple[LibvirtHost, LibvirtHost], attach_postgres_url: str
+) -> None:
+    """Hosts on different machines share a PostgreSQL store (the conftest's throw-away server)."""
+    from sqlalchemy import text
+
+    from devtag_host.attach import AttachmentStore
+
+    scratch = AttachmentStore(attach_postgres_url)
+    with scratch.db.write() as connection:
+        for table in ("journal", "attachments", "interface_attachments", "volumes"):
+            connection.execute(text(f"DELETE FROM {table}"))  # noqa: S608 - fixed table names
+    scratch.close()
+    with two_host_cluster(*two_hosts, attach_postgres_url) as cluster:
+        domain = cluster.start("mig-pg")
+        attach(cluster, "mig-pg", "pg-vol", "pg", "scsi")
+        live_migrate(cluster.node1, cluster.node2, "mig-pg", options())
+        assert_runs_on(cluster, cluster.node2, domain.UUIDString(), {"pg-vol": "pg"})
+
+
 def crash_before(cluster: TwoHostCluster, step: str) -> None:
     def hook(flow: str, current: str) -> None:
         if current == step:
