@@ -324,3 +324,42 @@ def test_store_rows_survive_a_new_store_object(compute_host: ComputeHost) -> Non
         assert store.open_operations() == []
     finally:
         store.close()
+
+
+def test_reconcile_leaves_an_operation_of_a_live_process_alone(compute_host: ComputeHost, define_domain: Any) -> None:
+    """A reconcile run while another process is still attaching must not "repair" that attach."""
+    import os
+    import subprocess
+    import sys
+
+    from devtag_host.attach.flows import operation_lock_path
+
+    handle = domain(define_domain, running=True)
+    compute_host.create_volume("victim", 1 << 20)
+    with pytest.raises(SimulatedCrash):  # leaves an open operation, as a process still at work would
+        run_flow(fresh_host(compute_host, Injector("attach-volume", "attach", "crash")), "attach-volume", handle.name())
+    (rows,) = compute_host.store.open_operations()
+    lock = operation_lock_path(rows[0]["operation"])
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT);"
+            " fcntl.lockf(fd, fcntl.LOCK_EX); print('locked', flush=True); time.sleep(60)",
+            str(lock),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ},
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        report = fresh_host(compute_host).reconcile()
+        assert [item["outcome"] for item in report if "flow" in item] == ["in-progress"]
+        assert compute_host.store.get_volume("victim").status == "attaching"
+    finally:
+        holder.kill()
+        holder.wait()
+    report = fresh_host(compute_host).reconcile()
+    assert [item["outcome"] for item in report if "flow" in item] == ["rolled-back"]
+    assert_converged(compute_host, handle)

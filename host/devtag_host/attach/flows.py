@@ -65,7 +65,15 @@ class FlowFailed(model.AttachError):
 
 
 class Operation:
-    """One run of a flow in the journal."""
+    """One run of a flow in the journal.
+
+    While the flow runs, its process holds a POSIX lock on
+    ``<lock dir>/attach-op-<id>.lock`` (taken before the first journal row):
+    ``reconcile`` in another process leaves an operation alone while that lock
+    is held, so only operations whose process died are repaired.  POSIX locks
+    belong to the process, so a reconcile in the same process (tests simulating
+    a crash) is not blocked by its own flows.
+    """
 
     def __init__(self, host: ComputeHost, flow: str, **ids: Optional[str]) -> None:
         self.id = str(uuid.uuid4())
@@ -73,9 +81,12 @@ class Operation:
         self.ids: Dict[str, Optional[str]] = dict(ids)
         self._host = host
         self.ended = False
+        self._lock: Optional[int] = None
 
     def step(self, step: str, /, **detail: Any) -> None:
         """Journal ``step`` (committed), then give the step hook its chance to fail or crash."""
+        if self._lock is None and not self.ended:
+            self._lock = hold_operation_lock(self.id)
         self._host.store.journal_step(
             self.id, self.flow, step, detail={"host": self._host.host_name, **detail}, **self.ids
         )
@@ -87,6 +98,48 @@ class Operation:
             self.id, self.flow, "end", detail={"host": self._host.host_name, "outcome": outcome, **detail}, **self.ids
         )
         self.ended = True
+        self._release()
+
+    def _release(self) -> None:
+        if self._lock is not None:
+            operation_lock_path(self.id).unlink(missing_ok=True)
+            os.close(self._lock)
+            self._lock = None
+
+    def __del__(self) -> None:
+        lock, self._lock = getattr(self, "_lock", None), None
+        if lock is not None:
+            with contextlib.suppress(OSError):
+                os.close(lock)
+
+
+def operation_lock_path(operation_id: str) -> Any:
+    if not all(c in "0123456789abcdef-" for c in operation_id):
+        raise ValueError(f"not an operation id: {operation_id!r}")
+    return lock_directory() / f"attach-op-{operation_id}.lock"
+
+
+def hold_operation_lock(operation_id: str) -> int:
+    descriptor = os.open(
+        operation_lock_path(operation_id), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+    )
+    fcntl.lockf(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return descriptor
+
+
+def operation_in_progress(operation_id: str) -> bool:
+    """Whether a live process (another one) still runs this operation."""
+    try:
+        descriptor = os.open(operation_lock_path(operation_id), os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.lockf(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(descriptor)  # (releases nothing of another process)
+    return False
 
 
 class _Undo:

@@ -50,13 +50,22 @@ class Pending(Exception):
 
 
 def reconcile(host: ComputeHost) -> List[Dict[str, Any]]:
-    """Finish every open operation of ``host``, then sweep; returns what was done, one dict per item."""
+    """Finish every open operation of ``host``, then sweep; returns what was done, one dict per item.
+
+    Operations whose process is still alive (it holds the operation's lock) are
+    reported ``in-progress`` and left alone.
+    """
+    from .flows import operation_in_progress, operation_lock_path
+
     report: List[Dict[str, Any]] = []
     for rows in host.store.open_operations():
         first = rows[0]
         if first["detail"].get("host") not in (host.host_name, None):
             continue
         flow = first["flow"]
+        if operation_in_progress(first["operation"]):
+            report.append({"operation": first["operation"], "flow": flow, "outcome": "in-progress"})
+            continue
         try:
             outcome = _finish(host, flow, rows)
         except Pending as exc:
@@ -72,6 +81,7 @@ def reconcile(host: ComputeHost) -> List[Dict[str, Any]]:
             mac=first["mac"],
             detail={"host": host.host_name, "outcome": outcome, "by": "reconcile"},
         )
+        operation_lock_path(first["operation"]).unlink(missing_ok=True)
         report.append(
             {"operation": first["operation"], "flow": flow, "outcome": outcome, "last_step": rows[-1]["step"]}
         )
