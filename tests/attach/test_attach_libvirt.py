@@ -207,3 +207,26 @@ def test_a_pci_nic_detach_times_out_without_a_guest(compute_host: ComputeHost, r
     assert compute_host.store.get_interface(nic.mac).status == ATTACHED
     assert nic.mac in running_domain.XMLDesc(0) and nic.mac in running_domain.XMLDesc(2)
     assert check_invariants(compute_host) == []
+
+
+def test_a_multiattach_volume_is_shared_by_two_running_domains(compute_host: ComputeHost, define_domain: Any) -> None:
+    """Two QEMU processes write one image: libvirt's <shareable/> (QEMU share-rw) instead of an exclusive lock."""
+    from conftest import RUNNING_DOMAIN
+
+    handles = []
+    for _ in range(2):
+        handle = define_domain(RUNNING_DOMAIN.format(name=f"multi-{uuid.uuid4().hex[:8]}"))
+        handle.create()
+        handles.append(handle)
+    compute_host.create_volume("cluster-fs", 1 << 20, multiattach=True)
+    first = compute_host.attach_volume(handles[0].name(), "cluster-fs", tag="quorum", bus="scsi")
+    second = compute_host.attach_volume(handles[1].name(), "cluster-fs", tag="quorum", bus="scsi")
+    assert first.instance_uuid != second.instance_uuid
+    assert "<shareable/>" in handles[1].XMLDesc(0)
+    volume = compute_host.store.get_volume("cluster-fs")
+    assert volume.status == IN_USE and len(volume.attachments) == 2
+    assert check_invariants(compute_host, domains=[h.name() for h in handles]) == []
+    compute_host.detach_volume(handles[0].name(), "cluster-fs")
+    assert compute_host.store.get_volume("cluster-fs").status == IN_USE
+    compute_host.detach_volume(handles[1].name(), "cluster-fs")
+    assert compute_host.store.get_volume("cluster-fs").status == AVAILABLE

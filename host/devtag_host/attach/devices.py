@@ -74,9 +74,21 @@ def _target_names(prefix: str) -> Iterable[str]:
 
 
 def disk_xml(
-    connection_info: Dict[str, Any], *, alias: str, serial: str, target: str, bus: str, read_only: bool = False
+    connection_info: Dict[str, Any],
+    *,
+    alias: str,
+    serial: str,
+    target: str,
+    bus: str,
+    read_only: bool = False,
+    shareable: bool = False,
 ) -> str:
-    """``<disk>`` for a volume's connection info (file or NBD)."""
+    """``<disk>`` for a volume's connection info (file or NBD).
+
+    ``shareable`` (multiattach volumes) lets several QEMU processes write the
+    same image: libvirt then asks QEMU for ``share-rw`` instead of an exclusive
+    image lock.
+    """
     kind = connection_info.get("driver_volume_type")
     data = connection_info.get("data", {})
     disk = ET.Element("disk", device="disk")
@@ -98,6 +110,8 @@ def disk_xml(
     ET.SubElement(disk, "target", dev=target, bus=check_bus(bus))
     if read_only:
         ET.SubElement(disk, "readonly")
+    if shareable:
+        ET.SubElement(disk, "shareable")
     ET.SubElement(disk, "serial").text = serial
     ET.SubElement(disk, "alias", name=alias)
     return ET.tostring(disk, encoding="unicode")

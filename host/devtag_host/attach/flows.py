@@ -301,7 +301,9 @@ class ComputeHost:
                 undo.push("connect", lambda: driver.disconnect(info))
                 driver.connect(info)
 
-                xml = devices.disk_xml(info, alias=alias, serial=record.id, target=target, bus=bus)
+                xml = devices.disk_xml(
+                    info, alias=alias, serial=record.id, target=target, bus=bus, shareable=record.multiattach
+                )
                 operation.step("attach", xml=xml)
                 undo.push("attach", lambda: self._unplug(guest, alias))
                 guest.attach(xml)
