@@ -104,14 +104,14 @@ def test_delete_racing_attach_never_leaves_an_attachment_to_a_deleted_volume(sto
         barrier = threading.Barrier(2)
         results: dict = {}
 
-        def attach(volume: str = volume) -> None:
+        def attach(volume: str = volume, barrier: threading.Barrier = barrier, results: dict = results) -> None:
             barrier.wait()
             try:
                 results["attach"] = store.reserve(volume, str(uuid.uuid4())).id
             except Exception as exc:
                 results["attach"] = exc
 
-        def delete(volume: str = volume) -> None:
+        def delete(volume: str = volume, barrier: threading.Barrier = barrier, results: dict = results) -> None:
             barrier.wait()
             try:
                 store.begin_volume_delete(volume)
