@@ -32,6 +32,19 @@ from devtag_host.metadata import devices_document
 pytestmark = pytest.mark.libvirt
 
 
+def qom(domain: Any, alias: str, prop: str) -> Any:
+    """A property of the device as QEMU placed it (libvirt uses the alias as QEMU's device id)."""
+    import libvirt_qemu
+
+    command = {"execute": "qom-get", "arguments": {"path": f"/machine/peripheral/{alias}", "property": prop}}
+    return json.loads(libvirt_qemu.qemuMonitorCommand(domain, json.dumps(command), 0))["return"]
+
+
+def qemu_pci_address(domain: Any, alias: str) -> str:
+    devfn = qom(domain, alias, "addr")  # on the root bus of an i440fx machine
+    return f"0000:00:{devfn >> 3:02x}.{devfn & 7:x}"
+
+
 def devices_cli(uri: str, name: str, capsys: pytest.CaptureFixture) -> list:
     assert cli.main(["devices", "--connect", uri, name]) == 0
     return json.loads(capsys.readouterr().out)["devices"]
@@ -62,6 +75,10 @@ def test_tagged_scsi_virtio_and_usb_disks_show_address_and_tag(
     assert by_serial(entries, virtio.id)["address"] == a_virtio.address
     assert a_virtio.address.startswith("0000:00:")
     assert by_serial(entries, usb.id)["bus"] == "usb" and by_serial(entries, usb.id)["tags"] == ["scratch"]
+    # ... and that is where QEMU really put them.
+    assert qemu_pci_address(running_domain, a_virtio.alias) == a_virtio.address
+    scsi_id = (qom(running_domain, a_scsi.alias, "channel"), qom(running_domain, a_scsi.alias, "scsi-id"))
+    assert f"0:{scsi_id[0]}:{scsi_id[1]}:{qom(running_domain, a_scsi.alias, 'lun')}" == a_scsi.address
     # The persistent definition has them too (attached live and to the config).
     config = devices_document(virt.read_domain(running_domain, inactive=True))["devices"]
     assert {e["serial"] for e in config} == {scsi.id, virtio.id, usb.id}
@@ -197,6 +214,8 @@ def test_tagged_nics_on_a_bridge_and_on_user_networking(
     assert entries[on_bridge.mac]["address"] == on_bridge.address and on_bridge.address.startswith("0000:00:")
     assert entries[user.mac]["tags"] == ["mgmt"]
     assert f"<source bridge='{isolated_bridge}'/>" in running_domain.XMLDesc(0)
+    assert qemu_pci_address(running_domain, on_bridge.alias) == on_bridge.address
+    assert qom(running_domain, on_bridge.alias, "mac") == on_bridge.mac
     assert check_invariants(compute_host) == []
 
 

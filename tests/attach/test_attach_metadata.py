@@ -70,8 +70,12 @@ def test_attach_and_detach_are_served_within_half_a_second(
             assert entry["address"] == attachment.address
 
         nic = compute_host.attach_interface("att-meta", user=True, tag="backend-net")
-        elapsed = wait_for(client, lambda d: any(e.get("mac") == nic.mac and e["tags"] for e in d or []), BUDGET_S)
+        elapsed = wait_for(
+            client, lambda d: any(e.get("mac") == nic.mac and e["tags"] == ["backend-net"] for e in d or []), BUDGET_S
+        )
         assert elapsed is not None, "NIC not served within budget"
+        entry = next(e for e in devices(client.get(PATH)) or [] if e.get("mac") == nic.mac)
+        assert (entry["bus"], entry["address"]) == ("pci", nic.address)
 
         compute_host.detach_volume("att-meta", "meta-scsi")
         scsi_id = compute_host.store.get_volume("meta-scsi").id
