@@ -243,7 +243,8 @@ class ComputeHost:
             operation.step("ready", location=location)
             volume = self.store.set_volume_ready(volume.id, location)
         except Exception as exc:
-            # A backend's create leaves nothing behind when it fails; the row goes too.
+            # Whatever the backend created goes (delete is idempotent), then the row.
+            driver.delete_volume(driver.location_for(volume.id))
             self.store.remove_volume(volume.id)
             operation.end("rolled-back", error=str(exc))
             raise _translate(exc) from None

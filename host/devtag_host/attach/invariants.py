@@ -13,7 +13,8 @@ reconcile; operators can call it too (``devtag-host attachments check``).
 4. Every ``ua-<uuid>`` disk or NIC in a guest has an attachment (or NIC
    record); every NIC record's device is there with its MAC and tag.
 5. No tag is left for a devtag-attached device that is gone.
-6. No backend export runs without a connected attachment.
+6. No backend export runs without a connected attachment, and no storage of a
+   volume this store created and removed is left behind.
 """
 
 from __future__ import annotations
@@ -54,6 +55,14 @@ def check_invariants(
             problems.append(f"volume {volume.name} is {volume.status}")
         if not volume.multiattach and len({a.instance_uuid for a in volume.attachments}) > 1:
             problems.append(f"volume {volume.name} is attached to several instances but not multiattach")
+
+    known = {v.id for v in volumes}
+    for row in store.journal():
+        location = row["detail"].get("location")
+        if row["flow"] == "create-volume" and row["step"] == "create" and row["volume_id"] not in known and location:
+            owners = [b for b in host.backends.values() if b.location_for(row["volume_id"]) == location]
+            if any(b.volume_exists(location) for b in owners):
+                problems.append(f"storage {location} of a volume that no longer exists was left behind")
 
     views_by_uuid: Dict[str, Dict[str, Domain]] = {}
     wanted = set(domains) if domains is not None else None
