@@ -128,3 +128,22 @@ def test_schema_has_its_own_alembic_version_table(store: AttachmentStore) -> Non
 
     with store.db.read() as connection:
         assert VERSION_TABLE in inspect(connection).get_table_names()
+
+
+def test_attach_and_placement_schemas_share_one_database(sqlite_url: str) -> None:
+    from sqlalchemy import inspect
+
+    from devtag_host.placement import migrate as placement_migrate
+    from devtag_host.placement.db import Store
+
+    placement = Store(sqlite_url)
+    placement_migrate.upgrade(placement)
+    placement.dispose()
+    store = AttachmentStore(sqlite_url)
+    try:
+        assert current_revision(store) == "0001"
+        with store.db.read() as connection:
+            tables = set(inspect(connection).get_table_names())
+        assert {"alembic_version", VERSION_TABLE, "resource_providers", "volumes", "journal"} <= tables
+    finally:
+        store.close()
