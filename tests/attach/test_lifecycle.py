@@ -282,6 +282,26 @@ def test_swap_refuses_volumes_of_another_size(cluster: TwoHostCluster) -> None:
     assert cluster.problems() == []
 
 
+def test_a_block_copy_libvirt_fails_is_rolled_back(cluster: TwoHostCluster) -> None:
+    """A real libvirt error: the new volume's export dies just before the copy starts."""
+    domain = cluster.start("swap-dead")
+    attach(cluster, "swap-dead", "old", "kept")
+    cluster.node1.create_volume("new", 1 << 20, backend="nbd")
+    backend = cluster.node1.backend("nbd")
+
+    def kill_export(flow: str, step: str) -> None:
+        if step == "copy":
+            (new,) = cluster.store.get_volume("new").attachments
+            backend.disconnect(new.connection_info)
+
+    cluster.hooks.append(kill_export)
+    with pytest.raises(FlowFailed, match="block copy"):
+        swap_volume(cluster.node1, "swap-dead", "old", "new")
+    cluster.hooks.clear()
+    assert cluster.store.get_volume("new").attachments == ()
+    assert_runs_on(cluster, cluster.node1, domain.UUIDString(), {"old": "kept"})
+
+
 @pytest.mark.parametrize("failure", ["error", "crash"])
 @pytest.mark.parametrize("step", SWAP_STEPS)
 def test_swap_failure_at_every_step_converges(cluster: TwoHostCluster, step: str, failure: str) -> None:

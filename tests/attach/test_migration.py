@@ -215,6 +215,27 @@ def test_live_migration_with_the_store_on_postgresql(
         assert_runs_on(cluster, cluster.node2, domain.UUIDString(), {"pg-vol": "pg"})
 
 
+def test_a_backend_error_on_the_destination_is_rolled_back(cluster: TwoHostCluster) -> None:
+    """The destination's export fails to start (a real qemu-nbd failure: its volume file is gone)."""
+    domain = cluster.start("mig-backend")
+    attach(cluster, "mig-backend", "moved-away", "backend", "scsi")
+    volume = cluster.store.get_volume("moved-away")
+    hidden = Path(volume.location).with_suffix(".hidden")
+
+    def hide(flow: str, step: str) -> None:
+        if step == "connect-destination":
+            Path(volume.location).rename(hidden)
+
+    cluster.hooks.append(hide)
+    try:
+        with pytest.raises(FlowFailed, match="missing"):
+            live_migrate(cluster.node1, cluster.node2, "mig-backend", options())
+    finally:
+        hidden.rename(volume.location)
+    cluster.hooks.clear()
+    assert_runs_on(cluster, cluster.node1, domain.UUIDString(), {"moved-away": "backend"})
+
+
 def crash_before(cluster: TwoHostCluster, step: str) -> None:
     def hook(flow: str, current: str) -> None:
         if current == step:
