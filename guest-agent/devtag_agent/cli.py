@@ -19,9 +19,13 @@ import json
 import logging
 import os
 import sys
-from typing import List, Optional, Sequence
+import time
+from typing import TYPE_CHECKING, List, Optional, Sequence
 
 from . import __version__
+
+if TYPE_CHECKING:
+    from .sysfs import System
 
 log = logging.getLogger("devtag_agent")
 
@@ -89,6 +93,20 @@ def build_parser() -> argparse.ArgumentParser:
         "runs only if DEVTAG_AGENT_UDEVADM / DEVTAG_AGENT_IP name the command)",
     )
     apply.add_argument("--json", action="store_true", help="print a JSON report of what was done")
+    apply.add_argument(
+        "--wait-for-device",
+        metavar="SYSPATH",
+        help="hot-plug: the new device (its /sys/devices/... path). The host records a new device's tag "
+        "a moment after the guest sees the device, so until the document tags this device, read the "
+        "sources again (backing off) for up to --wait seconds; an untagged device just costs the wait",
+    )
+    apply.add_argument(
+        "--wait",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="with --wait-for-device: how long to keep re-reading (default: 10)",
+    )
 
     lookup = commands.add_parser(
         "lookup",
@@ -178,23 +196,35 @@ def _apply(args: argparse.Namespace) -> int:
         return 2
     system = System(args.root)
     url = args.metadata_url or os.environ.get("DEVTAG_AGENT_METADATA_URL") or DEFAULT_METADATA_URL
-    try:
-        if args.from_file:
-            source, document = args.from_file, read_file(args.from_file)
-        else:
-            source, document = fetch_document(system, sources, url)
-    except SourceError as exc:
-        log.error("%s; previous state kept", exc)
-        return 1
     publisher = Publisher(enabled=not args.no_trigger, root=system.root)
-    try:
-        report = apply_document(system, document, source, publisher)
-    except ValueError as exc:  # the document as a whole is unusable
-        log.error("%s: %s; previous state kept", source, exc)
-        return 1
-    except (OSError, TimeoutError, PublishError) as exc:
-        log.error("%s", exc)
-        return 3
+    waited_for = _device_path(system, args.wait_for_device) if args.wait_for_device else None
+    deadline = time.monotonic() + max(0.0, args.wait)
+    pause = 0.2
+    while True:
+        try:
+            if args.from_file:
+                source, document = args.from_file, read_file(args.from_file)
+            else:
+                source, document = fetch_document(system, sources, url)
+        except SourceError as exc:
+            log.error("%s; previous state kept", exc)
+            return 1
+        try:
+            report = apply_document(system, document, source, publisher)
+        except ValueError as exc:  # the document as a whole is unusable
+            log.error("%s: %s; previous state kept", source, exc)
+            return 1
+        except (OSError, TimeoutError, PublishError) as exc:
+            log.error("%s", exc)
+            return 3
+        if waited_for is None or any(record["syspath"] == waited_for for record in report.tagged):
+            break
+        if time.monotonic() + pause > deadline:
+            log.info("%s: no tag for %s after %.0f s: an untagged device", source, waited_for, args.wait)
+            break
+        log.info("%s: no tag for %s yet; reading again in %.1f s", source, waited_for, pause)
+        time.sleep(pause)
+        pause = min(pause * 2, 2.0)
     if args.json:
         json.dump(report.to_dict(), sys.stdout, indent=2, ensure_ascii=True)
         sys.stdout.write("\n")
@@ -208,6 +238,13 @@ def _apply(args: argparse.Namespace) -> int:
         len(report.triggered),
     )
     return 0
+
+
+def _device_path(system: System, given: str) -> str:
+    """The in-machine sysfs path of ``given``: systemd's ``%I`` of a device unit
+    drops the leading slash, and the path may go through /sys/block or /sys/class links."""
+    path = given if given.startswith("/") else "/" + given
+    return system.realpath(path)
 
 
 def _show(devices: list, as_json: bool, with_tags: bool) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.server
 import json
 import threading
+import time
 from typing import ClassVar, Iterator, List
 
 import pytest
@@ -182,6 +183,52 @@ def test_hotplug_attach_then_detach(vm, recorder, metadata_server):
     assert run_cli("--root", root, "prune") == 0
     assert "vdd" not in _tagged(machine.root)
     assert run_cli("--root", root, "lookup", "hot") == 1
+
+
+def test_hotplug_waits_for_the_host_to_record_the_new_devices_tag(vm, metadata_server):
+    """The race of a real hot-plug: the guest sees the disk before the host has
+    written its tag, so the first document does not tag it.  With
+    --wait-for-device (what the hot-plug unit passes) the agent reads again
+    until the tag is there; without it, the disk would stay untagged."""
+    machine, document = vm
+    root = str(machine.root)
+    assert run_cli("--root", root, "apply", "--source", "configdrive", "--no-trigger") == 0
+    pci = machine.pci("0000:00:0d.0")
+    machine.virtio_disk(pci, "virtio10", "vde", "252:64", serial="late", diskseq=10)
+    before = json.dumps(document).encode()
+    tagged = dict(
+        document,
+        devices=[*document["devices"], {"type": "disk", "bus": "pci", "address": "0000:00:0d.0", "tags": ["late"]}],
+    )
+
+    def tag_after_two_reads():
+        while len(metadata_server.hits) < 2:
+            time.sleep(0.01)
+        metadata_server.document = json.dumps(tagged).encode()
+
+    metadata_server.document = before
+    writer = threading.Thread(target=tag_after_two_reads)
+    writer.start()
+    syspath = f"{pci}/virtio10/block/vde".lstrip("/")  # as systemd's %I gives it
+    args = ("--root", root, "apply", "--source", "metadata", "--metadata-url", metadata_server.url, "--no-trigger")
+    assert run_cli(*args, "--wait-for-device", syspath, "--wait", "10") == 0
+    writer.join()
+    assert len(metadata_server.hits) >= 3
+    assert _tagged(machine.root)["vde"] == ["late"]
+
+
+def test_hotplug_of_an_untagged_device_gives_up_after_the_wait(vm, metadata_server):
+    machine, document = vm
+    root = str(machine.root)
+    pci = machine.pci("0000:00:0e.0")
+    machine.virtio_disk(pci, "virtio11", "vdf", "252:80", serial="plain", diskseq=11)
+    metadata_server.document = json.dumps(document).encode()
+    args = ("--root", root, "apply", "--source", "metadata", "--metadata-url", metadata_server.url, "--no-trigger")
+    started = time.monotonic()
+    assert run_cli(*args, "--wait-for-device", f"{pci}/virtio11/block/vdf", "--wait", "1") == 0
+    assert 0.5 <= time.monotonic() - started < 5
+    assert len(metadata_server.hits) >= 2
+    assert "vdf" not in _tagged(machine.root) and "sda" in _tagged(machine.root)
 
 
 def _iso_header(label: str) -> bytes:
