@@ -94,6 +94,22 @@ class Guest:
     def running(self) -> bool:
         return bool(self.handle.isActive())
 
+    def settle(self) -> Guest:
+        """Wait until libvirt finished reconnecting to this domain's QEMU (after a restart).
+
+        A libvirt that (re)opens a running domain first shows the status it
+        saved, then reconnects to QEMU in a job of its own and drops devices
+        QEMU no longer has (unplugged while nobody listened).  A call that
+        needs a query job (memory statistics) waits for that job, so what is
+        read afterwards is what QEMU has.  Reconcile reads through this.
+        """
+        try:
+            if self.handle.isActive():
+                self.handle.memoryStats()
+        except libvirt.libvirtError:
+            pass
+        return self
+
     def views(self) -> Dict[str, Domain]:
         """The parsed live and persistent definitions that exist (``live``, ``config``)."""
         found: Dict[str, Domain] = {}

@@ -68,7 +68,7 @@ def check_invariants(
     wanted = set(domains) if domains is not None else None
     for handle in host.connection.listAllDomains():
         if wanted is None or handle.name() in wanted:
-            views_by_uuid[handle.UUIDString()] = Guest(handle).views()
+            views_by_uuid[handle.UUIDString()] = Guest(handle).settle().views()
 
     attachments = store.attachments()
     by_id = {a.id: a for a in attachments}

@@ -126,7 +126,7 @@ def _guest(host: ComputeHost, instance_uuid: Optional[str]) -> Optional[Guest]:
     if not instance_uuid:
         return None
     try:
-        return Guest(host.connection.lookupByUUIDString(instance_uuid))
+        return Guest(host.connection.lookupByUUIDString(instance_uuid)).settle()
     except libvirt.libvirtError as exc:
         if exc.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
             return None
