@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from attach_domains import RUNNING_DOMAIN
 from sqlalchemy import text
 
 from devtag_host.attach import AttachmentStore
@@ -53,12 +54,6 @@ def store(store_url: str) -> Iterator[AttachmentStore]:
 
 
 # -- libvirt ---------------------------------------------------------------------
-
-RUNNING_DOMAIN = """<domain type='qemu'><name>{name}</name><memory unit='MiB'>64</memory>
-  <os><type arch='x86_64' machine='pc'>hvm</type></os><features><acpi/></features><devices>
-  <controller type='scsi' index='0' model='virtio-scsi'/>
-  <controller type='usb' index='0' model='piix3-uhci'/>
-</devices></domain>"""
 
 
 @pytest.fixture(scope="session")

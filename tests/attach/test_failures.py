@@ -22,7 +22,7 @@ import uuid
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import pytest
-from conftest import RUNNING_DOMAIN
+from attach_domains import RUNNING_DOMAIN
 
 from devtag_host.attach import (
     AVAILABLE,
