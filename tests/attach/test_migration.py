@@ -18,6 +18,7 @@ import pytest
 from devtag_host import cli, virt
 from devtag_host.attach import ATTACHED, ATTACHING, IN_USE, VolumeInUse
 from devtag_host.attach.flows import ComputeHost, FlowFailed, SimulatedCrash
+from devtag_host.attach.guest import Guest
 from devtag_host.attach.migration import STEPS, MigrationOptions, live_migrate
 from devtag_host.attach.migration_testing import (
     LibvirtHost,
@@ -242,3 +243,40 @@ def crash_before(cluster: TwoHostCluster, step: str) -> None:
             raise SimulatedCrash(step)
 
     cluster.hooks.append(hook)
+
+
+def test_nic_attachments_belong_to_the_host_that_runs_the_domain(cluster: TwoHostCluster) -> None:
+    """One store, two hosts: each host's checker and reconcile look only at its own NIC attachments.
+
+    Before NIC records had a host, the checker on node2 reported "NIC ...:
+    instance ... does not exist" for a NIC of a domain running on node1.
+    """
+    from devtag_host.attach.invariants import check_invariants
+
+    domain = cluster.start("nic-host")
+    nic = cluster.node1.attach_interface("nic-host", user=True, tag="uplink")
+    assert cluster.store.get_interface(nic.mac).host == "node1"
+    assert cluster.problems() == []
+    assert cluster.node2.reconcile() == []  # node2 leaves node1's NIC alone
+    assert cluster.store.get_interface(nic.mac).status == ATTACHED
+
+    # The device removed behind devtag's back (persistent config only: a PCI NIC never
+    # leaves a guest without an OS): the checker of the host running it still sees it.
+    guest = Guest(domain)
+    saved = guest.device_xml(nic.alias or "", "config")
+    assert saved is not None
+    domain.detachDeviceFlags(saved, libvirt.VIR_DOMAIN_AFFECT_CONFIG)
+    missing = f"NIC {nic.mac}: not in the config definition"
+    assert missing in check_invariants(cluster.node1)  # (and its tag entry is now stale)
+    assert check_invariants(cluster.node2) == []
+    domain.attachDeviceFlags(saved, libvirt.VIR_DOMAIN_AFFECT_CONFIG)
+    assert cluster.problems() == []
+
+    # Migrated, the NIC attachment belongs to the destination; both checkers agree.
+    live_migrate(cluster.node1, cluster.node2, "nic-host", options())
+    assert cluster.store.get_interface(nic.mac).host == "node2"
+    assert cluster.problems() == []
+    moved = cluster.node2.connection.lookupByUUIDString(domain.UUIDString())
+    moved.detachDeviceFlags(saved, libvirt.VIR_DOMAIN_AFFECT_CONFIG)
+    assert missing in check_invariants(cluster.node2)
+    assert check_invariants(cluster.node1) == []

@@ -82,6 +82,7 @@ interfaces = Table(
     Column("tag", String(255), nullable=True),
     Column("alias", String(64), nullable=True),
     Column("address", String(64), nullable=True),
+    Column("host", String(255), nullable=True),  # where the domain runs (NULL: written before 0002)
     Column("created_at", DateTime, server_default=func.now()),
     UniqueConstraint("mac", name="uniq_interface_attachments0mac"),
 )

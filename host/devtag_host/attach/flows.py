@@ -494,6 +494,7 @@ class ComputeHost:
                         model=model_name,
                         tag=tag,
                         alias=alias,
+                        host=self.host_name,
                     )
                 )
 

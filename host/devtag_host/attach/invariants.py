@@ -7,11 +7,12 @@ reconcile; operators can call it too (``devtag-host attachments check``).
 1. No operation is left open in the journal (unless ``allow_open``).
 2. Every volume is ``ready`` and its storage exists; its derived status is
    ``available`` or ``in-use`` (nothing half-way); the multiattach rule holds.
-3. Every attachment of this host is ``attached``, its device (``ua-`` alias,
+3. Every attachment of this host (the ``host`` it was made for) is ``attached``, its device (``ua-`` alias,
    serial = volume id) is in every definition of its domain, its backend
    connection is up, and its tag is on that device.
 4. Every ``ua-<uuid>`` disk or NIC in a guest has an attachment (or NIC
-   record); every NIC record's device is there with its MAC and tag.
+   record); every NIC record of this host has its device there, with its MAC
+   and tag.
 5. No tag is left for a devtag-attached device that is gone.
 6. No backend export runs without a connected attachment, and no storage of a
    volume this store created and removed is left behind.
@@ -105,6 +106,8 @@ def check_invariants(
 
     records = {r.alias: r for r in store.interfaces() if r.alias}
     for record in records.values():
+        if record.host not in (host.host_name, None):
+            continue  # a NIC of a guest on another host sharing this store
         label = f"NIC {record.mac}"
         if record.status != model.ATTACHED:
             if not allow_open:

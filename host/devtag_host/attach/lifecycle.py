@@ -204,6 +204,7 @@ def _finish_evacuation(
         operation.step("delete-source")  # Cinder cleans up its side; the dead host is not asked
         destination.store.delete_attachment(volume.source_attachment)
     operation.ids.update(volume_id=None, attachment_id=None)
+    destination.store.move_interfaces(guest.uuid, destination.host_name)
     ensure_tags(guest, moved)
 
 
@@ -232,6 +233,7 @@ def _finish_evacuation_again(host: ComputeHost, moved: Sequence[MovedVolume], gu
         complete_destination(host, guest, volume)
     for volume in moved:
         host.store.delete_attachment(volume.source_attachment)
+    host.store.move_interfaces(guest.uuid, host.host_name)
     ensure_tags(guest, moved)
 
 
@@ -467,6 +469,7 @@ def unshelve(host: ComputeHost, instance_uuid: str, *, start: bool = True) -> An
             operation.ids.update(volume_id=attachment.volume_id, attachment_id=attachment.id)
             operation.step("complete")
             _complete(host, Guest(handle), attachment.id)
+        store.move_interfaces(instance_uuid, host.host_name)
     except Exception as exc:
         raise _left_open(operation, exc, f"domain {identity['name']!r} is defined on {host.host_name}") from None
     operation.end("completed")

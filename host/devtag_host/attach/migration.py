@@ -18,7 +18,9 @@ attachment of the domain on the source, following the new-attach-API spec:
 3. *(source)* migrate, the destination definition pointing each disk at the
    destination's connection and alias (:mod:`devtag_host.attach.retarget`);
 4. on success: complete the destination attachment, disconnect the source's
-   backend, delete the source attachment; check the tags arrived;
+   backend, delete the source attachment; the domain's NIC records now name
+   the destination host (the NICs travel with the definition); check the tags
+   arrived;
 5. on failure: disconnect on the destination and delete its attachment; the
    source attachment was never touched, so the original is intact.
 
@@ -322,6 +324,7 @@ def _finish_on_destination(
         source.store.delete_attachment(volume.source_attachment)
     operation.ids.update(volume_id=None, attachment_id=None)
     operation.step("check-tags")
+    destination.store.move_interfaces(operation.ids["instance_uuid"] or "", destination.host_name)
     ensure_tags(Guest(migrated), moved)
 
 
@@ -425,6 +428,7 @@ def finish_live_migration(source: ComputeHost, peers: Mapping[str, ComputeHost],
         for volume in moved:
             _disconnect_source(source, volume)
             source.store.delete_attachment(volume.source_attachment)
+        destination.store.move_interfaces(instance_uuid, destination.host_name)
         ensure_tags(Guest(migrated), moved)
         return "rolled-forward"
     if still_here is not None:

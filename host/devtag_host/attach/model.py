@@ -126,6 +126,7 @@ class InterfaceAttachment:
     tag: Optional[str] = None
     alias: Optional[str] = None
     address: Optional[str] = None
+    host: Optional[str] = None  # the host whose guest has the NIC; None: a record from before it was kept
 
 
 def volume_status(attachments: Iterable[Attachment]) -> str:

@@ -352,7 +352,7 @@ def _sweep(host: ComputeHost) -> List[Dict[str, Any]]:
         except Pending as exc:
             report.append({"attachment": attachment.id, "outcome": "pending", "reason": str(exc)})
     open_macs = {row["mac"] for rows in host.store.open_operations() for row in rows if row["mac"]}
-    for record in host.store.interfaces():
+    for record in host.store.interfaces(host=host.host_name):
         if record.mac in open_macs:
             continue
         guest = _guest(host, record.instance_uuid)

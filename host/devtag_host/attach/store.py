@@ -12,7 +12,7 @@ from __future__ import annotations
 import uuid
 from typing import Any, Dict, List, Optional, Sequence
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import delete, insert, or_, select, update
 from sqlalchemy.engine import Connection, Row
 from sqlalchemy.exc import IntegrityError
 
@@ -256,7 +256,7 @@ class AttachmentStore:
         return record
 
     def set_interface(self, mac: str, **fields: Any) -> InterfaceAttachment:
-        allowed = {"status", "alias", "address", "tag"}
+        allowed = {"status", "alias", "address", "tag", "host"}
         unknown = set(fields) - allowed
         if unknown:
             raise ValueError(f"unknown interface fields: {sorted(unknown)}")
@@ -265,6 +265,11 @@ class AttachmentStore:
             if done.rowcount == 0:
                 raise NotFound(f"no NIC attachment with MAC {mac}")
         return self.get_interface(mac)
+
+    def move_interfaces(self, instance_uuid: str, host: str) -> None:
+        """The instance's NICs now belong to ``host`` (its guest moved there: migration, evacuate)."""
+        with self.db.write() as conn:
+            conn.execute(update(interfaces).where(interfaces.c.instance_uuid == instance_uuid).values(host=host))
 
     def remove_interface(self, mac: str) -> None:
         with self.db.write() as conn:
@@ -281,10 +286,15 @@ class AttachmentStore:
             row = conn.execute(select(interfaces).where(interfaces.c.mac == mac.lower())).first()
         return None if row is None else _interface(row)
 
-    def interfaces(self, *, instance_uuid: Optional[str] = None) -> List[InterfaceAttachment]:
+    def interfaces(
+        self, *, instance_uuid: Optional[str] = None, host: Optional[str] = None
+    ) -> List[InterfaceAttachment]:
+        """NIC records; ``host`` keeps those of that host and those written before hosts were kept."""
         query = select(interfaces).order_by(interfaces.c.created_at, interfaces.c.mac)
         if instance_uuid is not None:
             query = query.where(interfaces.c.instance_uuid == instance_uuid)
+        if host is not None:
+            query = query.where(or_(interfaces.c.host == host, interfaces.c.host.is_(None)))
         with self.db.read() as conn:
             return [_interface(row) for row in conn.execute(query)]
 
@@ -426,6 +436,7 @@ def _interface_values(record: InterfaceAttachment) -> Dict[str, Any]:
         tag=record.tag,
         alias=record.alias,
         address=record.address,
+        host=record.host,
     )
 
 
@@ -441,6 +452,7 @@ def _interface(row: Row) -> InterfaceAttachment:
         tag=row.tag,
         alias=row.alias,
         address=row.address,
+        host=row.host,
     )
 
 
