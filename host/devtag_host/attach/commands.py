@@ -149,7 +149,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 @contextlib.contextmanager
-def _errors() -> Iterator[None]:
+def translated_errors() -> Iterator[None]:
     """The package's errors as the CLI's two (three) exit statuses."""
     from sqlalchemy.exc import SQLAlchemyError
 
@@ -169,10 +169,10 @@ def _errors() -> Iterator[None]:
         raise RuntimeFailure(f"attachment store: {exc}") from None
 
 
-def _store(args: argparse.Namespace) -> Any:
+def open_store(args: argparse.Namespace) -> Any:
     from .store import AttachmentStore
 
-    with _errors():
+    with translated_errors():
         return AttachmentStore(args.db)
 
 
@@ -181,10 +181,10 @@ def _host(args: argparse.Namespace, **options: Any) -> Iterator[Any]:
     from .. import virt
     from .flows import ComputeHost
 
-    store = _store(args)
+    store = open_store(args)
     connection = virt.open_connection(getattr(args, "connect", None))
     try:
-        with _errors():
+        with translated_errors():
             yield ComputeHost(connection, store, host=args.host, **options)
     finally:
         connection.close()
@@ -214,7 +214,7 @@ def _attachment_json(attachment: Any) -> Dict[str, Any]:
 def _cmd_volume_create(args: argparse.Namespace) -> None:
     from .model import parse_size
 
-    with _errors():
+    with translated_errors():
         size = parse_size(args.size)
     with _host(args) as host:
         volume = host.create_volume(args.name, size, backend=args.backend, multiattach=args.multiattach)
@@ -222,9 +222,9 @@ def _cmd_volume_create(args: argparse.Namespace) -> None:
 
 
 def _cmd_volume_list(args: argparse.Namespace) -> None:
-    store = _store(args)
+    store = open_store(args)
     try:
-        with _errors():
+        with translated_errors():
             volumes = store.list_volumes()
     finally:
         store.close()
@@ -243,9 +243,9 @@ def _cmd_volume_list(args: argparse.Namespace) -> None:
 
 
 def _cmd_volume_show(args: argparse.Namespace) -> None:
-    store = _store(args)
+    store = open_store(args)
     try:
-        with _errors():
+        with translated_errors():
             volume = store.get_volume(args.name)
     finally:
         store.close()
@@ -339,9 +339,9 @@ def _cmd_check(args: argparse.Namespace) -> None:
 
 
 def _cmd_attachments_list(args: argparse.Namespace) -> None:
-    store = _store(args)
+    store = open_store(args)
     try:
-        with _errors():
+        with translated_errors():
             rows = [_attachment_json(a) for a in store.attachments()]
             rows += [{"nic": True, **asdict(i)} for i in store.interfaces()]
     finally:

@@ -32,6 +32,7 @@ from .backends import BackendError, ConnectionInfo, Connector, VolumeBackend, ho
 from .db import state_dir
 from .guest import DEFAULT_DETACH_ATTEMPTS, DEFAULT_DETACH_TIMEOUT_S, Guest, GuestError
 from .model import Attachment, InterfaceAttachment, Volume
+from .rollback import Rollback
 from .store import AttachmentStore
 
 log = logging.getLogger(__name__)
@@ -140,29 +141,6 @@ def operation_in_progress(operation_id: str) -> bool:
     finally:
         os.close(descriptor)  # (releases nothing of another process)
     return False
-
-
-class _Undo:
-    """Undo actions of the steps done so far, run newest first."""
-
-    def __init__(self, operation: Operation) -> None:
-        self.operation = operation
-        self.actions: List[Tuple[str, Callable[[], None]]] = []
-
-    def push(self, step: str, action: Callable[[], None]) -> None:
-        self.actions.append((step, action))
-
-    def run(self) -> Optional[str]:
-        """Run every undo; returns the first error message (the rest still run)."""
-        first_error = None
-        for step, action in reversed(self.actions):
-            self.operation.step(f"undo-{step}")
-            try:
-                action()
-            except Exception as exc:
-                log.warning("undo of %s failed: %s", step, exc)
-                first_error = first_error or f"undo of {step} failed: {exc}"
-        return first_error
 
 
 class ComputeHost:
@@ -280,7 +258,7 @@ class ComputeHost:
         operation = self.operation(
             "attach-volume", instance_uuid=guest.uuid, volume_id=record.id, attachment_id=attachment_id
         )
-        undo = _Undo(operation)
+        undo = Rollback(operation)
         with self.domain_attach_lock(guest):
             try:
                 operation.step("validate", tag=tag, bus=bus)
@@ -335,7 +313,7 @@ class ComputeHost:
     def _roll_back(
         self,
         operation: Operation,
-        undo: _Undo,
+        undo: Rollback,
         exc: Exception,
         *,
         attachment_id: Optional[str] = None,
@@ -466,7 +444,7 @@ class ComputeHost:
         record_id = str(uuid.uuid4())
         alias = devices.alias_for(record_id)
         operation = self.operation("attach-interface", instance_uuid=guest.uuid, attachment_id=record_id)
-        undo = _Undo(operation)
+        undo = Rollback(operation)
         with self.domain_attach_lock(guest):
             try:
                 operation.step("validate", tag=tag)

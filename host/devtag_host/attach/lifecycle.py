@@ -55,7 +55,7 @@ import libvirt
 from .. import virt
 from ..metadata.model import Domain, TagEntry
 from . import devices, model
-from .flows import ComputeHost, FlowFailed, Operation, _Undo
+from .flows import ComputeHost, FlowFailed, Operation
 from .guest import Guest
 from .migration import (
     MovedVolume,
@@ -67,6 +67,7 @@ from .migration import (
 )
 from .model import Attachment
 from .retarget import DiskRetarget, retarget_disks
+from .rollback import Rollback
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +99,9 @@ SWAP_STEPS = (
 COPY_TIMEOUT_S = 300.0
 
 
-def _fail(operation: Operation, undo: _Undo, exc: Exception, doomed: Callable[[], Sequence[str]], store: Any) -> None:
+def _fail(
+    operation: Operation, undo: Rollback, exc: Exception, doomed: Callable[[], Sequence[str]], store: Any
+) -> None:
     """Roll back (newest step first) and raise; a failed undo leaves ``error_attaching`` for reconcile."""
     problem = undo.run()
     if problem is None:
@@ -154,7 +157,7 @@ def evacuate(destination: ComputeHost, definition: str, *, source_host: str, sta
     if source_host == destination.host_name:
         raise model.InvalidInput("evacuate moves an instance to another host")
     operation = destination.operation("evacuate", instance_uuid=identity["uuid"])
-    undo = _Undo(operation)
+    undo = Rollback(operation)
     moved: List[MovedVolume] = []
     try:
         moved = [
@@ -296,7 +299,7 @@ def shelve_offload(host: ComputeHost, domain: str) -> str:
     guest = host.guest(domain)
     store = host.store
     operation = host.operation("shelve-offload", instance_uuid=guest.uuid)
-    undo = _Undo(operation)
+    undo = Rollback(operation)
     shelved: List[ShelvedVolume] = []
     with host.domain_attach_lock(guest):
         try:
@@ -432,7 +435,7 @@ def unshelve(host: ComputeHost, instance_uuid: str, *, start: bool = True) -> An
         if a.status == model.RESERVED and a.host is None and a.detail.get("shelved")
     ]
     operation = host.operation("unshelve", instance_uuid=instance_uuid)
-    undo = _Undo(operation)
+    undo = Rollback(operation)
     try:
         operation.step("validate", attachments=[a.id for a in reserved], start=start)
         if lookup(host, instance_uuid) is not None:
@@ -536,7 +539,7 @@ def swap_volume(host: ComputeHost, domain: str, old_volume: str, new_volume: str
     old_record, new_record = store.get_volume(old_volume), store.get_volume(new_volume)
     new_id = str(uuid.uuid4())
     operation = host.operation("swap-volume", instance_uuid=guest.uuid, volume_id=new_record.id, attachment_id=new_id)
-    undo = _Undo(operation)
+    undo = Rollback(operation)
     with host.domain_attach_lock(guest):
         try:
             old = _attachment_on(host, guest, old_record)

@@ -72,13 +72,13 @@ def _hosts(args: argparse.Namespace, peer: str = "") -> Iterator[Any]:
     """This host, with every flow's reconciler registered (and the peer ``NAME=URI``, if any)."""
     from .. import virt
     from . import lifecycle, migration
-    from .commands import _errors, _store
+    from .commands import open_store, translated_errors
     from .flows import ComputeHost
 
-    store = _store(args)
+    store = open_store(args)
     connection = virt.open_connection(args.connect)
     try:
-        with _errors(), contextlib.ExitStack() as stack:
+        with translated_errors(), contextlib.ExitStack() as stack:
             host = ComputeHost(connection, store, host=args.host)
             lifecycle.register(host)
             if peer:

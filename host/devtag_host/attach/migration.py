@@ -50,11 +50,12 @@ import libvirt
 from .. import virt
 from ..metadata import add_tags, find_device, tags_of
 from . import devices, model
-from .flows import ComputeHost, FlowFailed, Operation, _Undo
+from .flows import ComputeHost, FlowFailed, Operation
 from .guest import Guest
 from .model import Attachment
 from .reconcile import Pending
 from .retarget import DiskRetarget, retarget_disks
+from .rollback import Rollback
 from .store import AttachmentStore
 
 log = logging.getLogger(__name__)
@@ -133,7 +134,7 @@ def live_migrate(
         raise model.InvalidInput(f"source and destination are the same host ({source.host_name})")
     guest = source.guest(domain)
     operation = source.operation(FLOW, instance_uuid=guest.uuid)
-    undo = _Undo(operation)
+    undo = Rollback(operation)
     moved: List[MovedVolume] = []
     migrating = False
     with source.domain_attach_lock(guest):
@@ -171,7 +172,7 @@ def live_migrate(
 
 
 def _roll_back(
-    operation: Operation, undo: _Undo, moved: Sequence[MovedVolume], destination: ComputeHost, exc: Exception
+    operation: Operation, undo: Rollback, moved: Sequence[MovedVolume], destination: ComputeHost, exc: Exception
 ) -> None:
     """Undo the destination's attachments (newest first); the source's were never touched."""
     problem = undo.run()
@@ -207,7 +208,7 @@ def attached_volumes(source: ComputeHost, guest: Guest) -> List[MovedVolume]:
     return moved
 
 
-def prepare_destination(destination: ComputeHost, operation: Operation, undo: _Undo, volume: MovedVolume) -> None:
+def prepare_destination(destination: ComputeHost, operation: Operation, undo: Rollback, volume: MovedVolume) -> None:
     """Steps 1 and 2: the destination attachment with its connector, its backend connected.
 
     Journalled as ``reserve-destination``, ``update-destination``,
