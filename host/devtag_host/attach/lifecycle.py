@@ -46,7 +46,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 from xml.etree import ElementTree as ET
 
 import defusedxml.ElementTree as SafeET
@@ -64,10 +64,11 @@ from .migration import (
     lookup,
     prepare_destination,
     retarget_for_destination,
+    settled_attachments,
 )
 from .model import Attachment
 from .retarget import DiskRetarget, retarget_disks
-from .rollback import Rollback
+from .rollback import Rollback, roll_back_and_raise
 
 log = logging.getLogger(__name__)
 
@@ -97,23 +98,6 @@ SWAP_STEPS = (
     "complete",
 )
 COPY_TIMEOUT_S = 300.0
-
-
-def _fail(
-    operation: Operation, undo: Rollback, exc: Exception, doomed: Callable[[], Sequence[str]], store: Any
-) -> None:
-    """Roll back (newest step first) and raise; a failed undo leaves ``error_attaching`` for reconcile."""
-    problem = undo.run()
-    if problem is None:
-        operation.end("rolled-back", error=str(exc))
-        if isinstance(exc, model.AttachError):
-            raise exc
-        raise FlowFailed(str(exc)) from None
-    for attachment_id in doomed():
-        if store.find_attachment(attachment_id) is not None:
-            store.mark_error(attachment_id, model.ERROR_ATTACHING, problem)
-    operation.end("error", error=str(exc), undo_error=problem)
-    raise FlowFailed(f"{exc}; rolling back failed too ({problem}): run 'devtag-host attachments reconcile'") from None
 
 
 def _left_open(operation: Operation, exc: Exception, what: str) -> FlowFailed:
@@ -185,7 +169,7 @@ def evacuate(destination: ComputeHost, definition: str, *, source_host: str, sta
         if start:
             handle.create()
     except Exception as exc:
-        _fail(operation, undo, exc, lambda: [m.destination_attachment for m in moved], store)
+        roll_back_and_raise(operation, undo, exc, store, [m.destination_attachment for m in moved])
         raise AssertionError("unreachable") from exc
     try:
         _finish_evacuation(destination, operation, moved, Guest(handle))
@@ -308,9 +292,7 @@ def shelve_offload(host: ComputeHost, domain: str) -> str:
                 definition = guest.handle.XMLDesc(secure | libvirt.VIR_DOMAIN_XML_INACTIVE)
             else:
                 definition = guest.handle.XMLDesc(secure | libvirt.VIR_DOMAIN_XML_MIGRATABLE)
-            for attachment in store.attachments(instance_uuid=guest.uuid, host=host.host_name):
-                if attachment.status != model.ATTACHED:
-                    raise model.Conflict(f"volume attachment {attachment.id} is {attachment.status}: reconcile first")
+            for attachment in settled_attachments(host, guest.uuid, "reconcile first"):
                 shelved.append(
                     ShelvedVolume(
                         volume_id=attachment.volume_id,
@@ -343,7 +325,7 @@ def shelve_offload(host: ComputeHost, domain: str) -> str:
                 undo.push("disconnect", lambda o=old: _reconnect(host, o))
                 _disconnect(host, old)
         except Exception as exc:
-            _fail(operation, undo, exc, lambda: [s.shelved_attachment for s in shelved], store)
+            roll_back_and_raise(operation, undo, exc, store, [s.shelved_attachment for s in shelved])
             raise AssertionError("unreachable") from exc
         try:
             _finish_shelve(host, operation, guest, shelved)
@@ -465,7 +447,7 @@ def unshelve(host: ComputeHost, instance_uuid: str, *, start: bool = True) -> An
         if start:
             handle.create()
     except Exception as exc:
-        _fail(operation, undo, exc, lambda: [], store)
+        roll_back_and_raise(operation, undo, exc, store, [])
         raise AssertionError("unreachable") from exc
     try:
         for attachment in reserved:
@@ -579,7 +561,7 @@ def swap_volume(host: ComputeHost, domain: str, old_volume: str, new_volume: str
             operation.step("pivot")
             _pivot(guest, target)
         except Exception as exc:
-            _fail(operation, undo, exc, lambda: [new_id], store)
+            roll_back_and_raise(operation, undo, exc, store, [new_id])
             raise AssertionError("unreachable") from exc
         try:
             _finish_swap(host, operation, guest, old, new_id, alias)

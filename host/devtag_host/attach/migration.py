@@ -55,7 +55,7 @@ from .guest import Guest
 from .model import Attachment
 from .reconcile import Pending
 from .retarget import DiskRetarget, retarget_disks
-from .rollback import Rollback
+from .rollback import Rollback, roll_back_and_raise
 from .store import AttachmentStore
 
 log = logging.getLogger(__name__)
@@ -156,7 +156,7 @@ def live_migrate(
             _migrate(operation, guest, destination, moved, options)
         except Exception as exc:
             if not migrating or lookup_running(destination, guest.uuid) is None:
-                _roll_back(operation, undo, moved, destination, exc)
+                roll_back_and_raise(operation, undo, exc, destination.store, [m.destination_attachment for m in moved])
             # libvirt reported an error, but the domain runs on the destination: finish.
             log.warning("migration of %s reported %s, but the domain runs on %s", domain, exc, destination.host_name)
         try:
@@ -171,41 +171,30 @@ def live_migrate(
     return [destination.store.get_attachment(m.destination_attachment) for m in moved]
 
 
-def _roll_back(
-    operation: Operation, undo: Rollback, moved: Sequence[MovedVolume], destination: ComputeHost, exc: Exception
-) -> None:
-    """Undo the destination's attachments (newest first); the source's were never touched."""
-    problem = undo.run()
-    if problem is None:
-        operation.end("rolled-back", error=str(exc))
-        if isinstance(exc, model.AttachError):
-            raise exc
-        raise FlowFailed(str(exc)) from None
-    for volume in moved:
-        if destination.store.find_attachment(volume.destination_attachment) is not None:
-            destination.store.mark_error(volume.destination_attachment, model.ERROR_ATTACHING, problem)
-    operation.end("error", error=str(exc), undo_error=problem)
-    raise FlowFailed(f"{exc}; rolling back failed too ({problem}): run 'devtag-host attachments reconcile'") from None
-
-
 def attached_volumes(source: ComputeHost, guest: Guest) -> List[MovedVolume]:
     """The domain's volume attachments on the source; each must be ``attached`` (no flow in flight)."""
-    moved = []
-    for attachment in source.store.attachments(instance_uuid=guest.uuid, host=source.host_name):
-        if attachment.status != model.ATTACHED:
-            raise model.Conflict(
-                f"volume attachment {attachment.id} is {attachment.status}: finish or reconcile it before migrating"
-            )
-        moved.append(
-            MovedVolume(
-                volume_id=attachment.volume_id,
-                source_attachment=attachment.id,
-                destination_attachment=str(uuid.uuid4()),
-                source_alias=attachment.alias or devices.alias_for(attachment.id),
-                tag=attachment.tag,
-            )
+    return [
+        MovedVolume(
+            volume_id=attachment.volume_id,
+            source_attachment=attachment.id,
+            destination_attachment=str(uuid.uuid4()),
+            source_alias=attachment.alias or devices.alias_for(attachment.id),
+            tag=attachment.tag,
         )
-    return moved
+        for attachment in settled_attachments(source, guest.uuid, "finish or reconcile it before migrating")
+    ]
+
+
+def settled_attachments(host: ComputeHost, instance_uuid: str, advice: str) -> List[Attachment]:
+    """The instance's volume attachments on ``host``, refused (with ``advice``) while one is not ``attached``.
+
+    A flow that moves or shelves an instance starts from settled attachments only.
+    """
+    found = host.store.attachments(instance_uuid=instance_uuid, host=host.host_name)
+    for attachment in found:
+        if attachment.status != model.ATTACHED:
+            raise model.Conflict(f"volume attachment {attachment.id} is {attachment.status}: {advice}")
+    return found
 
 
 def prepare_destination(destination: ComputeHost, operation: Operation, undo: Rollback, volume: MovedVolume) -> None:

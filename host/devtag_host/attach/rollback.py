@@ -9,15 +9,19 @@ first, each journalled as ``undo-<step>`` so reconcile knows a rollback began.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, List, Optional, Protocol, Tuple
+from typing import Any, Callable, Iterable, List, NoReturn, Optional, Protocol, Tuple
+
+from . import model
 
 log = logging.getLogger(__name__)
 
 
 class Journal(Protocol):
-    """What a rollback needs of an operation: journal a step before it runs."""
+    """What a rollback needs of an operation: journal a step, end it."""
 
     def step(self, step: str, /, **detail: Any) -> None: ...
+
+    def end(self, outcome: str, /, **detail: Any) -> None: ...
 
 
 class Rollback:
@@ -41,3 +45,28 @@ class Rollback:
                 log.warning("undo of %s failed: %s", step, exc)
                 first_error = first_error or f"undo of {step} failed: {exc}"
         return first_error
+
+
+def roll_back_and_raise(
+    operation: Journal, rollback: Rollback, exc: Exception, store: Any, doomed: Iterable[str]
+) -> NoReturn:
+    """Roll back (newest step first) and raise; a failed undo leaves ``error_attaching`` for reconcile.
+
+    ``doomed`` are the attachments the flow created: if an undo failed, the
+    ones still there are marked ``error_attaching`` so reconcile retires them.
+    The migration and lifecycle flows end this way (the attach flows keep
+    their own, which also knows NIC records).
+    """
+    from .flows import FlowFailed  # flows imports this module
+
+    problem = rollback.run()
+    if problem is None:
+        operation.end("rolled-back", error=str(exc))
+        if isinstance(exc, model.AttachError):
+            raise exc
+        raise FlowFailed(str(exc)) from None
+    for attachment_id in doomed:
+        if store.find_attachment(attachment_id) is not None:
+            store.mark_error(attachment_id, model.ERROR_ATTACHING, problem)
+    operation.end("error", error=str(exc), undo_error=problem)
+    raise FlowFailed(f"{exc}; rolling back failed too ({problem}): run 'devtag-host attachments reconcile'") from None
