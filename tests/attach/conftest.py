@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Tuple
 
 import pytest
 from attach_domains import RUNNING_DOMAIN
 from sqlalchemy import text
 
 from devtag_host.attach import AttachmentStore
+from devtag_host.attach.migration_testing import (
+    LibvirtHost,
+    TwoHostCluster,
+    throwaway_libvirt_host,
+    two_host_cluster,
+)
 from devtag_host.placement.testing import postgres_bin, throwaway_postgres
 
 
@@ -123,3 +129,20 @@ def running_domain(define_domain: object) -> object:
     handle = define_domain(RUNNING_DOMAIN.format(name=f"att-{uuid.uuid4().hex[:8]}"))  # type: ignore[operator]
     handle.create()
     return handle
+
+
+# -- two libvirt daemons sharing one store (migration, lifecycle) --------------------
+
+
+@pytest.fixture(scope="module")
+def two_hosts() -> Iterator[Tuple[LibvirtHost, LibvirtHost]]:
+    """Two throw-away session libvirtd, "node1" and "node2", for the tests of one module."""
+    with throwaway_libvirt_host("node1") as node1, throwaway_libvirt_host("node2") as node2:
+        yield node1, node2
+
+
+@pytest.fixture
+def cluster(two_hosts: Tuple[LibvirtHost, LibvirtHost], tmp_path: Path) -> Iterator[TwoHostCluster]:
+    """ComputeHosts on both daemons sharing a fresh SQLite store (see ``two_host_cluster``)."""
+    with two_host_cluster(*two_hosts, f"sqlite:///{tmp_path / 'attach.sqlite'}") as cluster:
+        yield cluster

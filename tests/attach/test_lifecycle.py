@@ -43,18 +43,6 @@ libvirt = pytest.importorskip("libvirt")
 pytestmark = pytest.mark.libvirt
 
 
-@pytest.fixture(scope="module")
-def two_hosts() -> Iterator[Tuple[LibvirtHost, LibvirtHost]]:
-    with throwaway_libvirt_host("node1") as node1, throwaway_libvirt_host("node2") as node2:
-        yield node1, node2
-
-
-@pytest.fixture
-def cluster(two_hosts: Tuple[LibvirtHost, LibvirtHost], tmp_path: Path) -> Iterator[TwoHostCluster]:
-    with two_host_cluster(*two_hosts, f"sqlite:///{tmp_path / 'attach.sqlite'}") as cluster:
-        yield cluster
-
-
 def attach(cluster: TwoHostCluster, domain: str, volume: str, tag: Optional[str], bus: str = "scsi") -> None:
     cluster.node1.create_volume(volume, 1 << 20, backend="nbd")
     cluster.node1.attach_volume(domain, volume, tag=tag, bus=bus)

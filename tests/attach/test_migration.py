@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
-from typing import Any, Iterator, Optional, Tuple
+from typing import Any, Optional, Tuple
 
 import pytest
 
@@ -24,25 +24,12 @@ from devtag_host.attach.migration_testing import (
     LibvirtHost,
     TwoHostCluster,
     free_port,
-    throwaway_libvirt_host,
     two_host_cluster,
 )
 from devtag_host.metadata import find_device, tags_of
 
 libvirt = pytest.importorskip("libvirt")
 pytestmark = pytest.mark.libvirt
-
-
-@pytest.fixture(scope="module")
-def two_hosts() -> Iterator[Tuple[LibvirtHost, LibvirtHost]]:
-    with throwaway_libvirt_host("node1") as node1, throwaway_libvirt_host("node2") as node2:
-        yield node1, node2
-
-
-@pytest.fixture
-def cluster(two_hosts: Tuple[LibvirtHost, LibvirtHost], tmp_path: Path) -> Iterator[TwoHostCluster]:
-    with two_host_cluster(*two_hosts, f"sqlite:///{tmp_path / 'attach.sqlite'}") as cluster:
-        yield cluster
 
 
 def options(**overrides: Any) -> MigrationOptions:
