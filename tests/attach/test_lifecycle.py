@@ -154,6 +154,19 @@ def test_evacuate_failure_at_every_step_converges(cluster: TwoHostCluster, step:
         assert_runs_on(cluster, cluster.node1, domain.UUIDString(), {"vol": "inject"})
 
 
+def test_an_evacuated_instance_takes_its_nic_attachments_along(cluster: TwoHostCluster) -> None:
+    """The NIC record names the host the guest runs on, so both hosts' checkers agree afterwards."""
+    domain = cluster.start("ev-nic")
+    attach(cluster, "ev-nic", "ev-nic-vol", "disk")
+    nic = cluster.node1.attach_interface("ev-nic", user=True, tag="uplink")
+    definition = domain.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE | libvirt.VIR_DOMAIN_XML_SECURE)
+    domain.destroy()  # as in the failure test: the source's guest is gone, its definition stays
+    evacuate(cluster.node2, definition, source_host="node1")
+    assert recover_evacuated(cluster.node1) == ["ev-nic"]
+    assert cluster.store.get_interface(nic.mac).host == "node2"
+    assert_runs_on(cluster, cluster.node2, domain.UUIDString(), {"ev-nic-vol": "disk"})
+
+
 # -- shelve-offload / unshelve ----------------------------------------------------------
 
 
@@ -185,6 +198,17 @@ def test_shelve_offload_then_unshelve_on_another_host(cluster: TwoHostCluster) -
     unshelve(cluster.node2, instance)
 
     assert_runs_on(cluster, cluster.node2, instance, {"sh-db": "database", "sh-logs": "fast logs"})
+
+
+def test_an_unshelved_instance_takes_its_nic_attachments_along(cluster: TwoHostCluster) -> None:
+    domain = cluster.start("sh-nic")
+    instance = domain.UUIDString()
+    attach(cluster, "sh-nic", "sh-nic-vol", "disk")
+    nic = cluster.node1.attach_interface("sh-nic", user=True, tag="uplink")
+    shelve_offload(cluster.node1, "sh-nic")
+    unshelve(cluster.node2, instance)
+    assert cluster.store.get_interface(nic.mac).host == "node2"
+    assert_runs_on(cluster, cluster.node2, instance, {"sh-nic-vol": "disk"})
 
 
 @pytest.mark.parametrize("failure", ["error", "crash"])
