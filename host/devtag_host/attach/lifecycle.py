@@ -60,6 +60,7 @@ from .guest import Guest
 from .migration import (
     MovedVolume,
     complete_destination,
+    destroy_and_undefine,
     ensure_tags,
     lookup,
     prepare_destination,
@@ -118,15 +119,6 @@ def _disconnect(host: ComputeHost, attachment: Attachment) -> None:
         host.backend(host.store.get_volume(attachment.volume_id).backend).disconnect(attachment.connection_info)
 
 
-def _destroy_and_undefine(handle: Any) -> None:
-    if handle is None:
-        return
-    if handle.isActive():
-        handle.destroy()
-    if handle.isPersistent():
-        handle.undefine()
-
-
 # -- evacuate --------------------------------------------------------------------------
 
 
@@ -144,16 +136,7 @@ def evacuate(destination: ComputeHost, definition: str, *, source_host: str, sta
     undo = Rollback(operation)
     moved: List[MovedVolume] = []
     try:
-        moved = [
-            MovedVolume(
-                volume_id=a.volume_id,
-                source_attachment=a.id,
-                destination_attachment=str(uuid.uuid4()),
-                source_alias=a.alias or devices.alias_for(a.id),
-                tag=a.tag,
-            )
-            for a in store.attachments(instance_uuid=identity["uuid"], host=source_host)
-        ]
+        moved = [MovedVolume.of(a) for a in store.attachments(instance_uuid=identity["uuid"], host=source_host)]
         operation.step(
             "validate", source=source_host, volumes=[m.to_dict() for m in moved], definition=definition, start=start
         )
@@ -163,7 +146,7 @@ def evacuate(destination: ComputeHost, definition: str, *, source_host: str, sta
             prepare_destination(destination, operation, undo, volume)
         operation.ids.update(volume_id=None, attachment_id=None)
         operation.step("define")
-        undo.push("define", lambda: _destroy_and_undefine(lookup(destination, identity["uuid"])))
+        undo.push("define", lambda: destroy_and_undefine(lookup(destination, identity["uuid"])))
         handle = destination.connection.defineXML(retarget_for_destination(store, definition, moved))
         operation.step("start")
         if start:
@@ -206,7 +189,7 @@ def _finish_evacuate(host: ComputeHost, rows: List[Dict[str, Any]]) -> str:
     if started and not any(step.startswith("undo-") for step in steps):
         _finish_evacuation_again(host, moved, Guest(handle))
         return "rolled-forward"
-    _destroy_and_undefine(handle)
+    destroy_and_undefine(handle)
     for volume in moved:
         attachment = host.store.find_attachment(volume.destination_attachment)
         if attachment is not None:
@@ -248,7 +231,7 @@ def recover_evacuated(host: ComputeHost) -> List[str]:
         handle = lookup(host, instance_uuid)
         if handle is not None and not host.store.attachments(instance_uuid=instance_uuid, host=host.host_name):
             destroyed.append(handle.name())
-            _destroy_and_undefine(handle)
+            destroy_and_undefine(handle)
     host.reconcile()
     return destroyed
 
@@ -361,7 +344,7 @@ def _finish_shelve(host: ComputeHost, operation: Operation, guest: Guest, shelve
         host.store.delete_attachment(volume.old_attachment)
     operation.ids.update(volume_id=None, attachment_id=None)
     operation.step("undefine")
-    _destroy_and_undefine(lookup(host, guest.uuid))
+    destroy_and_undefine(lookup(host, guest.uuid))
 
 
 def _finish_shelve_offload(host: ComputeHost, rows: List[Dict[str, Any]]) -> str:
@@ -372,7 +355,7 @@ def _finish_shelve_offload(host: ComputeHost, rows: List[Dict[str, Any]]) -> str
     steps = {row["step"] for row in rows}
     handle = lookup(host, plan["instance_uuid"])
     if "delete-old" in steps and not any(step.startswith("undo-") for step in steps):
-        _destroy_and_undefine(handle)
+        destroy_and_undefine(handle)
         for volume in shelved:
             _reserve_shelved(host, plan["instance_uuid"], volume)
             old = host.store.find_attachment(volume.old_attachment)
@@ -441,7 +424,7 @@ def unshelve(host: ComputeHost, instance_uuid: str, *, start: bool = True) -> An
             changes[attachment.detail["alias"]] = DiskRetarget(alias=alias, disk_xml=template)
         operation.ids.update(volume_id=None, attachment_id=None)
         operation.step("define")
-        undo.push("define", lambda: _destroy_and_undefine(lookup(host, instance_uuid)))
+        undo.push("define", lambda: destroy_and_undefine(lookup(host, instance_uuid)))
         handle = host.connection.defineXML(retarget_disks(definition, changes))
         operation.step("start")
         if start:
@@ -503,7 +486,7 @@ def _finish_unshelve(host: ComputeHost, rows: List[Dict[str, Any]]) -> str:
                 _reconnect(host, attachment)
                 _complete(host, Guest(handle), attachment.id)
         return "rolled-forward"
-    _destroy_and_undefine(handle)
+    destroy_and_undefine(handle)
     for attachment in attachments:
         if attachment is not None and attachment.status != model.RESERVED:
             _disconnect(host, attachment)

@@ -117,6 +117,17 @@ class MovedVolume:
     def from_dict(cls, data: Mapping[str, Any]) -> MovedVolume:
         return cls(**{key: data.get(key) for key in cls.__dataclass_fields__})  # type: ignore[arg-type]
 
+    @classmethod
+    def of(cls, attachment: Attachment) -> MovedVolume:
+        """The plan for one attachment: a fresh destination attachment id, the device's current alias."""
+        return cls(
+            volume_id=attachment.volume_id,
+            source_attachment=attachment.id,
+            destination_attachment=str(uuid.uuid4()),
+            source_alias=attachment.alias or devices.alias_for(attachment.id),
+            tag=attachment.tag,
+        )
+
 
 def live_migrate(
     source: ComputeHost, destination: ComputeHost, domain: str, options: MigrationOptions = MigrationOptions()
@@ -173,16 +184,8 @@ def live_migrate(
 
 def attached_volumes(source: ComputeHost, guest: Guest) -> List[MovedVolume]:
     """The domain's volume attachments on the source; each must be ``attached`` (no flow in flight)."""
-    return [
-        MovedVolume(
-            volume_id=attachment.volume_id,
-            source_attachment=attachment.id,
-            destination_attachment=str(uuid.uuid4()),
-            source_alias=attachment.alias or devices.alias_for(attachment.id),
-            tag=attachment.tag,
-        )
-        for attachment in settled_attachments(source, guest.uuid, "finish or reconcile it before migrating")
-    ]
+    advice = "finish or reconcile it before migrating"
+    return [MovedVolume.of(attachment) for attachment in settled_attachments(source, guest.uuid, advice)]
 
 
 def settled_attachments(host: ComputeHost, instance_uuid: str, advice: str) -> List[Attachment]:
@@ -437,7 +440,11 @@ def finish_live_migration(source: ComputeHost, peers: Mapping[str, ComputeHost],
 
 def _discard_leftover(host: ComputeHost, instance_uuid: str) -> None:
     """A paused incoming copy (destination) or a paused, migrated-away copy (source) is removed."""
-    handle = lookup(host, instance_uuid)
+    destroy_and_undefine(lookup(host, instance_uuid))
+
+
+def destroy_and_undefine(handle: Optional[Any]) -> None:
+    """Stop the domain if it runs and drop its persistent definition (nothing if ``handle`` is None)."""
     if handle is None:
         return
     if handle.isActive():
