@@ -5,8 +5,6 @@ and an HTTP client on the WSGI side of the app (no sockets).
 
 from __future__ import annotations
 
-import socket
-import time
 from pathlib import Path
 from typing import Iterator
 
@@ -90,13 +88,3 @@ def make_client(store: Store, **headers: str) -> httpx.Client:
 def client(store: Store) -> Iterator[httpx.Client]:
     with make_client(store) as http:
         yield http
-
-
-def wait_for_port(port: int, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise TimeoutError(f"nothing listens on port {port}")

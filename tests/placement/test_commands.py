@@ -49,32 +49,14 @@ def test_empty_token_file_is_refused(tmp_path):
 
 def test_served_over_http(tmp_path):
     """uvicorn in front of the ASGI side: body limit, HEAD, request ids."""
-    import subprocess
-    import sys
-    from pathlib import Path
 
     import httpx
 
-    from .conftest import _free_port, wait_for_port
+    from devtag_host.placement.testing import served_placement
 
-    port = _free_port()
-    server = subprocess.Popen(
-        [
-            str(Path(sys.executable).parent / "devtag-host"),
-            "placement",
-            "serve",
-            "--db",
-            f"sqlite:///{tmp_path / 'p.sqlite'}",
-            "--listen",
-            f"127.0.0.1:{port}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        wait_for_port(port)
+    with served_placement(tmp_path / "p.sqlite") as url:
         headers = {"x-auth-token": "admin", "openstack-api-version": "placement 1.17"}
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=headers) as client:
+        with httpx.Client(base_url=url, headers=headers) as client:
             root = client.get("/")
             assert root.status_code == 200 and root.headers["x-openstack-request-id"].startswith("req-")
             big = client.post(
@@ -85,9 +67,6 @@ def test_served_over_http(tmp_path):
             head = client.head("/resource_providers")
             assert head.status_code == 200 and head.content == b""
             assert client.get("/resource_providers", headers={"x-auth-token": ""}).status_code == 401
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
 
 
 def test_wsgi_factory_from_environment(tmp_path, monkeypatch):

@@ -13,7 +13,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from .conftest import _free_port, wait_for_port
+from devtag_host.placement.testing import served_placement
 
 BIN = Path(sys.executable).parent
 
@@ -25,26 +25,16 @@ def openstack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     tmp = tmp_path_factory.mktemp("osc")
     token_file = tmp / "token"
     token_file.write_text("s3cret\n")
-    port = _free_port()
-    server = subprocess.Popen(
-        [
-            str(BIN / "devtag-host"),
-            "placement",
-            "serve",
-            "--db",
-            f"sqlite:///{tmp / 'placement.sqlite'}",
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--auth-token-file",
-            str(token_file),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    with served_placement(tmp / "placement.sqlite", "--auth-token-file", str(token_file)) as url:
+        yield _openstack_runner(url, tmp)
+
+
+def _openstack_runner(url: str, tmp: Path) -> Any:
+    """``openstack ...`` against ``url`` with admin-token auth, as an operator would run it."""
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("OS_")},
         "OS_AUTH_TYPE": "admin_token",
-        "OS_ENDPOINT": f"http://127.0.0.1:{port}",
+        "OS_ENDPOINT": url,
         "OS_TOKEN": "s3cret",
         "OS_PLACEMENT_API_VERSION": "1.17",
         "HOME": str(tmp),
@@ -64,12 +54,7 @@ def openstack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
             return json.loads(result.stdout)
         return result
 
-    try:
-        wait_for_port(port)
-        yield run
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+    return run
 
 
 def test_stock_openstack_client(openstack):

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 import uuid
-from pathlib import Path
 
 import pytest
 
 from devtag_host.placement import reporter
 from devtag_host.placement.app import Placement
+from devtag_host.placement.testing import served_placement
 
-from .conftest import _free_port, wait_for_port
+from .conftest import _free_port
 
 CAPABILITIES = """<capabilities><host><uuid>859a3caa-14f1-40f7-9840-15b193f19a92</uuid>
 <cpu><arch>x86_64</arch><feature name='sse4.2'/><feature name='avx2'/><feature name='avx512f'/>
@@ -134,28 +133,12 @@ def test_report_from_embedded_libvirt(libvirt_conn, define_domain, placement, im
 
 @pytest.mark.libvirt
 def test_report_command(libvirt_conn, libvirt_uri, tmp_path):
-    port = _free_port()
-    devtag_host = str(Path(sys.executable).parent / "devtag-host")
-    server = subprocess.Popen(
-        [
-            devtag_host,
-            "placement",
-            "serve",
-            "--db",
-            f"sqlite:///{tmp_path / 'p.sqlite'}",
-            "--listen",
-            f"127.0.0.1:{port}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        wait_for_port(port)
+    with served_placement(tmp_path / "p.sqlite") as url:
         from devtag_host.cli import main
 
-        argv = ["placement", "report", "--connect", libvirt_uri, "--placement-url", f"http://127.0.0.1:{port}"]
+        argv = ["placement", "report", "--connect", libvirt_uri, "--placement-url", url]
         assert main([*argv, "--name", "cli-node", "--disk-path", str(tmp_path)]) == 0
-        client = reporter.PlacementClient(f"http://127.0.0.1:{port}")
+        client = reporter.PlacementClient(url)
         _, providers = client.call("GET", "/resource_providers?name=cli-node")
         (provider,) = providers["resource_providers"]
         _, inventory = client.call("GET", f"/resource_providers/{provider['uuid']}/inventories")
@@ -172,9 +155,6 @@ def test_report_command(libvirt_conn, libvirt_uri, tmp_path):
         pairs = [set(r["allocations"]) for r in candidates["allocation_requests"]]
         sharer = next(p["uuid"] for p in found["resource_providers"] if p["name"] == "shared-fs")
         assert {provider["uuid"], sharer} in pairs
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
 
 
 @pytest.mark.libvirt

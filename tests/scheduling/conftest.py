@@ -4,8 +4,6 @@ WSGI transport, no sockets) and a reporter client on it."""
 
 from __future__ import annotations
 
-import socket
-import time
 import uuid
 from pathlib import Path
 from typing import Iterator
@@ -55,13 +53,3 @@ def placement(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[report
     yield reporter.PlacementClient("http://placement", session=session)
     session.close()
     store.dispose()
-
-
-def wait_for_port(port: int, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise TimeoutError(f"nothing listens on port {port}")

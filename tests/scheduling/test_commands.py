@@ -5,8 +5,6 @@ service under uvicorn (``devtag-host placement serve``), fed by
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -14,9 +12,8 @@ import pytest
 
 from devtag_host.cli import main
 from devtag_host.placement import reporter
-from devtag_host.placement.testing import free_port
+from devtag_host.placement.testing import free_port, served_placement
 
-from .conftest import wait_for_port
 from .test_end_to_end import arm_node
 
 FLAVOR = {"name": "m1.tiny", "vcpus": 1, "ram": 64, "disk": 1}
@@ -31,32 +28,12 @@ def write(path: Path, data) -> str:
 @pytest.fixture
 def service(libvirt_conn, libvirt_uri, tmp_path):
     """A served placement with the libvirt node (AVX2 as an operator trait) and the arm node."""
-    port = free_port()
-    devtag_host = str(Path(sys.executable).parent / "devtag-host")
-    server = subprocess.Popen(
-        [
-            devtag_host,
-            "placement",
-            "serve",
-            "--db",
-            f"sqlite:///{tmp_path / 'p.sqlite'}",
-            "--listen",
-            f"127.0.0.1:{port}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        wait_for_port(port)
-        url = f"http://127.0.0.1:{port}"
+    with served_placement(tmp_path / "p.sqlite") as url:
         argv = ["placement", "report", "--connect", libvirt_uri, "--placement-url", url]
         node = ["--name", "cli-node", "--trait", "HW_CPU_X86_AVX2", "--disk-path", str(tmp_path)]
         assert main([*argv, *node]) == 0
         reporter.report(reporter.PlacementClient(url), arm_node(), reporter.Settings())
         yield url
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
 
 
 @pytest.mark.libvirt

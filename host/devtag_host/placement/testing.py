@@ -1,8 +1,11 @@
-"""A throw-away PostgreSQL server for tests and benchmarks.
+"""Throw-away services for tests and benchmarks.
 
-``initdb`` + ``pg_ctl`` into a directory, listening on 127.0.0.1 and a free
-port, ``fsync=off``; run as the ``postgres`` user when we are root (initdb
-refuses root).  Debian's binaries: /usr/lib/postgresql/<version>/bin.
+* :func:`throwaway_postgres`: ``initdb`` + ``pg_ctl`` into a directory,
+  listening on 127.0.0.1 and a free port, ``fsync=off``; run as the
+  ``postgres`` user when we are root (initdb refuses root).  Debian's binaries:
+  /usr/lib/postgresql/<version>/bin.
+* :func:`served_placement`: ``devtag-host placement serve`` (uvicorn) in a
+  child process on a free loopback port, the way an operator runs it.
 """
 
 from __future__ import annotations
@@ -13,7 +16,9 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Iterator, List, Optional
 
@@ -30,6 +35,38 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def wait_for_port(port: int, timeout: float = 20.0) -> None:
+    """Return once something accepts connections on 127.0.0.1:``port``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise TimeoutError(f"nothing listens on port {port}")
+
+
+@contextlib.contextmanager
+def served_placement(database: Path, *options: str) -> Iterator[str]:
+    """Run ``devtag-host placement serve`` on the SQLite file ``database``; yield its URL.
+
+    ``options`` go to ``serve`` (e.g. ``--auth-token-file F``).  The server is
+    the console script next to this interpreter, so the test runs what a user runs.
+    """
+    port = free_port()
+    command = [str(Path(sys.executable).parent / "devtag-host"), "placement", "serve"]
+    command += ["--db", f"sqlite:///{database}", "--listen", f"127.0.0.1:{port}", *options]
+    log = database.parent / f"{database.name}.serve.log"  # what went wrong, if it did
+    with open(log, "ab") as output:
+        server = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
+    try:
+        wait_for_port(port)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
 
 
 def _as_postgres(argv: List[str]) -> List[str]:
