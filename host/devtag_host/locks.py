@@ -41,11 +41,18 @@ def lock_directory() -> Path:
 
 
 @contextmanager
-def domain_lock(domain_uuid: str) -> Iterator[None]:
-    """Hold an exclusive lock for the domain with this UUID (blocks until free)."""
+def domain_lock(domain_uuid: str, purpose: str = "") -> Iterator[None]:
+    """Hold an exclusive lock for the domain with this UUID (blocks until free).
+
+    ``purpose`` names a separate lock of the same domain (``"attach"``: the
+    attach flows, which take the tag lock inside).
+    """
     if not domain_uuid or not all(c in "0123456789abcdef-" for c in domain_uuid.lower()):
         raise ValueError(f"not a domain UUID: {domain_uuid!r}")
-    path = lock_directory() / f"{domain_uuid.lower()}.lock"
+    if purpose and not purpose.isalnum():
+        raise ValueError(f"not a lock purpose: {purpose!r}")
+    prefix = f"{purpose}-" if purpose else ""
+    path = lock_directory() / f"{prefix}{domain_uuid.lower()}.lock"
     descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(descriptor, fcntl.LOCK_EX)

@@ -21,10 +21,10 @@ import logging
 import os
 import socket
 import uuid
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Callable, ContextManager, Dict, List, Mapping, Optional, Tuple
 
 from .. import virt
-from ..locks import lock_directory
+from ..locks import domain_lock, lock_directory
 from ..metadata import add_tags
 from ..metadata.model import Domain, TagEntry
 from . import devices, model
@@ -184,19 +184,12 @@ class ComputeHost:
     def guest(self, domain: str) -> Guest:
         return Guest(virt.lookup_domain(self.connection, domain))
 
-    @contextlib.contextmanager
-    def domain_attach_lock(self, guest: Guest) -> Iterator[None]:
+    def domain_attach_lock(self, guest: Guest) -> ContextManager[None]:
         """Serialise attach/detach flows of one domain (target names, tag checks) across processes.
 
-        Separate from :func:`devtag_host.locks.domain_lock`, which ``virt.update_tags`` takes inside.
+        A lock of its own (purpose ``attach``): ``virt.update_tags`` takes the tag lock inside.
         """
-        path = lock_directory() / f"attach-{guest.uuid.lower()}.lock"
-        descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(descriptor)
+        return domain_lock(guest.uuid, "attach")
 
     # -- volumes -----------------------------------------------------------------
 

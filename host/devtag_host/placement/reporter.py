@@ -207,6 +207,17 @@ def read_host(
 # -- placement side ----------------------------------------------------------------------------
 
 
+def client_token(token_file: Optional[str]) -> str:
+    """The token a client sends: the first line of ``--token-file``, else the no-auth token."""
+    if not token_file:
+        return NOAUTH_TOKEN
+    try:
+        with open(token_file, encoding="utf-8") as handle:
+            return handle.read(4096).strip()
+    except OSError as exc:
+        raise InputError(f"--token-file: {exc.strerror}") from None
+
+
 class PlacementClient:
     """A few calls of the placement API over ``requests`` (or any session with ``request``)."""
 
@@ -510,13 +521,7 @@ def _cmd_report(args: argparse.Namespace) -> None:
             args.aggregate = str(uuidlib.UUID(args.aggregate))
         except ValueError:
             raise InputError(f"--aggregate {args.aggregate!r} is not a UUID") from None
-    token = NOAUTH_TOKEN
-    if args.token_file:
-        try:
-            with open(args.token_file, encoding="utf-8") as handle:
-                token = handle.read(4096).strip()
-        except OSError as exc:
-            raise InputError(f"--token-file: {exc.strerror}") from None
+    token = client_token(args.token_file)
     settings = Settings(
         cpu_allocation_ratio=args.cpu_allocation_ratio,
         ram_allocation_ratio=args.ram_allocation_ratio,

@@ -155,17 +155,10 @@ def prefilter_enabled(flag: Optional[bool]) -> bool:
 
 
 def _client(args: argparse.Namespace) -> Any:
-    from ..placement.reporter import NOAUTH_TOKEN, PlacementClient
+    from ..placement.reporter import PlacementClient, client_token
 
-    token = NOAUTH_TOKEN
-    if args.token_file:
-        try:
-            with open(args.token_file, encoding="utf-8") as handle:
-                token = handle.read(4096).strip()
-        except OSError as exc:
-            raise InputError(f"--token-file: {exc.strerror}") from None
     url = args.placement_url or os.environ.get(PLACEMENT_URL_ENV) or DEFAULT_PLACEMENT_URL
-    return PlacementClient(url, token)
+    return PlacementClient(url, client_token(args.token_file))
 
 
 def _cmd_schedule(args: argparse.Namespace) -> None:
