@@ -13,12 +13,11 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from ..errors import InputError, RuntimeFailure
 from .iso import MAX_IMAGE_BYTES, ImageTooLargeError
 
-_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 DEFAULT_LISTEN = "127.0.0.1:8775"
 
 
@@ -164,35 +163,11 @@ def parse_listen(text: str) -> Tuple[str, int]:
     return host, port
 
 
-def instance_data_reader(directory: Path) -> Callable[[str], Mapping[str, Any]]:
-    """Per-instance extras from ``directory/<uuid>/`` (files read on each refresh)."""
-
-    def extras(uuid: str) -> Mapping[str, Any]:
-        base = directory / uuid
-        if not _UUID.match(uuid) or not base.is_dir():
-            return {}
-        fields: Dict[str, Any] = {}
-        if (base / "user_data").is_file():
-            fields["user_data"] = _read(str(base / "user_data"), "user data")
-        if (base / "meta.json").is_file():
-            meta = _read_json_object(str(base / "meta.json"), "meta")
-            fields["meta"] = tuple((str(k), str(v)) for k, v in meta.items())
-        if (base / "public_keys").is_file():
-            text = _read(str(base / "public_keys"), "public keys", 1 << 20).decode("utf-8", "replace")
-            fields["public_keys"] = tuple(public_keys_from_text(text, "key"))
-        if (base / "vendor_data.json").is_file():
-            fields["vendor_data"] = _read_json_object(str(base / "vendor_data.json"), "vendor data")
-        if (base / "network_data.json").is_file():
-            fields["network_data"] = _read_json_object(str(base / "network_data.json"), "network data")
-        return fields
-
-    return extras
-
-
 def _cmd_metadata_server(args: argparse.Namespace) -> None:
     from .. import virt
     from ..metadata_server import MetadataService
     from ..metadata_server.access_log import BufferedStreamSink
+    from ..metadata_server.instance_data import instance_data_reader
 
     host, port = parse_listen(args.listen)
     secret: Optional[bytes] = None

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Dict, FrozenSet, Optional
+from typing import Dict, FrozenSet, Iterable, Optional
 
 from ..configdrive.instance import Instance
+from .domain_facts import NicPort
 from .site import Site, build_site
 
 
@@ -21,6 +22,11 @@ class Entry:
     site: Site
     active: bool
     macs: FrozenSet[str]
+    owner: Optional[str] = None  # the project owning the domain (Nova's <nova:owner>), checked in proxy mode
+    ports: FrozenSet[NicPort] = frozenset()  # where its NICs meet the host (live XML), checked in direct mode
+
+    def port_of(self, mac: str) -> Optional[NicPort]:
+        return next((port for port in self.ports if port.mac == mac), None)
 
 
 class AmbiguousMacError(LookupError):
@@ -36,9 +42,17 @@ class InstanceDirectory:
     def __len__(self) -> int:
         return len(self._by_uuid)
 
-    def put(self, instance: Instance, *, active: bool = True) -> None:
+    def put(
+        self,
+        instance: Instance,
+        *,
+        active: bool = True,
+        owner: Optional[str] = None,
+        ports: Iterable[NicPort] = (),
+    ) -> None:
         """Add or replace an instance (its site is built here, outside the readers' way)."""
-        entry = Entry(instance, build_site(instance), active, frozenset(m.lower() for m in instance.macs))
+        macs = frozenset(m.lower() for m in instance.macs)
+        entry = Entry(instance, build_site(instance), active, macs, owner, frozenset(ports))
         with self._write_lock:
             by_uuid = dict(self._by_uuid)
             by_uuid[instance.uuid] = entry

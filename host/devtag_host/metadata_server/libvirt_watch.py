@@ -24,10 +24,11 @@ from typing import Any, Callable, Dict, List, Mapping, Optional
 
 import libvirt
 
-from .. import virt
 from ..configdrive.domain import instance_from_domain
 from ..errors import DevtagError
+from ..metadata.domain_xml import parse_domain_xml
 from .directory import InstanceDirectory
+from .domain_facts import domain_facts
 
 log = logging.getLogger(__name__)
 
@@ -186,9 +187,12 @@ class LibvirtWatcher:
             return
         seen = set()
         for handle in domains:
-            uuid = handle.UUIDString()
-            seen.add(uuid)
-            self._load(handle, uuid)
+            try:
+                uuid = handle.UUIDString()
+                seen.add(uuid)
+                self._load(handle, uuid)
+            except Exception:  # one domain failing must not stop the resync of the others
+                log.exception("cannot refresh a domain during the resync")
         for uuid in self._directory.uuids() - seen:
             self._directory.remove(uuid)
         self._leases = self._read_leases()
@@ -214,8 +218,9 @@ class LibvirtWatcher:
     def _load(self, handle: libvirt.virDomain, uuid: str) -> None:
         try:
             active = bool(handle.isActive())
-            domain = virt.read_domain(handle, inactive=not active)
-            instance = instance_from_domain(domain, **dict(self._extras(uuid)))
+            xml = handle.XMLDesc(0 if active else libvirt.VIR_DOMAIN_XML_INACTIVE)
+            domain = parse_domain_xml(xml)
+            facts = domain_facts(xml)
         except libvirt.libvirtError as exc:
             if exc.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
                 self._directory.remove(uuid)
@@ -225,7 +230,24 @@ class LibvirtWatcher:
             log.warning("not serving domain %s: %s", uuid, exc)
             self._directory.remove(uuid)
             return
-        self._directory.put(instance, active=active)
+        try:
+            extras = dict(self._extras(uuid))
+        except Exception as exc:  # one instance's bad --instance-data must not stop the others
+            kept = self._directory.by_uuid(uuid) is not None
+            log.warning(
+                "instance data of %s unusable (%s); %s",
+                uuid,
+                exc,
+                "keeping its previous pages" if kept else "not serving it",
+            )
+            return
+        try:
+            instance = instance_from_domain(domain, **extras)
+            self._directory.put(instance, active=active, owner=facts.owner, ports=facts.ports)
+        except (DevtagError, ValueError, TypeError, RecursionError) as exc:
+            log.warning("not serving domain %s: %s", uuid, exc)
+            self._directory.remove(uuid)
+            return
         log.debug("serving %s (%s, %d devices)", uuid, "running" if active else "defined", len(instance.devices))
 
     def _read_leases(self) -> Dict[str, str]:

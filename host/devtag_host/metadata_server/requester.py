@@ -202,7 +202,12 @@ class ProxyIdentifier:
         self._secret = secret
 
     def identify(self, client: Optional[str], headers: Sequence[Tuple[bytes, bytes]]) -> Verdict:
-        wanted = {name: value.decode("latin-1") for name, value in headers if name in _PROXY_HEADERS}
+        wanted: Dict[bytes, str] = {}
+        for name, value in headers:
+            if name in _PROXY_HEADERS:
+                if name in wanted:  # which copy would the proxy have meant? Refuse to guess.
+                    return Refusal(400, f"duplicate {name.decode('ascii')} header")
+                wanted[name] = value.decode("latin-1")
         instance_id = wanted.get(b"x-instance-id")
         signature = wanted.get(b"x-instance-id-signature")
         tenant = wanted.get(b"x-tenant-id")
@@ -216,7 +221,9 @@ class ProxyIdentifier:
         entry = self._directory.by_uuid(instance_id)
         if entry is None:
             return Refusal(404, f"no instance {instance_id}")
-        if entry.instance.project_id and not hmac.compare_digest(entry.instance.project_id, tenant):
+        owner = entry.owner or entry.instance.project_id
+        # Bytes, not str: compare_digest refuses non-ASCII str (a 500 for a tenant like "é").
+        if owner and not hmac.compare_digest(owner.encode("utf-8"), tenant.encode("latin-1")):
             return Refusal(403, "tenant does not own the instance")
         # X-Forwarded-For (the guest's address, as the proxy saw it) is only logged, and only when signed for.
         forwarded = wanted.get(b"x-forwarded-for", "")[:64]
