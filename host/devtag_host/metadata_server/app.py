@@ -104,6 +104,12 @@ class MetadataEndpoint:
         if self._log_requests:
             self._log(started, address, scope, path, problem.status, len(body), instance, problem.reason)
 
+    def log_refusal(self, client: Optional[str], status: int, reason: str) -> None:
+        """An access log line for a connection the HTTP layer refused before any request reached us."""
+        if self._log_requests:
+            line = access_line(time.time(), client, "-", "-", status, 0, None, reason, 0.0)
+            self._access_log(line)  # type: ignore[misc]
+
     def _log(
         self,
         started: float,
@@ -175,6 +181,7 @@ class MetadataApp:
     def __init__(self, endpoint: MetadataEndpoint, service: Starlette) -> None:
         self.endpoint = endpoint
         self.service = service
+        self.log_refusal = endpoint.log_refusal  # the HTTP layer's refusals (server.server_config)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"] != HEALTH_PATH:

@@ -7,7 +7,10 @@
   :data:`MAX_BODY_BYTES` (400, connection closed).
 * A request head must arrive within :data:`REQUEST_HEAD_TIMEOUT` seconds
   (slowloris); idle keep-alive connections close after ``timeout_keep_alive`` seconds;
-  at most ``limit_concurrency`` connections are served at once (503 beyond).
+  at most ``limit_concurrency`` connections are served at once (503 beyond), and
+  at most ``per_source_limit`` of them from one source address (503 and closed
+  beyond: one guest holding half-sent requests cannot starve the others).
+  Every such refusal is written to the access log.
 """
 
 from __future__ import annotations
@@ -25,6 +28,16 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 MAX_REQUEST_HEAD_BYTES = 16 * 1024
 MAX_BODY_BYTES = 1024
 REQUEST_HEAD_TIMEOUT = 10.0
+DEFAULT_CONNECTION_LIMIT = 2048
+DEFAULT_PER_SOURCE_LIMIT = 64
+_HEAD_END = b"\r\n\r\n"
+_BUSY = (
+    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\n"
+    b"content-length: 19\r\nconnection: close\r\n\r\nService Unavailable"
+)
+
+# (client address or None, HTTP status, reason) -> None: writes an access log line.
+RefusalLog = Callable[[Optional[str], int, str], None]
 
 log = logging.getLogger(__name__)
 
@@ -45,10 +58,13 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     """
 
     head_timeout = REQUEST_HEAD_TIMEOUT
+    per_source_limit = DEFAULT_PER_SOURCE_LIMIT
+    log_refusal: Optional[RefusalLog] = None  # set per server by server_config()
     _head_bytes = 0
     _body_bytes = 0
     _in_head = True
     _head_started: Optional[float] = None  # when we began waiting for a head; None while serving
+    _source: Any = None  # the key this connection is counted under in _sources
 
     def connection_made(self, transport: Any) -> None:  # type: ignore[override]
         # uvicorn writes the head and the body of a response separately: without
@@ -59,15 +75,56 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().connection_made(transport)
         self._head_started = self.loop.time()
         _sweep_slow_heads(self.loop, self.connections, self.head_timeout)
+        self._count_source(transport.get_extra_info("peername"))
+
+    def _count_source(self, peer: Any) -> None:
+        """Count the connection under its source; over the per-source limit: 503 and close."""
+        if not isinstance(peer, tuple) or not peer:
+            return
+        # IPv6: the scope id too, or every guest's fe80:: address on every bridge would be one source.
+        source = (peer[0], peer[3]) if len(peer) == 4 else peer[0]
+        sources = _sources_of(self.server_state)
+        count = sources.get(source, 0) + 1
+        sources[source] = count
+        self._source = source
+        if count > self.per_source_limit:
+            self._head_started = None
+            self.transport.write(_BUSY)
+            self.transport.close()
+            self._refused(503, f"per-source connection limit ({self.per_source_limit})")
+
+    def connection_lost(self, exc: Optional[Exception]) -> None:
+        if self._source is not None:
+            sources = _sources_of(self.server_state)
+            left = sources.get(self._source, 1) - 1
+            if left > 0:
+                sources[self._source] = left
+            else:
+                sources.pop(self._source, None)
+            self._source = None
+        super().connection_lost(exc)
+
+    def _refused(self, status: int, reason: str) -> None:
+        if self.log_refusal is not None:
+            client = self.client[0] if self.client else None
+            self.log_refusal(client, status, reason)
 
     def data_received(self, data: bytes) -> None:
         # Counting bytes here, not in httptools' per-header callbacks, costs one
         # Python call per segment instead of one per header (~8% of throughput).
-        # Pipelined requests arriving in one burst are counted together.
+        # Only when a segment takes the count over the cap are its heads measured
+        # one by one: pipelined requests arriving in one burst are each within it.
         if self._in_head:
             self._head_bytes += len(data)
             if self._head_bytes > MAX_REQUEST_HEAD_BYTES:
-                self.send_400_response("Request head too large.")
+                pending = _pending_head(self._head_bytes - len(data), data)
+                if pending is None:
+                    self.send_400_response("Request head too large.")
+                    self._refused(400, "request head too large")
+                    return
+                super().data_received(data)
+                if self._in_head:
+                    self._head_bytes = pending  # the unfinished head after the burst
                 return
         super().data_received(data)
 
@@ -75,6 +132,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._in_head = False
         self._head_started = None
         self._body_bytes = 0
+        limit = self.limit_concurrency
+        if limit is not None and (len(self.connections) >= limit or len(self.tasks) >= limit):
+            self._refused(503, f"connection limit ({limit})")  # uvicorn answers 503
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
@@ -91,6 +151,29 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if self._body_bytes > MAX_BODY_BYTES:
             raise RequestTooLarge("request body too large")
         super().on_body(body)
+
+
+def _pending_head(before: int, data: bytes) -> Optional[int]:
+    """Bytes of the unfinished head after ``data``, or None if any head in it is over the cap.
+
+    ``before`` bytes of the current head came before ``data``.  A head ending
+    exactly across two segments is counted up to 3 bytes long.
+    """
+    heads = data.split(_HEAD_END)
+    if before + len(heads[0]) > MAX_REQUEST_HEAD_BYTES:
+        return None
+    if any(len(head) > MAX_REQUEST_HEAD_BYTES for head in heads[1:]):
+        return None
+    return len(heads[-1]) if len(heads) > 1 else before + len(heads[0])
+
+
+def _sources_of(state: Any) -> Dict[Any, int]:
+    """The per-source connection counts of one server (kept on uvicorn's per-server state)."""
+    sources = getattr(state, "devtag_sources", None)
+    if sources is None:
+        sources = {}
+        state.devtag_sources = sources
+    return sources
 
 
 # One sweep per server (its set of connections); the set is kept referenced so
@@ -141,15 +224,22 @@ def server_config(
     port: int = 8775,
     fd: Optional[int] = None,
     timeout_keep_alive: int = 5,
-    limit_concurrency: int = 2048,
+    limit_concurrency: int = DEFAULT_CONNECTION_LIMIT,
+    per_source_limit: int = DEFAULT_PER_SOURCE_LIMIT,
 ) -> uvicorn.Config:
+    """uvicorn's configuration; refusals go to ``app.log_refusal`` if the app has one."""
+    protocol = type(
+        "MetadataHttpProtocol",
+        (BoundedHttpToolsProtocol,),
+        {"per_source_limit": per_source_limit, "log_refusal": staticmethod(getattr(app, "log_refusal", None))},
+    )
     return uvicorn.Config(
         app,
         host=host,
         port=port,
         fd=fd,
         loop="uvloop",
-        http=BoundedHttpToolsProtocol,
+        http=protocol,
         lifespan="off",
         proxy_headers=False,
         server_header=False,
