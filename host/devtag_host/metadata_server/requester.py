@@ -2,11 +2,14 @@
 
 Two ways, never mixed:
 
-* **direct** (default): the TCP source address -> a MAC, from libvirt's DHCP
-  leases and the host's neighbour table -> the instance with that NIC.  When
-  the lease and the neighbour table disagree about an address, or two
-  instances own the MAC, the request is refused.  Request headers
-  (``X-Forwarded-For``, ``X-Instance-ID``) are ignored.
+* **direct** (default): the TCP source address (with its interface, for
+  IPv6 link-local) -> the MAC the host's neighbour table sends answers to,
+  as the table is when the request arrives -> the instance with that NIC,
+  provided the request came in on that NIC's tap (or on its bridge, whose
+  forwarding table puts the MAC on that tap).  Ambiguity is refused (403):
+  an address on several interfaces, an address that recently changed MAC,
+  a neighbour entry contradicting libvirt's DHCP lease, a MAC two instances
+  own.  Request headers (``X-Forwarded-For``, ``X-Instance-ID``) are ignored.
 * **proxy** (a shared secret is configured): Nova's headers
   ``X-Instance-ID``, ``X-Tenant-ID`` and ``X-Instance-ID-Signature`` (hex
   HMAC-SHA256 of the instance id under the secret, compared in constant
@@ -21,15 +24,13 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
-import json
 import logging
-import subprocess
-import threading
-import time
 from dataclasses import dataclass
 from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 from .directory import AmbiguousMacError, Entry, InstanceDirectory
+from .domain_facts import NicPort
+from .neighbours import Neighbour, NeighbourTable
 
 log = logging.getLogger(__name__)
 
@@ -75,93 +76,118 @@ def read_proc_arp(path: str = PROC_ARP) -> Dict[str, str]:
     return table
 
 
-def read_ipv6_neighbours() -> Dict[str, str]:
-    """IPv6 neighbours (``ip -6 -j neigh``): address -> lower-case MAC."""
-    try:
-        out = subprocess.run(
-            ["ip", "-6", "-j", "neigh", "show"], capture_output=True, timeout=2, check=True, text=True
-        ).stdout
-        rows = json.loads(out or "[]")
-    except (OSError, subprocess.SubprocessError, ValueError) as exc:
-        log.warning("cannot read the IPv6 neighbour table: %s", exc)
-        return {}
-    return {
-        row["dst"]: row["lladdr"].lower()
-        for row in rows
-        if row.get("lladdr") and "FAILED" not in row.get("state", []) and "INCOMPLETE" not in row.get("state", [])
-    }
+@dataclass(frozen=True)
+class Located:
+    """Where a source address leads: the MAC the host sends its answers to."""
+
+    mac: str
+    via: str  # 'neighbour' or 'lease'
+    ifindex: Optional[int] = None  # the interface of the neighbour entry (None: injected tables)
 
 
 class AddressBook:
-    """Source address -> MAC, from DHCP leases and the neighbour table, cached briefly.
+    """Source address -> MAC, decided from the host's tables as they are when the request arrives.
 
-    The tables are re-read when older than ``max_age`` seconds, and on a miss
-    at most every ``miss_interval`` seconds (so unknown sources cannot make
-    us re-read them on every request).
+    By default the kernel's neighbour and bridge forwarding tables, mirrored
+    live by :class:`~.neighbours.NeighbourTable` (no cache that outlives a
+    change), keyed by interface: an IPv6 link-local address is looked up on
+    the interface of its scope id; any other address must be a neighbour on
+    exactly one interface.  Refused with 403: an address on several
+    interfaces, an address whose MAC changed within the last 30 s
+    (contested), a neighbour entry disagreeing with libvirt's DHCP lease.
+
+    ``neighbours``/``neighbours6`` replace the kernel's tables by fixed ones
+    (address -> MAC, read on every lookup, no interface): for tests and for
+    embedding where the caller knows better.
     """
 
     def __init__(
         self,
         *,
         leases: Callable[[], Mapping[str, str]] = dict,
-        neighbours: Callable[[], Mapping[str, str]] = read_proc_arp,
-        neighbours6: Callable[[], Mapping[str, str]] = read_ipv6_neighbours,
-        max_age: float = 2.0,
-        miss_interval: float = 0.1,
-        clock: Callable[[], float] = time.monotonic,
+        neighbours: Optional[Callable[[], Mapping[str, str]]] = None,
+        neighbours6: Optional[Callable[[], Mapping[str, str]]] = None,
+        table: Optional[NeighbourTable] = None,
     ) -> None:
         self._leases = leases
-        self._neighbours = neighbours
-        self._neighbours6 = neighbours6
-        self._max_age = max_age
-        self._miss_interval = miss_interval
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._lease_table: Mapping[str, str] = {}
-        self._neighbour_table: Mapping[str, str] = {}
-        self._read_at = float("-inf")
-        self._read6_at = float("-inf")
+        self._fixed: Optional[Tuple[Callable[[], Mapping[str, str]], ...]] = None
+        if neighbours is not None or neighbours6 is not None:
+            self._fixed = (neighbours or dict, neighbours6 or dict)
+        self.table = None if self._fixed is not None else (table or NeighbourTable())
 
-    def _refresh(self, ipv6: bool) -> None:
-        with self._lock:
-            now = self._clock()
-            self._lease_table = {ip: mac.lower() for ip, mac in self._leases().items()}
-            table = dict(self._neighbours())
-            if ipv6:
-                self._read6_at = now
-                table.update(self._neighbours6())
-            else:
-                table.update({ip: mac for ip, mac in self._neighbour_table.items() if ":" in ip})
-            self._neighbour_table = table
-            self._read_at = now
-
-    def lookup(self, address: str) -> Union[tuple, Refusal]:
+    def lookup(self, address: str) -> Union[Tuple[str, str], Refusal]:
         """``(mac, 'lease'|'neighbour')`` for a source address, or a Refusal."""
-        now = self._clock()
-        if now - self._read_at <= self._max_age:
-            found = self._find(address)  # uvicorn gives addresses in canonical form
-            if found is not None:
-                return found
+        found = self.locate(address)
+        return found if isinstance(found, Refusal) else (found.mac, found.via)
+
+    def locate(self, client: str) -> Union[Located, Refusal]:
+        """The MAC (and interface) behind a source address (``addr`` or ``addr%scope``)."""
+        if self.table is None:
+            return self._locate_fixed(client)
+        table = self.table
+        table.sync()
+        if "%" not in client:
+            entries = table.neighbours_of(client)  # uvicorn gives addresses in canonical form
+            if len(entries) == 1:
+                return self._checked(client, entries[0])
+        text, _, scope = client.partition("%")
         try:
-            address = str(ipaddress.ip_address(address.split("%", 1)[0]))
+            address = str(ipaddress.ip_address(text))
         except ValueError:
             return Refusal(404, "unparsable source address")
-        ipv6 = ":" in address
-        stale = now - self._read_at > self._max_age
-        if stale or (self._find(address) is None and now - self._read_at > self._miss_interval):
-            self._refresh(ipv6=ipv6 and now - self._read6_at > self._miss_interval)
-        return self._find(address) or Refusal(404, f"no lease or neighbour entry for {address}")
+        if scope:
+            index = int(scope) if scope.isdigit() else table.index_of(scope)
+            entry = table.neighbour(index, address) if index else None
+            entries = [entry] if entry is not None else []
+        else:
+            entries = table.neighbours_of(address)
+        if not entries:
+            return Refusal(404, f"no neighbour entry for {client}")
+        if len(entries) > 1:
+            return Refusal(403, f"{address} is a neighbour on {len(entries)} interfaces (ambiguous)")
+        return self._checked(address, entries[0])
 
-    def _find(self, address: str) -> Union[tuple, Refusal, None]:
-        leased = self._lease_table.get(address)
-        seen = self._neighbour_table.get(address)
+    def _checked(self, address: str, entry: Neighbour) -> Union[Located, Refusal]:
+        assert self.table is not None and entry.mac is not None
+        age = self.table.contested_for(entry.ifindex, address)
+        if age is not None:
+            return Refusal(403, f"{address} changed MAC to {entry.mac} {age:.1f} s ago (contested)")
+        leased = self._leases().get(address)
+        if leased and leased.lower() != entry.mac:
+            return Refusal(403, f"{address} is leased to {leased.lower()} but used by {entry.mac}")
+        return Located(entry.mac, "neighbour", entry.ifindex)
+
+    def _locate_fixed(self, client: str) -> Union[Located, Refusal]:
+        assert self._fixed is not None
+        try:
+            address = str(ipaddress.ip_address(client.split("%", 1)[0]))
+        except ValueError:
+            return Refusal(404, "unparsable source address")
+        leased = {ip: mac.lower() for ip, mac in self._leases().items()}.get(address)
+        seen = self._fixed[1 if ":" in address else 0]().get(address)
+        seen = seen.lower() if seen else None
         if leased and seen and leased != seen:
             return Refusal(403, f"{address} is leased to {leased} but used by {seen}")
         if leased:
-            return (leased, "lease")
+            return Located(leased, "lease")
         if seen:
-            return (seen, "neighbour")
-        return None
+            return Located(seen, "neighbour")
+        return Refusal(404, f"no lease or neighbour entry for {address}")
+
+    def unbound(self, found: Located, port: Optional[NicPort]) -> Optional[str]:
+        """Why the request did not come in on the NIC's own tap (or its bridge port); None if it did.
+
+        Nothing to check without an interface (fixed tables) or without a tap
+        (an instance not read from a running domain's live XML).
+        """
+        if self.table is None or found.ifindex is None or port is None or port.tap is None:
+            return None
+        tap = self.table.index_of(port.tap)
+        if tap is None:
+            return f"the tap {port.tap} of {found.mac} does not exist"
+        if tap == found.ifindex or self.table.port_of(found.ifindex, found.mac) == tap:
+            return None
+        return f"{found.mac} is not reached through its NIC's tap {port.tap}"
 
 
 class DirectIdentifier:
@@ -174,17 +200,20 @@ class DirectIdentifier:
     def identify(self, client: Optional[str], headers: Sequence[Tuple[bytes, bytes]]) -> Verdict:
         if not client:
             return Refusal(404, "no source address")
-        found = self._addresses.lookup(client)
+        found = self._addresses.locate(client)
         if isinstance(found, Refusal):
             return found
-        mac, via = found
         try:
-            entry = self._directory.by_mac(mac)
+            entry = self._directory.by_mac(found.mac)
         except AmbiguousMacError as exc:
             return Refusal(403, str(exc))
         if entry is None:
-            return Refusal(404, f"{client} ({mac}) is no known instance")
-        return Identity(entry, via)
+            return Refusal(404, f"{client} ({found.mac}) is no known instance")
+        if entry.ports:
+            problem = self._addresses.unbound(found, entry.port_of(found.mac))
+            if problem is not None:
+                return Refusal(403, problem)
+        return Identity(entry, found.via)
 
 
 def instance_signature(secret: bytes, instance_id: str) -> str:

@@ -75,7 +75,11 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().connection_made(transport)
         self._head_started = self.loop.time()
         _sweep_slow_heads(self.loop, self.connections, self.head_timeout)
-        self._count_source(transport.get_extra_info("peername"))
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, tuple) and len(peer) == 4 and peer[3] and self.client:
+            # IPv6 link-local: the same address can be on every bridge; keep the interface (scope id).
+            self.client = (f"{self.client[0]}%{peer[3]}", self.client[1])
+        self._count_source(peer)
 
     def _count_source(self, peer: Any) -> None:
         """Count the connection under its source; over the per-source limit: 503 and close."""
