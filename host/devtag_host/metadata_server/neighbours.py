@@ -25,6 +25,7 @@ from __future__ import annotations
 import errno
 import ipaddress
 import logging
+import select
 import socket
 import struct
 import time
@@ -134,6 +135,7 @@ class NeighbourTable:
     def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._events: Optional[socket.socket] = None
+        self._poll: Optional[select.poll] = None
         self._neighbours: Dict[Tuple[int, str], Neighbour] = {}
         self._by_address: Dict[str, Dict[int, Neighbour]] = {}
         self._fdb: Dict[Tuple[int, str], int] = {}
@@ -145,10 +147,18 @@ class NeighbourTable:
     # --- lookups (call sync() first) -------------------------------------------------------
 
     def sync(self) -> None:
-        """Apply every change the kernel has announced so far."""
-        if self._events is None:
+        """Apply every change the kernel has announced so far.
+
+        One ``poll`` when nothing changed (the common case: ~0.5 µs, cheaper
+        than a ``recv`` that raises).
+        """
+        if self._poll is None:
             self._open()
-            return
+        elif self._poll.poll(0):
+            self._drain()
+
+    def _drain(self) -> None:
+        assert self._events is not None
         while True:
             try:
                 size = self._events.recv_into(self._buffer, 0, socket.MSG_DONTWAIT)
@@ -164,7 +174,19 @@ class NeighbourTable:
 
     def neighbours_of(self, address: str) -> List[Neighbour]:
         """The usable entries for ``address`` on every interface."""
-        return [n for n in self._by_address.get(address, {}).values() if n.usable]
+        found = self._by_address.get(address)
+        if not found:
+            return []
+        return [n for n in found.values() if n.mac is not None and n.state & NUD_VALID]
+
+    def sole(self, address: str) -> Optional[Neighbour]:
+        """The entry for ``address`` if it is on one interface only and usable (the fast path)."""
+        found = self._by_address.get(address)
+        if found is not None and len(found) == 1:
+            for entry in found.values():
+                if entry.mac is not None and entry.state & NUD_VALID:
+                    return entry
+        return None
 
     def neighbour(self, ifindex: int, address: str) -> Optional[Neighbour]:
         found = self._neighbours.get((ifindex, address))
@@ -172,6 +194,8 @@ class NeighbourTable:
 
     def contested_for(self, ifindex: int, address: str) -> Optional[float]:
         """Seconds since the address's MAC changed on that interface, if within CONTESTED_SECONDS."""
+        if not self._moved:
+            return None
         moved = self._moved.get((ifindex, address))
         if moved is None:
             return None
@@ -207,7 +231,9 @@ class NeighbourTable:
             raise
         self._events = events  # subscribed before the dump: nothing falls in between
         self._dump_all()
-        self.sync()
+        self._drain()
+        self._poll = select.poll()
+        self._poll.register(events, select.POLLIN)
 
     def _dump_all(self) -> None:
         self._neighbours.clear()
@@ -271,3 +297,4 @@ class NeighbourTable:
         if self._events is not None:
             self._events.close()
             self._events = None
+            self._poll = None
