@@ -8,7 +8,7 @@ Needs root (a network namespace), wrk and nginx.  In one run it:
    #500's NIC MAC (traffic stays on that veth pair);
 2. starts the metadata server as ONE separate process (uvicorn, uvloop,
    httptools) with 1,000 registered instances (6 devices each), identifying
-   the requester for real: source address -> /proc/net/arp -> MAC -> instance;
+   the requester for real: source address -> the kernel's neighbour table (rtnetlink) -> MAC -> instance;
 3. starts nginx (one worker, access log off) serving the same bytes as a
    static file, on the same veth address;
 4. runs ``wrk -t1 -c<connections> --latency`` from inside the namespace, in

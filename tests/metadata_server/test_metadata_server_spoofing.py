@@ -239,9 +239,15 @@ def test_the_same_ipv6_link_local_address_on_two_bridges_gets_each_its_own_data(
     same = "fe80::dead:1/64"
     guest_a = lab.guest(first, MAC_A, same)
     guest_b = lab.guest(second, MAC_B, same)
-    port = serve_on(create_app(directory_with_taps(guest_a.tap, first, guest_b.tap, second)), "::")
+    app = create_app(directory_with_taps(guest_a.tap, first, guest_b.tap, second))
+    # One listener per network (two event loops sharing one app and one table).
+    ports = {
+        guest_a.namespace: serve_on(app, f"fe80::1%{first}"),
+        guest_b.namespace: serve_on(app, f"fe80::1%{second}"),
+    }
     for _round in range(2):
         for guest, uuid, other in ((guest_a, UUID_A, UUID_B), (guest_b, UUID_B, UUID_A)):
+            port = ports[guest.namespace]
             outcome = lab.fetch(guest, f"fe80::1%{guest.device}", port, source=f"fe80::dead:1%{guest.device}")
             assert other not in outcome["body"], outcome
             assert outcome["status"] == 200 and json.loads(outcome["body"])["uuid"] == uuid, outcome
@@ -254,5 +260,32 @@ def test_a_mac_on_another_tap_than_its_nics_is_refused(lab: Lab, serve_on: Calla
     guest = lab.guest(bridge, MAC_A, f"{net}.2/24")
     other = lab.guest(bridge, MAC_B, f"{net}.3/24")
     port = serve_on(create_app(directory_with_taps(other.tap, bridge, guest.tap, bridge)), f"{net}.1")
+    outcome = lab.fetch(guest, f"{net}.1", port)
+    assert outcome["status"] == 403 and UUID_A not in outcome["body"], outcome
+
+
+def test_the_same_ipv4_address_on_two_bridges_is_refused_for_both(lab: Lab, serve_on: Callable[..., int]) -> None:
+    """Two networks with one IPv4 range: which guest is 198.18.x.2 cannot be told: 403, never the other's data."""
+    net = subnet()
+    first, second = lab.bridge(f"{net}.1/24"), lab.bridge(f"{net}.1/24")
+    guest_a = lab.guest(first, MAC_A, f"{net}.2/24")
+    guest_b = lab.guest(second, MAC_B, f"{net}.2/24")
+    port = serve_on(create_app(directory_with_taps(guest_a.tap, first, guest_b.tap, second)), f"{net}.1")
+    alone = lab.fetch(guest_a, f"{net}.1", port)
+    assert alone["status"] == 200 and json.loads(alone["body"])["uuid"] == UUID_A, alone
+    lab.fetch(guest_b, f"{net}.1", port)  # its ARP request gives the host a second 198.18.x.2, on the other bridge
+    for guest in (guest_a, guest_b):
+        outcome = lab.fetch(guest, f"{net}.1", port)
+        assert UUID_A not in outcome["body"] and UUID_B not in outcome["body"], outcome
+        assert outcome["status"] in (403, None), outcome  # None: the host's answer went to the other bridge
+
+
+def test_the_mac_of_a_stopped_domain_identifies_nobody(lab: Lab, serve_on: Callable[..., int]) -> None:
+    net = subnet()
+    bridge = lab.bridge(f"{net}.1/24")
+    guest = lab.guest(bridge, MAC_A, f"{net}.2/24")
+    directory = InstanceDirectory()
+    directory.put(sample_instance(UUID_A, MAC_A, "alpha"), active=False)  # defined, not running: no tap
+    port = serve_on(create_app(directory), f"{net}.1")
     outcome = lab.fetch(guest, f"{net}.1", port)
     assert outcome["status"] == 403 and UUID_A not in outcome["body"], outcome

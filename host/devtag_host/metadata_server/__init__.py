@@ -55,6 +55,7 @@ class MetadataService:
         self.watcher = LibvirtWatcher(connection, self.directory, extras=extras, reconnect=reconnect)
         if proxy_secret is None and addresses is None:
             addresses = AddressBook(leases=self.watcher.leases)
+        self._addresses = addresses
         self.app = create_app(
             self.directory,
             proxy_secret=proxy_secret,
@@ -91,3 +92,6 @@ class MetadataService:
             self._server.stop()
             self._server = None
         self.watcher.stop()
+        table = getattr(self._addresses, "table", None)
+        if table is not None:
+            table.close()

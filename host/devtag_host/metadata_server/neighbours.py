@@ -28,6 +28,7 @@ import logging
 import select
 import socket
 import struct
+import threading
 import time
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
@@ -137,7 +138,10 @@ class NeighbourTable:
         self._events: Optional[socket.socket] = None
         self._poll: Optional[select.poll] = None
         self._neighbours: Dict[Tuple[int, str], Neighbour] = {}
-        self._by_address: Dict[str, Dict[int, Neighbour]] = {}
+        # address -> its entries: a tuple replaced whole on each change, so that readers in
+        # another thread (two servers sharing one table) never iterate a changing container.
+        self._by_address: Dict[str, Tuple[Neighbour, ...]] = {}
+        self._lock = threading.Lock()  # one thread applies announcements at a time, in order
         self._fdb: Dict[Tuple[int, str], int] = {}
         self._moved: Dict[Tuple[int, str], float] = {}
         self._last_mac: Dict[Tuple[int, str], str] = {}
@@ -153,9 +157,12 @@ class NeighbourTable:
         than a ``recv`` that raises).
         """
         if self._poll is None:
-            self._open()
+            with self._lock:
+                if self._poll is None:
+                    self._open()
         elif self._poll.poll(0):
-            self._drain()
+            with self._lock:
+                self._drain()
 
     def _drain(self) -> None:
         assert self._events is not None
@@ -174,18 +181,15 @@ class NeighbourTable:
 
     def neighbours_of(self, address: str) -> List[Neighbour]:
         """The usable entries for ``address`` on every interface."""
-        found = self._by_address.get(address)
-        if not found:
-            return []
-        return [n for n in found.values() if n.mac is not None and n.state & NUD_VALID]
+        return [n for n in self._by_address.get(address, ()) if n.mac is not None and n.state & NUD_VALID]
 
     def sole(self, address: str) -> Optional[Neighbour]:
         """The entry for ``address`` if it is on one interface only and usable (the fast path)."""
         found = self._by_address.get(address)
         if found is not None and len(found) == 1:
-            for entry in found.values():
-                if entry.mac is not None and entry.state & NUD_VALID:
-                    return entry
+            entry = found[0]
+            if entry.mac is not None and entry.state & NUD_VALID:
+                return entry
         return None
 
     def neighbour(self, ifindex: int, address: str) -> Optional[Neighbour]:
@@ -269,13 +273,13 @@ class NeighbourTable:
 
     def _apply_neighbour(self, entry: Neighbour, *, deleted: bool) -> None:
         key = (entry.ifindex, entry.address)
+        others = tuple(n for n in self._by_address.get(entry.address, ()) if n.ifindex != entry.ifindex)
         if deleted:
             self._neighbours.pop(key, None)
-            on_interfaces = self._by_address.get(entry.address)
-            if on_interfaces is not None:
-                on_interfaces.pop(entry.ifindex, None)
-                if not on_interfaces:
-                    del self._by_address[entry.address]
+            if others:
+                self._by_address[entry.address] = others
+            else:
+                self._by_address.pop(entry.address, None)
             return
         if entry.mac is None:  # INCOMPLETE/FAILED announcements carry no MAC: keep the last one, unusable
             previous = self._neighbours.get(key)
@@ -291,9 +295,13 @@ class NeighbourTable:
                 self._last_mac.clear()
             self._last_mac[key] = entry.mac
         self._neighbours[key] = entry
-        self._by_address.setdefault(entry.address, {})[entry.ifindex] = entry
+        self._by_address[entry.address] = (*others, entry)
 
     def close(self) -> None:
+        with self._lock:
+            self._close()
+
+    def _close(self) -> None:
         if self._events is not None:
             self._events.close()
             self._events = None

@@ -210,6 +210,8 @@ class DirectIdentifier:
             return Refusal(403, str(exc))
         if entry is None:
             return Refusal(404, f"{client} ({found.mac}) is no known instance")
+        if found.ifindex is not None and not entry.active:
+            return Refusal(403, f"{found.mac} belongs to {entry.instance.uuid}, which is not running")
         if entry.ports:
             problem = self._addresses.unbound(found, entry.port_of(found.mac))
             if problem is not None:

@@ -261,9 +261,11 @@ class BackgroundServer:
 
     def __init__(self, app: Any, *, host: str = "127.0.0.1", port: int = 0, **options: Any) -> None:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        # getaddrinfo turns "fe80::1%br0" into a scope id: one listener per network.
+        address = socket.getaddrinfo(host, port, family, socket.SOCK_STREAM, 0, socket.AI_NUMERICHOST)[0][4]
         self._socket = socket.socket(family, socket.SOCK_STREAM)
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._socket.bind((host, port))
+        self._socket.bind(address)
         self.host = host
         self.port: int = self._socket.getsockname()[1]
         self._server = uvicorn.Server(server_config(app, host=host, port=self.port, **options))
