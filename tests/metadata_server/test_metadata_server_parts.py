@@ -156,3 +156,14 @@ def test_systemd_unit_verifies(tmp_path: Path) -> None:
         if line.strip() and "/usr/local/bin/devtag-host is not executable" not in line  # not installed here
     ]
     assert problems == []
+
+
+def test_without_rtnetlink_direct_mode_answers_503_not_500(monkeypatch: pytest.MonkeyPatch) -> None:
+    from devtag_host.metadata_server.neighbours import NeighbourTable
+
+    def refused(_self: object) -> None:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(NeighbourTable, "_open", refused)
+    found = AddressBook().locate("10.0.0.9")
+    assert isinstance(found, Refusal) and found.status == 503

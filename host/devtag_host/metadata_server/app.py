@@ -42,6 +42,7 @@ _REFUSALS = {
     413: b"Payload Too Large",
     414: b"URI Too Long",
     431: b"Request Header Fields Too Large",
+    503: b"Service Unavailable",
 }
 
 

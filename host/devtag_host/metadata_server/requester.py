@@ -127,7 +127,11 @@ class AddressBook:
         if self.table is None:
             return self._locate_fixed(client)
         table = self.table
-        table.sync()
+        try:
+            table.sync()
+        except OSError as exc:  # no rtnetlink (restricted sandbox): nobody can be identified
+            log.error("cannot read the kernel's neighbour tables: %s", exc)
+            return Refusal(503, f"cannot read the neighbour tables: {exc}")
         if "%" not in client:
             sole = table.sole(client)  # uvicorn gives addresses in canonical form
             if sole is not None:
