@@ -17,7 +17,7 @@ from devtag_host.attach.migration_testing import (
     throwaway_libvirt_host,
     two_host_cluster,
 )
-from devtag_host.placement.testing import postgres_bin, throwaway_postgres
+from tests.support.services import postgres_bin, throwaway_postgres
 
 
 @pytest.fixture(scope="session")

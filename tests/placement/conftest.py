@@ -15,7 +15,7 @@ from sqlalchemy import text
 from devtag_host.placement import migrate
 from devtag_host.placement.app import Placement
 from devtag_host.placement.db import Store
-from devtag_host.placement.testing import free_port, postgres_bin, throwaway_postgres
+from tests.support.services import free_port, postgres_bin, throwaway_postgres
 
 TOKEN = "admin"
 LATEST = {"x-auth-token": TOKEN, "openstack-api-version": "placement latest"}

@@ -20,7 +20,7 @@ from sqlalchemy import text
 from devtag_host.placement.app import Placement
 from devtag_host.placement.errors import ConcurrentUpdate
 from devtag_host.placement.objects import allocation
-from devtag_host.placement.testing import wait_for_port
+from tests.support.services import wait_for_port
 
 from .conftest import _free_port, make_client
 from .race_worker import HEADERS, claim

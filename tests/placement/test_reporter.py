@@ -9,7 +9,7 @@ import pytest
 
 from devtag_host.placement import reporter
 from devtag_host.placement.app import Placement
-from devtag_host.placement.testing import served_placement
+from tests.support.services import served_placement
 
 from .conftest import _free_port
 

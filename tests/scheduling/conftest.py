@@ -21,7 +21,7 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "domcapabilitie
 @pytest.fixture(scope="session")
 def scheduling_postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A throw-away PostgreSQL server for the session; yields the URL of its 'postgres' database."""
-    from devtag_host.placement.testing import postgres_bin, throwaway_postgres
+    from tests.support.services import postgres_bin, throwaway_postgres
 
     if postgres_bin() is None:
         pytest.fail("PostgreSQL binaries missing: run ./setup.sh (Debian package postgresql)")

@@ -12,7 +12,7 @@ import pytest
 
 from devtag_host.cli import main
 from devtag_host.placement import reporter
-from devtag_host.placement.testing import free_port, served_placement
+from tests.support.services import free_port, served_placement
 
 from .test_end_to_end import arm_node
 
