@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Iterator, Tuple
 
 import pytest
-from attach_domains import RUNNING_DOMAIN
 from sqlalchemy import text
 
 from devtag_host.attach import AttachmentStore
@@ -18,6 +17,8 @@ from devtag_host.attach.migration_testing import (
     two_host_cluster,
 )
 from tests.support.services import postgres_bin, throwaway_postgres
+
+from .attach_domains import RUNNING_DOMAIN
 
 
 @pytest.fixture(scope="session")

@@ -16,13 +16,14 @@ from typing import Dict, List
 
 import httpx
 import pytest
-from metadata_server_samples import MAC_A, MAC_B, UUID_A, UUID_B, sample_instance
 
 from devtag_host.configdrive.commands import parse_listen
 from devtag_host.errors import InputError
 from devtag_host.metadata_server import AddressBook, InstanceDirectory, build_site
 from devtag_host.metadata_server.directory import AmbiguousMacError
 from devtag_host.metadata_server.requester import Refusal
+
+from .metadata_server_samples import MAC_A, MAC_B, UUID_A, UUID_B, sample_instance
 
 
 def test_site_has_the_ec2_tree_cloud_init_walks() -> None:
