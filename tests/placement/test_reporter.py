@@ -9,9 +9,7 @@ import pytest
 
 from devtag_host.placement import reporter
 from devtag_host.placement.app import Placement
-from tests.support.services import served_placement
-
-from .conftest import _free_port
+from tests.support.services import free_port, served_placement
 
 CAPABILITIES = """<capabilities><host><uuid>859a3caa-14f1-40f7-9840-15b193f19a92</uuid>
 <cpu><arch>x86_64</arch><feature name='sse4.2'/><feature name='avx2'/><feature name='avx512f'/>
@@ -169,7 +167,7 @@ def test_periodic_report_survives_an_unreachable_placement(libvirt_conn, libvirt
             raise KeyboardInterrupt
 
     monkeypatch.setattr(reporter.time, "sleep", sleep)
-    url = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     argv = ["placement", "report", "--connect", libvirt_uri, "--placement-url", url]
     assert main([*argv, "--interval", "5"]) == 130  # stopped by the (fake) ^C after two rounds
     assert sleeps == [5.0, 5.0]
