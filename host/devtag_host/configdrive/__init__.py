@@ -20,8 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence, Tuple
 
-from .domain import attach_config_drive, instance_from_domain, set_nova_smbios
-from .instance import (
+from ..metadata.instance import (
     EC2_VERSIONS,
     LATEST,
     OPENSTACK_VERSIONS,
@@ -29,6 +28,7 @@ from .instance import (
     instance_files,
     meta_data,
 )
+from .domain import attach_config_drive, instance_from_domain, set_nova_smbios
 from .iso import MAX_IMAGE_BYTES, VOLUME_LABEL, ImageTooLargeError, build_iso, write_atomically
 
 __all__ = [

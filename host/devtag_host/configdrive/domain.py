@@ -17,7 +17,7 @@ from xml.sax.saxutils import escape, quoteattr
 
 from ..errors import InputError, RuntimeFailure
 from ..metadata import CONFIG_DRIVE_ALIAS, Domain, devices_document
-from .instance import Instance
+from ..metadata.instance import Instance
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ import threading
 from dataclasses import dataclass
 from typing import Dict, FrozenSet, Optional
 
-from ..configdrive.instance import Instance
+from ..metadata.instance import Instance
 from .site import Site, build_site
 
 

@@ -22,7 +22,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from ..metadata import validate_document
+from .validation import validate_document
 
 # Nova's OpenStack metadata versions, oldest first (what cloud-init 22+ knows).
 OPENSTACK_VERSIONS: Tuple[str, ...] = (
