@@ -42,6 +42,7 @@ MAX_XML_FILE_BYTES = 64 * 1024 * 1024
 # ``handler(args)`` raises DevtagError subclasses for exit codes 2 and 1.
 COMMAND_MODULES: Tuple[str, ...] = (
     "devtag_host.configdrive.commands",
+    "devtag_host.metadata_server.commands",
     "devtag_host.placement.commands",
     "devtag_host.fwcfg.commands",
     "devtag_host.scheduling.commands",

@@ -16,9 +16,9 @@ from typing import Dict, List
 import httpx
 import pytest
 
-from devtag_host.configdrive.commands import parse_listen
 from devtag_host.errors import InputError
 from devtag_host.metadata_server import AddressBook, InstanceDirectory, build_site
+from devtag_host.metadata_server.commands import parse_listen
 from devtag_host.metadata_server.directory import AmbiguousMacError
 from devtag_host.metadata_server.requester import Refusal
 from tests.support.services import free_port

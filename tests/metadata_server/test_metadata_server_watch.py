@@ -9,8 +9,8 @@ from typing import Any, Dict, List
 
 import libvirt
 
-from devtag_host.configdrive.commands import instance_data_reader
 from devtag_host.metadata_server import InstanceDirectory
+from devtag_host.metadata_server.commands import instance_data_reader
 from devtag_host.metadata_server.libvirt_watch import LibvirtWatcher
 
 UUID = "11111111-2222-4333-8444-555555555555"
