@@ -11,7 +11,7 @@ or, from parts you already have::
     from devtag_host.configdrive import Instance, build_config_drive
     image = build_config_drive(Instance(uuid=..., name="web1", devices=...))
 
-The files follow Nova's layout (see :mod:`.instance`); the image is built in
+The files follow Nova's layout (see :mod:`devtag_host.metadata.instance`); the image is built in
 process with pycdlib, reproducibly, and written atomically.
 """
 
@@ -26,9 +26,10 @@ from ..metadata.instance import (
     OPENSTACK_VERSIONS,
     Instance,
     instance_files,
+    instance_from_domain,
     meta_data,
 )
-from .domain import attach_config_drive, instance_from_domain, set_nova_smbios
+from .domain import attach_config_drive, set_nova_smbios
 from .iso import MAX_IMAGE_BYTES, VOLUME_LABEL, ImageTooLargeError, build_iso, write_atomically
 
 __all__ = [
