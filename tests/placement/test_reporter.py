@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from devtag_host.placement import reporter
+from devtag_host.compute import reporter
 from devtag_host.placement.app import Placement
 from tests.support.services import free_port, served_placement
 

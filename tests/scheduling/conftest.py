@@ -11,7 +11,8 @@ from typing import Iterator
 import httpx
 import pytest
 
-from devtag_host.placement import migrate, reporter
+from devtag_host.compute import reporter
+from devtag_host.placement import migrate
 from devtag_host.placement.app import Placement
 from devtag_host.placement.db import Store
 from tests.support.services import create_database

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from devtag_host.cli import main
-from devtag_host.placement import reporter
+from devtag_host.compute import reporter
 from tests.support.services import free_port, served_placement
 
 from .test_end_to_end import arm_node

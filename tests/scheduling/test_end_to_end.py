@@ -9,8 +9,7 @@ import uuid
 
 import pytest
 
-from devtag_host.placement import reporter
-from devtag_host.scheduling import capabilities
+from devtag_host.compute import capabilities, reporter
 from devtag_host.scheduling.client import allocation_tree_traits, check_instance_rebuild, schedule
 from devtag_host.scheduling.errors import InvalidImageProperty, NoValidHost, TraitConflict
 from devtag_host.scheduling.request import build_request, flavor_from_json, image_from_json, trait_group

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from devtag_host.placement import reporter
+from devtag_host.compute import reporter
 
 
 def provider_traits(placement, uuid):

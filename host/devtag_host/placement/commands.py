@@ -47,7 +47,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     sync.add_argument("--db", metavar="URL", help="SQLAlchemy URL (default: the SQLite file)")
     sync.set_defaults(handler=_cmd_db_sync)
 
-    from . import reporter
+    from ..compute import reporter
 
     reporter.register(verbs)
 

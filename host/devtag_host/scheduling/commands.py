@@ -155,7 +155,7 @@ def prefilter_enabled(flag: Optional[bool]) -> bool:
 
 
 def _client(args: argparse.Namespace) -> Any:
-    from ..placement.reporter import PlacementClient, client_token
+    from ..compute.reporter import PlacementClient, client_token
 
     url = args.placement_url or os.environ.get(PLACEMENT_URL_ENV) or DEFAULT_PLACEMENT_URL
     return PlacementClient(url, client_token(args.token_file))

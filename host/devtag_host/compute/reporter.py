@@ -6,14 +6,14 @@ running domains, disk capacity, the device models it can emulate);
 provider (UUID = libvirt's host UUID), its VCPU / MEMORY_MB / DISK_GB inventory,
 its ``HW_CPU_X86_*`` traits, its capability traits (``COMPUTE_STORAGE_BUS_*``,
 ``COMPUTE_GRAPHICS_MODEL_*``, ``COMPUTE_NET_VIF_MODEL_*``, ``COMPUTE_ARCH_*``,
-``HW_ARCH_*``: :mod:`devtag_host.scheduling.capabilities`) and one allocation per
+``HW_ARCH_*``: :mod:`devtag_host.compute.capabilities`) and one allocation per
 running domain (consumer = domain UUID).  The reporter owns exactly those trait
 namespaces: any other trait on the provider (an operator's ``CUSTOM_RACK6``)
 stays.  Every write carries the generation it read and is retried on 409.  ``report_shared_pool`` keeps a
 sharing provider (``MISC_SHARES_VIA_AGGREGATE``) in step with a shared storage
 pool.  Running it twice changes nothing the second time.
 
-    from devtag_host.placement import reporter
+    from devtag_host.compute import reporter
     client = reporter.PlacementClient("http://127.0.0.1:8778", token="admin")
     facts = reporter.read_host(connection, disk_path="/var/lib/libvirt/images")
     reporter.report(client, facts, reporter.Settings())
@@ -169,7 +169,7 @@ def read_host(
     """
     import libvirt
 
-    from ..scheduling import host_capabilities
+    from . import host_capabilities
 
     try:
         _model, memory_mb, cpus, *_rest = connection.getInfo()
@@ -580,7 +580,7 @@ def parse_machine_types(values: List[str]) -> Optional[Dict[str, Tuple[Optional[
     """``["x86_64=pc,q35"]`` -> {"x86_64": ("pc", "q35")} over the defaults; None when not given."""
     if not values:
         return None
-    from ..scheduling.host_capabilities import DEFAULT_MACHINE_TYPES
+    from .host_capabilities import DEFAULT_MACHINE_TYPES
 
     result: Dict[str, Tuple[Optional[str], ...]] = dict(DEFAULT_MACHINE_TYPES)
     for value in values:

@@ -1,0 +1,8 @@
+"""The compute node's side of placement: what this libvirt host has and can do.
+
+* :mod:`.capabilities` -- libvirt domain capabilities -> ``COMPUTE_STORAGE_BUS_*``,
+  ``COMPUTE_GRAPHICS_MODEL_*``, ``COMPUTE_NET_VIF_MODEL_*``, ``COMPUTE_ARCH_*``,
+  ``HW_ARCH_*`` (pure; the trait vocabulary the scheduler's prefilter uses too);
+  :mod:`.host_capabilities` reads them from a connection.
+* :mod:`.reporter` -- the node reporter: libvirt -> placement.
+"""
