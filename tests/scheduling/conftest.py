@@ -11,7 +11,7 @@ from typing import Iterator
 import httpx
 import pytest
 
-from devtag_host.compute import reporter
+from devtag_host import placement_client
 from devtag_host.placement import migrate
 from devtag_host.placement.app import Placement
 from devtag_host.placement.db import Store
@@ -26,7 +26,7 @@ def _fresh_postgres_store(server_url: str) -> Store:
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)])
-def placement(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[reporter.PlacementClient]:
+def placement(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[placement_client.PlacementClient]:
     """The placement service in-process, on each backend in turn."""
     if request.param == "sqlite":
         store = Store(f"sqlite:///{tmp_path / 'placement.sqlite'}")
@@ -34,6 +34,6 @@ def placement(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[report
         store = _fresh_postgres_store(request.getfixturevalue("postgres_url"))
     migrate.upgrade(store)
     session = httpx.Client(transport=httpx.WSGITransport(app=Placement(store).wsgi))
-    yield reporter.PlacementClient("http://placement", session=session)
+    yield placement_client.PlacementClient("http://placement", session=session)
     session.close()
     store.dispose()

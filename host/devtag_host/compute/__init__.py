@@ -4,5 +4,7 @@
   ``COMPUTE_GRAPHICS_MODEL_*``, ``COMPUTE_NET_VIF_MODEL_*``, ``COMPUTE_ARCH_*``,
   ``HW_ARCH_*`` (pure; the trait vocabulary the scheduler's prefilter uses too);
   :mod:`.host_capabilities` reads them from a connection.
-* :mod:`.reporter` -- the node reporter: libvirt -> placement.
+* :mod:`.host_facts` -- the node's resources and CPU traits, read from libvirt.
+* :mod:`.reporter` -- makes placement agree with the facts (through
+  :mod:`devtag_host.placement_client`); :mod:`.commands` -- ``placement report``.
 """

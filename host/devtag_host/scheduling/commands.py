@@ -10,6 +10,7 @@ import uuid as uuidlib
 from typing import Any, Callable, Optional, TypeVar
 
 from ..errors import InputError
+from ..placement_client import PlacementClient, client_token
 from .errors import NoValidHost
 from .prefilter import ENVIRONMENT_VARIABLE, setting_from_environment
 from .request import Image, build_request, flavor_from_json, image_from_json, query_path, trait_group
@@ -155,7 +156,6 @@ def prefilter_enabled(flag: Optional[bool]) -> bool:
 
 
 def _client(args: argparse.Namespace) -> Any:
-    from ..compute.reporter import PlacementClient, client_token
 
     url = args.placement_url or os.environ.get(PLACEMENT_URL_ENV) or DEFAULT_PLACEMENT_URL
     return PlacementClient(url, client_token(args.token_file))
