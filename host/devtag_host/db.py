@@ -15,9 +15,6 @@ import contextlib
 from pathlib import Path
 from typing import Iterator, Optional
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Connection, Engine
 
@@ -91,6 +88,10 @@ def upgrade(store: Store, versions: Path, version_table: str = DEFAULT_VERSION_T
     The migrations' ``env.py`` finds the connection and the version table in
     ``config.attributes`` (``connection``, ``version_table``).
     """
+    # Alembic loads only here: importing it costs devtag-host's start a second on a busy host.
+    from alembic import command
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(versions))
     config.attributes["version_table"] = version_table
@@ -101,5 +102,7 @@ def upgrade(store: Store, versions: Path, version_table: str = DEFAULT_VERSION_T
 
 def current_revision(store: Store, version_table: str = DEFAULT_VERSION_TABLE) -> Optional[str]:
     """The revision recorded in ``version_table`` (None: never migrated)."""
+    from alembic.runtime.migration import MigrationContext
+
     with store.read() as connection:
         return MigrationContext.configure(connection, opts={"version_table": version_table}).get_current_revision()

@@ -37,7 +37,7 @@ class PlacementClient:
 
     def __init__(self, url: str, token: str = NOAUTH_TOKEN, session: Any = None, timeout: float = 30.0) -> None:
         if session is None:
-            import requests
+            import requests  # loads only when a client is made: devtag-host starts without it
 
             session = requests.Session()
         self.url = url.rstrip("/")

@@ -15,6 +15,7 @@ from typing import Any, List, Tuple
 
 from ..errors import InputError, RuntimeFailure
 from ..inputs import key_value_pairs, public_keys_from_text, read_file, read_json_object
+from . import write_config_drive_for_domain
 from .iso import ImageTooLargeError
 
 
@@ -53,8 +54,6 @@ def register(commands: Any) -> None:
 
 
 def _cmd_configdrive(args: argparse.Namespace) -> None:
-    from . import write_config_drive_for_domain
-
     keys: List[Tuple[str, str]] = []
     for name in args.public_key:
         stem = Path(name).name.removesuffix(".pub") or "key"

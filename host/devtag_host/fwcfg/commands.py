@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from ..errors import InputError
+from . import FW_CFG_NAME, FwCfgError, decode_payload
 
 
 def register(commands: Any) -> None:
@@ -27,8 +28,7 @@ def register(commands: Any) -> None:
 
 def _cmd_fwcfg(args: argparse.Namespace) -> None:
     from .. import virt
-    from . import FW_CFG_NAME, FwCfgError, decode_payload
-    from .domain import disable, enable, status
+    from .domain import disable, enable, status  # imports virt: libvirt loads only when this verb runs
 
     connection = virt.open_connection(args.connect)
     try:
