@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
+from ..errors import InputError
 from .model import Disk, Domain, Nic, TagEntry
 from .tags import MAX_TAGS_PER_DEVICE, TagError, check_tag
 
@@ -22,7 +23,7 @@ CONFIG_DRIVE_ALIAS = "ua-devtag-config-drive"
 _NOVA_CONFIG_DRIVE_FILE = "disk.config"
 
 
-class DeviceSelectionError(LookupError):
+class DeviceSelectionError(InputError, LookupError):
     """No device, or more than one, matches what the user named."""
 
 
