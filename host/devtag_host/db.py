@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Any, Iterator, Optional
 
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Connection, Engine
@@ -29,7 +29,7 @@ def _sqlite_engine(url: str, immediate: bool) -> Engine:
     engine = create_engine(url, pool_size=8, max_overflow=32, connect_args={"timeout": 30, "check_same_thread": False})
 
     @event.listens_for(engine, "connect")
-    def _connect(dbapi_connection, _record):  # type: ignore[no-untyped-def]
+    def _connect(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None  # we issue BEGIN ourselves
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
@@ -39,7 +39,7 @@ def _sqlite_engine(url: str, immediate: bool) -> Engine:
         cursor.close()
 
     @event.listens_for(engine, "begin")
-    def _begin(connection):  # type: ignore[no-untyped-def]
+    def _begin(connection: Connection) -> None:
         connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
     return engine

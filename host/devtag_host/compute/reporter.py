@@ -25,6 +25,7 @@ The facts come from :mod:`.host_facts`, the HTTP from
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import uuid as uuidlib
@@ -202,7 +203,7 @@ def prune_allocations(client: PlacementClient, provider: str, running: Set[str],
                 "project_id": current.get("project_id", settings.project_id),
                 "user_id": current.get("user_id", settings.user_id),
             }
-            _retrying(lambda b=body, c=consumer: client.call("PUT", f"/allocations/{c}", b), f"prune {consumer}")
+            _retrying(functools.partial(client.call, "PUT", f"/allocations/{consumer}", body), f"prune {consumer}")
         else:
             client.call("DELETE", f"/allocations/{consumer}")
         pruned.append(consumer)

@@ -43,8 +43,8 @@ def _cmd_fwcfg(args: argparse.Namespace) -> None:
                 was_on = disable(handle)
                 print(f"{handle.name()}: fw_cfg {FW_CFG_NAME} {'off' + running if was_on else 'was already off'}")
             else:
-                payload = status(handle)
-                state = "off" if payload is None else f"on, {len(payload)} bytes"
+                current = status(handle)
+                state = "off" if current is None else f"on, {len(current)} bytes"
                 print(f"{handle.name()}: fw_cfg {FW_CFG_NAME} {state}")
         except FwCfgError as exc:
             raise InputError(str(exc)) from None

@@ -30,7 +30,7 @@ class DeviceSelectionError(InputError, LookupError):
 def is_config_drive(disk: Disk) -> bool:
     if disk.alias == CONFIG_DRIVE_ALIAS:
         return True
-    return bool(disk.source_file) and disk.source_file.rsplit("/", 1)[-1] == _NOVA_CONFIG_DRIVE_FILE
+    return disk.source_file is not None and disk.source_file.rsplit("/", 1)[-1] == _NOVA_CONFIG_DRIVE_FILE
 
 
 def kind_of(device: Device) -> str:
