@@ -53,6 +53,7 @@ setup(
             "hypothesis>=6.100",
             "httpx>=0.27",
             "ruff==0.17.5",
+            "mypy>=1.10",  # configured in pyproject.toml ([tool.mypy])
             # Debian's cloud-init is unpacked (not installed) for the config drive and
             # metadata server tests; its readers import these besides requests.
             "configobj>=5.0",

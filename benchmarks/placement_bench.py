@@ -41,7 +41,11 @@ import orjson
 from devtag_host.placement import migrate
 from devtag_host.placement.app import Placement
 from devtag_host.placement.db import Store
-from devtag_host.placement.testing import throwaway_postgres
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from tests.support.services import throwaway_postgres  # noqa: E402 - needs the path above
 
 Call = Callable[[str, str, Any, str], Tuple[int, Any]]
 AGGREGATES = [str(uuid.UUID(int=i + 1)) for i in range(3)]

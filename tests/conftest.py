@@ -37,6 +37,21 @@ def _world_traversable_tmpdir(prefix: str) -> Path:
 
 
 @pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """The session's one throw-away PostgreSQL server (started on first use).
+
+    Yields the URL of a scratch database on it; test folders make their own
+    databases with :func:`tests.support.services.create_database`.
+    """
+    from tests.support.services import postgres_bin, throwaway_postgres
+
+    if postgres_bin() is None:
+        pytest.fail("PostgreSQL binaries missing: run ./setup.sh (Debian package postgresql)")
+    with throwaway_postgres(database="devtag_tests") as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
 def embedded_root() -> Iterator[Path]:
     root = _world_traversable_tmpdir("devtag-libvirt-")
     yield root

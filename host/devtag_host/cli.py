@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import __version__
-from .errors import DevtagError, InputError, RuntimeFailure
+from .errors import DevtagError, InputError, Refused, RuntimeFailure
 from .metadata import (
     DeviceSelectionError,
     Domain,
@@ -42,6 +42,7 @@ MAX_XML_FILE_BYTES = 64 * 1024 * 1024
 # ``handler(args)`` raises DevtagError subclasses for exit codes 2 and 1.
 COMMAND_MODULES: Tuple[str, ...] = (
     "devtag_host.configdrive.commands",
+    "devtag_host.metadata_server.commands",
     "devtag_host.placement.commands",
     "devtag_host.fwcfg.commands",
     "devtag_host.scheduling.commands",
@@ -271,7 +272,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         args.handler(args)
     except DevtagError as exc:
-        return _fail(args, str(exc), exc.exit_code)
+        return _fail(args, str(exc), exit_status(exc))
     except _INPUT_ERRORS as exc:
         return _fail(args, str(exc), 2)
     except InvalidDocumentError as exc:
@@ -281,6 +282,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         return 130
     return 0
+
+
+def exit_status(exc: DevtagError) -> int:
+    """The documented exit status of a failure: 2 bad input, 3 refused, 1 anything else.
+
+    A verb's own exception may carry its own (``exit_code``, e.g. attach's 3 "still attached").
+    """
+    own = getattr(exc, "exit_code", None)
+    if isinstance(own, int):
+        return own
+    if isinstance(exc, InputError):
+        return 2
+    if isinstance(exc, Refused):
+        return 3
+    return 1
 
 
 def _fail(args: argparse.Namespace, message: str, code: int) -> int:

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Iterator, Tuple
 
 import pytest
-from attach_domains import RUNNING_DOMAIN
 from sqlalchemy import text
 
 from devtag_host.attach import AttachmentStore
@@ -17,15 +16,15 @@ from devtag_host.attach.migration_testing import (
     throwaway_libvirt_host,
     two_host_cluster,
 )
-from devtag_host.placement.testing import postgres_bin, throwaway_postgres
+from tests.support.services import create_database
+
+from .attach_domains import RUNNING_DOMAIN
 
 
 @pytest.fixture(scope="session")
-def attach_postgres_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    if postgres_bin() is None:
-        pytest.fail("PostgreSQL binaries missing: run ./setup.sh (Debian package postgresql)")
-    with throwaway_postgres(tmp_path_factory.mktemp("attach-pg"), database="attach") as url:
-        yield url
+def attach_postgres_url(postgres_url: str) -> str:
+    """Database 'attach' on the session's PostgreSQL server."""
+    return create_database(postgres_url, "attach")
 
 
 def empty(store: AttachmentStore) -> None:

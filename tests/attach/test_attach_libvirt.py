@@ -159,7 +159,7 @@ def test_concurrent_attaches_of_one_volume_to_three_domains_one_wins(
     compute_host_any_store: ComputeHost, define_domain: Any, libvirt_conn: Any
 ) -> None:
     """Whole attach flows racing (threads), on SQLite and PostgreSQL: one domain gets the volume."""
-    from attach_domains import RUNNING_DOMAIN
+    from .attach_domains import RUNNING_DOMAIN
 
     compute_host = compute_host_any_store
     domains = []
@@ -230,7 +230,7 @@ def test_a_pci_nic_detach_times_out_without_a_guest(compute_host: ComputeHost, r
 
 def test_a_multiattach_volume_is_shared_by_two_running_domains(compute_host: ComputeHost, define_domain: Any) -> None:
     """Two QEMU processes write one image: libvirt's <shareable/> (QEMU share-rw) instead of an exclusive lock."""
-    from attach_domains import RUNNING_DOMAIN
+    from .attach_domains import RUNNING_DOMAIN
 
     handles = []
     for _ in range(2):

@@ -22,7 +22,6 @@ import uuid
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import pytest
-from attach_domains import RUNNING_DOMAIN
 
 from devtag_host.attach import (
     AVAILABLE,
@@ -35,6 +34,8 @@ from devtag_host.attach import (
 from devtag_host.attach import flows as flows_module
 from devtag_host.attach.backends import BackendError
 from devtag_host.attach.devices import alias_for
+
+from .attach_domains import RUNNING_DOMAIN
 
 pytestmark = pytest.mark.libvirt
 

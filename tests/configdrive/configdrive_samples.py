@@ -6,8 +6,8 @@ from dataclasses import replace
 from typing import Any
 
 from devtag_host.configdrive import Instance
-from devtag_host.configdrive.domain import instance_from_domain
 from devtag_host.metadata import add_tags, parse_domain_xml
+from devtag_host.metadata.instance import instance_from_domain
 
 UUID = "4c9d3a1e-0f7b-4a5c-9e2d-1b8f6a7c3d20"
 

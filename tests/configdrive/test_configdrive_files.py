@@ -6,10 +6,11 @@ import json
 from typing import Any, Dict, List
 
 import pytest
-from configdrive_samples import UUID, web1
 
 from devtag_host.configdrive import OPENSTACK_VERSIONS, Instance, instance_files, meta_data
 from devtag_host.metadata import InvalidDocumentError
+
+from .configdrive_samples import UUID, web1
 
 
 def as_json(files: Dict[str, bytes], path: str) -> Any:

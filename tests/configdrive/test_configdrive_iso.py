@@ -10,11 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cloud_init_package import openstack_helpers
-from configdrive_samples import UUID, web1
 
 from devtag_host.configdrive import build_config_drive, instance_files, write_config_drive
 from devtag_host.configdrive.iso import ImageTooLargeError, build_iso, write_atomically
+
+from .cloud_init_package import openstack_helpers
+from .configdrive_samples import UUID, web1
 
 
 def tool(*command: str) -> str:

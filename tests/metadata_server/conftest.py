@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any, Callable, Iterator, List
 
 import pytest
@@ -11,10 +9,7 @@ import pytest
 from devtag_host.metadata_server import InstanceDirectory
 from devtag_host.metadata_server.server import BackgroundServer
 
-# cloud-init's unpacked package is shared with the config drive tests.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "configdrive"))
-
-from metadata_server_samples import MAC_A, MAC_B, UUID_A, UUID_B, sample_instance
+from .metadata_server_samples import MAC_A, MAC_B, UUID_A, UUID_B, sample_instance
 
 
 @pytest.fixture

@@ -6,11 +6,12 @@ import functools
 from typing import Any, Callable
 
 import httpx
-from cloud_init_package import openstack_helpers
-from metadata_server_samples import MAC_A, MAC_B, UUID_A, UUID_B, loopback_is
 
 from devtag_host.configdrive import instance_files
 from devtag_host.metadata_server import InstanceDirectory, create_app
+
+from ..configdrive.cloud_init_package import openstack_helpers
+from .metadata_server_samples import MAC_A, MAC_B, UUID_A, UUID_B, loopback_is
 
 
 def read_like_cloud_init(base: str, monkeypatch: Any) -> Any:

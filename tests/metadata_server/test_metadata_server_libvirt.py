@@ -7,11 +7,12 @@ from typing import Any, Callable, Iterator, Optional
 
 import httpx
 import pytest
-from metadata_server_samples import loopback_is
 
 from devtag_host import virt
 from devtag_host.metadata import add_tags
 from devtag_host.metadata_server import MetadataService
+
+from .metadata_server_samples import loopback_is
 
 pytestmark = pytest.mark.libvirt
 

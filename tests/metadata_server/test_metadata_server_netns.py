@@ -18,11 +18,12 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, List, Tuple
 
 import pytest
-from cloud_init_package import SITE, openstack_helpers
-from metadata_server_samples import MAC_A, MAC_B, UUID_A, UUID_B
 
 from devtag_host.metadata_server import InstanceDirectory, create_app
 from devtag_host.metadata_server.requester import read_proc_arp
+
+from ..configdrive.cloud_init_package import SITE, openstack_helpers
+from .metadata_server_samples import MAC_A, MAC_B, UUID_A, UUID_B
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("ip") is None, reason="network namespaces need root and iproute2"

@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,13 +15,15 @@ from typing import Dict, List
 
 import httpx
 import pytest
-from metadata_server_samples import MAC_A, MAC_B, UUID_A, UUID_B, sample_instance
 
-from devtag_host.configdrive.commands import parse_listen
 from devtag_host.errors import InputError
 from devtag_host.metadata_server import AddressBook, InstanceDirectory, build_site
+from devtag_host.metadata_server.commands import parse_listen
 from devtag_host.metadata_server.directory import AmbiguousMacError
 from devtag_host.metadata_server.requester import Refusal
+from tests.support.services import free_port
+
+from .metadata_server_samples import MAC_A, MAC_B, UUID_A, UUID_B, sample_instance
 
 
 def test_site_has_the_ec2_tree_cloud_init_walks() -> None:
@@ -85,12 +86,6 @@ def test_parse_listen() -> None:
     for bad in ("localhost:80", "1.2.3.4", "1.2.3.4:0", "1.2.3.4:99999", "[::1:80"):
         with pytest.raises(InputError):
             parse_listen(bad)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.mark.libvirt

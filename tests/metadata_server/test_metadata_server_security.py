@@ -11,9 +11,10 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from metadata_server_samples import MAC_A, MAC_B, UUID_A, UUID_B, loopback_is, sample_instance
 
 from devtag_host.metadata_server import AddressBook, InstanceDirectory, create_app, instance_signature
+
+from .metadata_server_samples import MAC_A, MAC_B, UUID_A, UUID_B, loopback_is, sample_instance
 
 SECRET = b"s3cret-shared-with-the-proxy"
 PATH = "/openstack/latest/meta_data.json"

@@ -15,22 +15,16 @@ from sqlalchemy import text
 from devtag_host.placement import migrate
 from devtag_host.placement.app import Placement
 from devtag_host.placement.db import Store
-from devtag_host.placement.testing import free_port, postgres_bin, throwaway_postgres
+from tests.support.services import create_database
 
 TOKEN = "admin"
 LATEST = {"x-auth-token": TOKEN, "openstack-api-version": "placement latest"}
 
 
-_free_port = free_port
-
-
 @pytest.fixture(scope="session")
-def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A PostgreSQL server for the session; yields a URL of database 'placement'."""
-    if postgres_bin() is None:
-        pytest.fail("PostgreSQL binaries missing: run ./setup.sh (Debian package postgresql)")
-    with throwaway_postgres(tmp_path_factory.mktemp("postgres")) as url:
-        yield url
+def postgres_server(postgres_url: str) -> str:
+    """Database 'placement' on the session's PostgreSQL server."""
+    return create_database(postgres_url, "placement")
 
 
 @pytest.fixture(scope="session")

@@ -52,7 +52,7 @@ def test_served_over_http(tmp_path):
 
     import httpx
 
-    from devtag_host.placement.testing import served_placement
+    from tests.support.services import served_placement
 
     with served_placement(tmp_path / "p.sqlite") as url:
         headers = {"x-auth-token": "admin", "openstack-api-version": "placement 1.17"}

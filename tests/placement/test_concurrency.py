@@ -20,9 +20,9 @@ from sqlalchemy import text
 from devtag_host.placement.app import Placement
 from devtag_host.placement.errors import ConcurrentUpdate
 from devtag_host.placement.objects import allocation
-from devtag_host.placement.testing import wait_for_port
+from tests.support.services import free_port, wait_for_port
 
-from .conftest import _free_port, make_client
+from .conftest import make_client
 from .race_worker import HEADERS, claim
 
 pytestmark = pytest.mark.postgresql
@@ -87,7 +87,7 @@ def test_racing_writers_never_oversubscribe(pg_store, postgres_server, slow_capa
             assert client.put(f"/resource_providers/{rp}/inventories", json=body).status_code == 200
             providers.append(rp)
 
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen(
         [
             str(Path(sys.executable).parent / "devtag-host"),

@@ -13,7 +13,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from devtag_host.placement.testing import served_placement
+from tests.support.services import served_placement
 
 BIN = Path(sys.executable).parent
 

@@ -7,11 +7,10 @@ import uuid
 
 import pytest
 
-from devtag_host.placement import reporter
+from devtag_host import placement_client
+from devtag_host.compute import host_facts, reporter
 from devtag_host.placement.app import Placement
-from devtag_host.placement.testing import served_placement
-
-from .conftest import _free_port
+from tests.support.services import free_port, served_placement
 
 CAPABILITIES = """<capabilities><host><uuid>859a3caa-14f1-40f7-9840-15b193f19a92</uuid>
 <cpu><arch>x86_64</arch><feature name='sse4.2'/><feature name='avx2'/><feature name='avx512f'/>
@@ -26,9 +25,9 @@ DOMAIN = """<domain type='qemu'><name>{name}</name><memory unit='MiB'>64</memory
 
 
 def test_capabilities_to_traits():
-    host_uuid, features = reporter.parse_capabilities(CAPABILITIES)
+    host_uuid, features = host_facts.parse_capabilities(CAPABILITIES)
     assert host_uuid == "859a3caa-14f1-40f7-9840-15b193f19a92"
-    assert reporter.cpu_traits(features) == {"HW_CPU_X86_SSE42", "HW_CPU_X86_AVX2", "HW_CPU_X86_AVX512F"}
+    assert host_facts.cpu_traits(features) == {"HW_CPU_X86_SSE42", "HW_CPU_X86_AVX2", "HW_CPU_X86_AVX512F"}
 
 
 @pytest.fixture
@@ -36,11 +35,11 @@ def placement(sqlite_store):
     import httpx
 
     session = httpx.Client(transport=httpx.WSGITransport(app=Placement(sqlite_store).wsgi))
-    yield reporter.PlacementClient("http://placement", session=session)
+    yield placement_client.PlacementClient("http://placement", session=session)
     session.close()
 
 
-def facts(**overrides) -> reporter.HostFacts:
+def facts(**overrides) -> host_facts.HostFacts:
     values = dict(
         uuid=str(uuid.uuid4()),
         name="cn1",
@@ -48,10 +47,10 @@ def facts(**overrides) -> reporter.HostFacts:
         memory_mb=8192,
         disk_gb=100,
         cpu_features=["avx2", "sse4.2"],
-        domains=[reporter.DomainUsage(str(uuid.uuid4()), "vm1", 2, 1024)],
+        domains=[host_facts.DomainUsage(str(uuid.uuid4()), "vm1", 2, 1024)],
     )
     values.update(overrides)
-    return reporter.HostFacts(**values)
+    return host_facts.HostFacts(**values)
 
 
 def test_report_is_idempotent_and_keeps_foreign_traits(placement):
@@ -80,7 +79,7 @@ def test_report_is_idempotent_and_keeps_foreign_traits(placement):
 def test_prune_and_over_capacity(placement):
     host = facts(vcpus=2)
     settings = reporter.Settings(cpu_allocation_ratio=1.0, prune=True)
-    host.domains.append(reporter.DomainUsage(str(uuid.uuid4()), "too-big", 8, 64))
+    host.domains.append(host_facts.DomainUsage(str(uuid.uuid4()), "too-big", 8, 64))
     summary = reporter.report(placement, host, settings)
     assert len(summary.failed) == 1 and "too-big" in summary.failed[0]
     gone = host.domains.pop(0)
@@ -119,9 +118,9 @@ def test_report_from_embedded_libvirt(libvirt_conn, define_domain, placement, im
     image.chmod(0o666)
     domain = define_domain(DOMAIN.format(name=name, image=image))
     domain.create()
-    host = reporter.read_host(libvirt_conn, name="embedded-node", disk_path=str(image_dir))
+    host = host_facts.read_host(libvirt_conn, name="embedded-node", disk_path=str(image_dir))
     ours = [d for d in host.domains if d.name == name]
-    assert ours == [reporter.DomainUsage(domain.UUIDString(), name, 1, 64, 2)]  # 1.5 GiB, rounded up
+    assert ours == [host_facts.DomainUsage(domain.UUIDString(), name, 1, 64, 2)]  # 1.5 GiB, rounded up
     summary = reporter.report(placement, host, reporter.Settings())
     assert summary.failed == []
     _, allocations = placement.call("GET", f"/allocations/{domain.UUIDString()}")
@@ -138,7 +137,7 @@ def test_report_command(libvirt_conn, libvirt_uri, tmp_path):
 
         argv = ["placement", "report", "--connect", libvirt_uri, "--placement-url", url]
         assert main([*argv, "--name", "cli-node", "--disk-path", str(tmp_path)]) == 0
-        client = reporter.PlacementClient(url)
+        client = placement_client.PlacementClient(url)
         _, providers = client.call("GET", "/resource_providers?name=cli-node")
         (provider,) = providers["resource_providers"]
         _, inventory = client.call("GET", f"/resource_providers/{provider['uuid']}/inventories")
@@ -169,7 +168,7 @@ def test_periodic_report_survives_an_unreachable_placement(libvirt_conn, libvirt
             raise KeyboardInterrupt
 
     monkeypatch.setattr(reporter.time, "sleep", sleep)
-    url = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     argv = ["placement", "report", "--connect", libvirt_uri, "--placement-url", url]
     assert main([*argv, "--interval", "5"]) == 130  # stopped by the (fake) ^C after two rounds
     assert sleeps == [5.0, 5.0]

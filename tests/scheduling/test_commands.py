@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from devtag_host import placement_client
 from devtag_host.cli import main
-from devtag_host.placement import reporter
-from devtag_host.placement.testing import free_port, served_placement
+from devtag_host.compute import reporter
+from tests.support.services import free_port, served_placement
 
 from .test_end_to_end import arm_node
 
@@ -32,7 +33,7 @@ def service(libvirt_conn, libvirt_uri, tmp_path):
         argv = ["placement", "report", "--connect", libvirt_uri, "--placement-url", url]
         node = ["--name", "cli-node", "--trait", "HW_CPU_X86_AVX2", "--disk-path", str(tmp_path)]
         assert main([*argv, *node]) == 0
-        reporter.report(reporter.PlacementClient(url), arm_node(), reporter.Settings())
+        reporter.report(placement_client.PlacementClient(url), arm_node(), reporter.Settings())
         yield url
 
 
@@ -104,7 +105,7 @@ def test_schedule_command(service, tmp_path, capsys, monkeypatch):
 
 @pytest.mark.libvirt
 def test_rebuild_check_command(service, tmp_path, capsys):
-    client = reporter.PlacementClient(service)
+    client = placement_client.PlacementClient(service)
     _, found = client.call("GET", "/resource_providers?name=cli-node")
     node = found["resource_providers"][0]["uuid"]
     instance = str(uuid.uuid4())

@@ -9,8 +9,7 @@ import uuid
 
 import pytest
 
-from devtag_host.placement import reporter
-from devtag_host.scheduling import capabilities
+from devtag_host.compute import capabilities, host_facts, reporter
 from devtag_host.scheduling.client import allocation_tree_traits, check_instance_rebuild, schedule
 from devtag_host.scheduling.errors import InvalidImageProperty, NoValidHost, TraitConflict
 from devtag_host.scheduling.request import build_request, flavor_from_json, image_from_json, trait_group
@@ -24,12 +23,12 @@ FLAVOR = {"name": "m1.tiny", "vcpus": 1, "ram": 64, "disk": 1}
 BOOT_IMAGE = {"name": "debian", "hw_disk_bus": "scsi", "hw_vif_model": "e1000", "trait:HW_CPU_X86_AVX2": "required"}
 
 
-def arm_node() -> reporter.HostFacts:
+def arm_node() -> host_facts.HostFacts:
     document = capabilities.parse_domain_capabilities(
         (FIXTURES / "libvirt-qemu_10.0.0-virt.aarch64.xml").read_text(encoding="utf-8")
     )
     found = capabilities.capability_traits([document], host_arch="aarch64")
-    return reporter.HostFacts(
+    return host_facts.HostFacts(
         uuid=str(uuid.uuid4()),
         name="arm-node",
         vcpus=512,  # bigger than any test machine: it ranks first when it qualifies
@@ -46,7 +45,7 @@ def cloud(libvirt_conn, define_domain, placement, image_dir):
     name = f"sched-{uuid.uuid4().hex[:8]}"
     domain = define_domain(DOMAIN.format(name=name))
     domain.create()
-    real = reporter.read_host(libvirt_conn, name="libvirt-node", disk_path=str(image_dir))
+    real = host_facts.read_host(libvirt_conn, name="libvirt-node", disk_path=str(image_dir))
     # AVX2 as an operator trait: the test must not depend on this machine's CPU.
     settings = reporter.Settings(extra_traits=("HW_CPU_X86_AVX2",))
     assert reporter.report(placement, real, settings).failed == []

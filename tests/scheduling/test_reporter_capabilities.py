@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from devtag_host.placement import reporter
+from devtag_host.compute import commands as compute_commands
+from devtag_host.compute import host_facts, reporter
+from devtag_host.errors import InputError
 
 
 def provider_traits(placement, uuid):
@@ -25,7 +27,7 @@ def put_traits(placement, uuid, names):
 
 @pytest.mark.libvirt
 def test_report_publishes_capability_traits_from_real_libvirt(libvirt_conn, placement):
-    facts = reporter.read_host(libvirt_conn, name="caps-node")
+    facts = host_facts.read_host(libvirt_conn, name="caps-node")
     assert facts.capability_traits is not None
     summary = reporter.report(placement, facts, reporter.Settings())
     assert "traits" in summary.changed
@@ -42,7 +44,7 @@ def test_report_publishes_capability_traits_from_real_libvirt(libvirt_conn, plac
         "HW_ARCH_X86_64",
     } <= set(traits)
     assert not [name for name in traits if "RAMFB" in name or "NVME" in name]
-    assert set(traits) >= reporter.cpu_traits(facts.cpu_features)  # the CPU traits are still there
+    assert set(traits) >= host_facts.cpu_traits(facts.cpu_features)  # the CPU traits are still there
     assert reporter.report(placement, facts, reporter.Settings()).changed == []
 
     # Foreign traits survive; a capability trait the host no longer has goes.
@@ -62,18 +64,18 @@ def test_report_publishes_capability_traits_from_real_libvirt(libvirt_conn, plac
 @pytest.mark.libvirt
 def test_report_with_one_machine_type(libvirt_conn, placement):
     q35 = {"x86_64": ("q35",), "i686": ("q35",)}
-    facts = reporter.read_host(libvirt_conn, name="q35-node", machine_types=q35)
+    facts = host_facts.read_host(libvirt_conn, name="q35-node", machine_types=q35)
     reporter.report(placement, facts, reporter.Settings())
     traits, _ = provider_traits(placement, facts.uuid)
     assert "COMPUTE_STORAGE_BUS_SCSI" in traits and "COMPUTE_STORAGE_BUS_IDE" not in traits
 
 
 def test_machine_type_option():
-    assert reporter.parse_machine_types([]) is None
-    assert reporter.parse_machine_types(["x86_64=q35", "aarch64=virt,virt-7.2"]) == {
+    assert compute_commands.parse_machine_types([]) is None
+    assert compute_commands.parse_machine_types(["x86_64=q35", "aarch64=virt,virt-7.2"]) == {
         "x86_64": ("q35",),
         "i686": ("pc", "q35"),
         "aarch64": ("virt", "virt-7.2"),
     }
-    with pytest.raises(reporter.InputError):
-        reporter.parse_machine_types(["x86_64"])
+    with pytest.raises(InputError):
+        compute_commands.parse_machine_types(["x86_64"])

@@ -1,6 +1,6 @@
 """Tables of the attachment store and where its database lives.
 
-The engines and transactions are placement's (:class:`devtag_host.placement.db.Store`):
+The engines and transactions are :class:`devtag_host.db.Store` (shared with placement):
 SQLite writers take ``BEGIN IMMEDIATE``, PostgreSQL runs at READ COMMITTED.
 Every change to a volume's attachments first bumps the volume's ``generation``
 (``UPDATE volumes ...``), which takes the volume row's write lock, so two

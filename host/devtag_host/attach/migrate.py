@@ -3,28 +3,24 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import Optional, Protocol
 
-from alembic import command
-from alembic.config import Config
-
-if TYPE_CHECKING:
-    from .store import AttachmentStore
+from .. import db
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 VERSION_TABLE = "alembic_version_attach"
 
 
-def upgrade(store: AttachmentStore, revision: str = "head") -> None:
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS))
-    with store.db.write() as connection:
-        config.attributes["connection"] = connection
-        command.upgrade(config, revision)
+class HasDatabase(Protocol):
+    """An attachment store (anything with its :class:`devtag_host.db.Store` as ``db``)."""
+
+    db: db.Store
 
 
-def current_revision(store: AttachmentStore) -> Optional[str]:
-    from alembic.runtime.migration import MigrationContext
+def upgrade(store: HasDatabase, revision: str = "head") -> None:
+    """Create or upgrade the attachment tables in ``store``'s database."""
+    db.upgrade(store.db, MIGRATIONS, VERSION_TABLE, revision)
 
-    with store.db.read() as connection:
-        return MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE}).get_current_revision()
+
+def current_revision(store: HasDatabase) -> Optional[str]:
+    return db.current_revision(store.db, VERSION_TABLE)

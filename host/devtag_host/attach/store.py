@@ -16,9 +16,10 @@ from sqlalchemy import delete, insert, or_, select, update
 from sqlalchemy.engine import Connection, Row
 from sqlalchemy.exc import IntegrityError
 
-from ..placement.db import Store
+from ..db import Store
 from . import model
 from .db import END_STEP, attachments, default_url, interfaces, journal, volumes
+from .migrate import upgrade
 from .model import (
     ATTACHED,
     ATTACHING,
@@ -41,8 +42,6 @@ class AttachmentStore:
         self.db = Store(url or default_url())
         self.url = self.db.url
         if migrate:
-            from .migrate import upgrade
-
             upgrade(self)
 
     def close(self) -> None:

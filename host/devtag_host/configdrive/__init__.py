@@ -11,7 +11,7 @@ or, from parts you already have::
     from devtag_host.configdrive import Instance, build_config_drive
     image = build_config_drive(Instance(uuid=..., name="web1", devices=...))
 
-The files follow Nova's layout (see :mod:`.instance`); the image is built in
+The files follow Nova's layout (see :mod:`devtag_host.metadata.instance`); the image is built in
 process with pycdlib, reproducibly, and written atomically.
 """
 
@@ -20,15 +20,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence, Tuple
 
-from .domain import attach_config_drive, instance_from_domain, set_nova_smbios
-from .instance import (
+from ..metadata.instance import (
     EC2_VERSIONS,
     LATEST,
     OPENSTACK_VERSIONS,
     Instance,
     instance_files,
+    instance_from_domain,
     meta_data,
 )
+from .domain import attach_config_drive, set_nova_smbios
 from .iso import MAX_IMAGE_BYTES, VOLUME_LABEL, ImageTooLargeError, build_iso, write_atomically
 
 __all__ = [

@@ -1,6 +1,5 @@
 """The config drive's dealings with a libvirt domain.
 
-* :func:`instance_from_domain` (pure): a parsed domain -> :class:`Instance`;
 * :func:`set_nova_smbios`: SMBIOS product ``OpenStack Nova`` (cloud-init's
   ds-identify then enables its OpenStack datasources);
 * :func:`attach_config_drive`: the ISO as a read-only cdrom with alias
@@ -16,28 +15,13 @@ from typing import Any, Dict, Optional
 from xml.sax.saxutils import escape, quoteattr
 
 from ..errors import InputError, RuntimeFailure
-from ..metadata import CONFIG_DRIVE_ALIAS, Domain, devices_document
-from .instance import Instance
+from ..metadata import CONFIG_DRIVE_ALIAS, Domain
 
 log = logging.getLogger(__name__)
 
 SMBIOS_PRODUCT = "OpenStack Nova"
 SMBIOS_MANUFACTURER = "OpenStack Foundation"
 _MEDIUM_CHANGE_ATTEMPTS = 8
-
-
-def instance_from_domain(domain: Domain, **fields: Any) -> Instance:
-    """The :class:`Instance` of a parsed domain; ``fields`` set the rest (user data, keys, ...)."""
-    if not domain.uuid:
-        raise InputError(f"domain {domain.name!r} has no UUID")
-    document = devices_document(domain)
-    return Instance(
-        uuid=domain.uuid,
-        name=domain.name,
-        devices=tuple(document["devices"]),
-        macs=tuple(nic.mac for nic in domain.nics if nic.mac),
-        **fields,
-    )
 
 
 def _libvirt() -> Any:

@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from ..errors import InputError
+from . import FW_CFG_NAME, FwCfgError, decode_payload
 
 
 def register(commands: Any) -> None:
@@ -27,8 +28,7 @@ def register(commands: Any) -> None:
 
 def _cmd_fwcfg(args: argparse.Namespace) -> None:
     from .. import virt
-    from . import FW_CFG_NAME, FwCfgError, decode_payload
-    from .domain import disable, enable, status
+    from .domain import disable, enable, status  # imports virt: libvirt loads only when this verb runs
 
     connection = virt.open_connection(args.connect)
     try:
@@ -43,8 +43,8 @@ def _cmd_fwcfg(args: argparse.Namespace) -> None:
                 was_on = disable(handle)
                 print(f"{handle.name()}: fw_cfg {FW_CFG_NAME} {'off' + running if was_on else 'was already off'}")
             else:
-                payload = status(handle)
-                state = "off" if payload is None else f"on, {len(payload)} bytes"
+                current = status(handle)
+                state = "off" if current is None else f"on, {len(current)} bytes"
                 print(f"{handle.name()}: fw_cfg {FW_CFG_NAME} {state}")
         except FwCfgError as exc:
             raise InputError(str(exc)) from None

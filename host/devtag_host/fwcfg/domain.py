@@ -46,6 +46,7 @@ def enable(handle: Any) -> str:
     def edit(root: ET.Element) -> bool:
         nonlocal written
         sysinfo = _fwcfg_sysinfo(root, create=True)
+        assert sysinfo is not None  # create=True makes one
         entry = _our_entry(sysinfo)
         if entry is None:
             entry = ET.SubElement(sysinfo, "entry", {"name": FW_CFG_NAME})

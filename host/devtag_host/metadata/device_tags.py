@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
+from ..errors import InputError
 from .model import Disk, Domain, Nic, TagEntry
 from .tags import MAX_TAGS_PER_DEVICE, TagError, check_tag
 
@@ -22,14 +23,14 @@ CONFIG_DRIVE_ALIAS = "ua-devtag-config-drive"
 _NOVA_CONFIG_DRIVE_FILE = "disk.config"
 
 
-class DeviceSelectionError(LookupError):
+class DeviceSelectionError(InputError, LookupError):
     """No device, or more than one, matches what the user named."""
 
 
 def is_config_drive(disk: Disk) -> bool:
     if disk.alias == CONFIG_DRIVE_ALIAS:
         return True
-    return bool(disk.source_file) and disk.source_file.rsplit("/", 1)[-1] == _NOVA_CONFIG_DRIVE_FILE
+    return disk.source_file is not None and disk.source_file.rsplit("/", 1)[-1] == _NOVA_CONFIG_DRIVE_FILE
 
 
 def kind_of(device: Device) -> str:

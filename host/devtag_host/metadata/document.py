@@ -12,6 +12,7 @@ import posixpath
 import re
 from typing import Any, Dict, List
 
+from ..errors import InputError
 from .device_tags import TagIndex, taggable_devices
 from .guest_address import Topology
 from .model import Disk, Domain, Nic
@@ -21,7 +22,7 @@ MAX_DEVICES = 4096
 _SAFE_DEV_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,14}$")
 
 
-class TooManyDevicesError(ValueError):
+class TooManyDevicesError(InputError, ValueError):
     pass
 
 

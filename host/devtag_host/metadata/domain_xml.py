@@ -17,6 +17,7 @@ from typing import Dict, Iterable, List, Optional
 import defusedxml.ElementTree as SafeET
 from defusedxml import DefusedXmlException
 
+from ..errors import InputError
 from .model import (
     Address,
     Controller,
@@ -40,7 +41,7 @@ _DISK_DEVICES = frozenset({"disk", "cdrom", "lun"})
 _TAG_KEYS = {"nic": ("mac",), "disk": ("serial", "alias", "target")}
 
 
-class DomainXmlError(ValueError):
+class DomainXmlError(InputError, ValueError):
     """The domain XML cannot be read; the message says where and why."""
 
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import unicodedata
 
+from ..errors import InputError
+
 MAX_TAG_LENGTH = 60
 MAX_TAGS_PER_DEVICE = 64
 
@@ -28,7 +30,7 @@ _FORBIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp", "Cn"})
 _FORBIDDEN_CHARACTERS = frozenset(",/")
 
 
-class TagError(ValueError):
+class TagError(InputError, ValueError):
     """A tag that breaks the rules above; the message says which rule."""
 
 

@@ -22,7 +22,7 @@ from starlette.routing import Route
 
 from .access_log import LoggerSink, access_line
 from .directory import InstanceDirectory
-from .requester import DirectIdentifier, Identity, ProxyIdentifier, Refusal
+from .requester import AddressBook, DirectIdentifier, Identity, ProxyIdentifier, Refusal
 from .site import TEXT
 
 MAX_PATH_BYTES = 1024
@@ -158,8 +158,6 @@ def create_app(
         if proxy_secret is not None:
             identifier = ProxyIdentifier(directory, proxy_secret)
         else:
-            from .requester import AddressBook
-
             identifier = DirectIdentifier(directory, addresses or AddressBook())
 
     async def health(_request: Request) -> PlainTextResponse:

@@ -11,7 +11,7 @@ import threading
 from dataclasses import dataclass
 from typing import Dict, FrozenSet, Iterable, Optional
 
-from ..configdrive.instance import Instance
+from ..metadata.instance import Instance
 from .domain_facts import NicPort
 from .site import Site, build_site
 

@@ -26,9 +26,8 @@ import stat
 from pathlib import Path
 from typing import Any, Callable, Dict, Mapping, Optional
 
-from ..configdrive.commands import public_keys_from_text
-from ..configdrive.iso import MAX_IMAGE_BYTES
 from ..errors import InputError
+from ..inputs import MAX_INPUT_BYTES, public_keys_from_text
 
 MAX_JSON_DEPTH = 64
 MAX_KEYS_BYTES = 1 << 20
@@ -61,7 +60,7 @@ def instance_data_reader(directory: Path) -> Callable[[str], Mapping[str, Any]]:
 
 def _fields(base: int, where: Path) -> Dict[str, Any]:
     fields: Dict[str, Any] = {}
-    user_data = _read(base, where, "user_data", MAX_IMAGE_BYTES)
+    user_data = _read(base, where, "user_data", MAX_INPUT_BYTES)
     if user_data is not None:
         fields["user_data"] = user_data
     meta = _read_json_object(base, where, "meta.json")
@@ -97,7 +96,7 @@ def _read(base: int, where: Path, name: str, limit: int) -> Optional[bytes]:
 
 
 def _read_json_object(base: int, where: Path, name: str) -> Optional[Dict[str, Any]]:
-    data = _read(base, where, name, MAX_IMAGE_BYTES)
+    data = _read(base, where, name, MAX_INPUT_BYTES)
     if data is None:
         return None
     try:

@@ -24,9 +24,9 @@ from typing import Any, Callable, Dict, List, Mapping, Optional
 
 import libvirt
 
-from ..configdrive.domain import instance_from_domain
 from ..errors import DevtagError
 from ..metadata.domain_xml import parse_domain_xml
+from ..metadata.instance import instance_from_domain
 from .directory import InstanceDirectory
 from .domain_facts import domain_facts
 
@@ -46,7 +46,7 @@ _STOP = ""
 class LibvirtWatcher:
     """Mirror the domains of ``connection`` into ``directory``.
 
-    ``extras(uuid)`` returns more :class:`~devtag_host.configdrive.Instance`
+    ``extras(uuid)`` returns more :class:`~devtag_host.metadata.instance.Instance`
     fields (user data, keys, meta) for a domain; default none.
 
     When the connection closes (libvirtd restarted), ``reconnect()`` is called

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Tuple
 
-from ..configdrive.instance import (
+from ..metadata.instance import (
     EC2_VERSIONS,
     LATEST,
     OPENSTACK_VERSIONS,

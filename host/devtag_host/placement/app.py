@@ -11,6 +11,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import os
 import re
 import uuid as uuidlib
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
@@ -354,8 +355,6 @@ def read_token_file(path: str) -> str:
 
 def create_app_from_env() -> Placement:
     """For ``uvicorn --factory devtag_host.placement.app:create_app_from_env`` (several workers)."""
-    import os
-
     token_file = os.environ.get(TOKEN_FILE_ENV)
     return create_app(None, read_token_file(token_file) if token_file else None)
 

@@ -8,6 +8,7 @@ import logging
 import os
 from typing import Tuple
 
+from ..compute import commands as compute_commands
 from ..errors import InputError, RuntimeFailure
 
 log = logging.getLogger(__name__)
@@ -47,9 +48,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     sync.add_argument("--db", metavar="URL", help="SQLAlchemy URL (default: the SQLite file)")
     sync.set_defaults(handler=_cmd_db_sync)
 
-    from . import reporter
-
-    reporter.register(verbs)
+    compute_commands.register(verbs)
 
 
 def parse_listen(value: str, token_file: str | None) -> Tuple[str, int]:

@@ -1,17 +1,14 @@
-"""Tables, engines and transactions.
+"""Placement's tables and where its database lives.
 
-One ``Store`` per process wraps the engines.  Write transactions on SQLite are
-``BEGIN IMMEDIATE`` (one writer at a time, no lock upgrade deadlocks); on
-PostgreSQL they run at READ COMMITTED and rely on the compare-and-swap of a
-provider's ``generation`` (``UPDATE ... WHERE generation = :seen``) for safety.
+The engines and transactions are :class:`devtag_host.db.Store`; placement's
+writers on PostgreSQL rely on the compare-and-swap of a provider's
+``generation`` (``UPDATE ... WHERE generation = :seen``) for safety.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-from pathlib import Path
-from typing import Iterator, Optional
+from typing import Optional
 
 import os_resource_classes
 import os_traits
@@ -26,12 +23,12 @@ from sqlalchemy import (
     String,
     Table,
     UniqueConstraint,
-    create_engine,
-    event,
     func,
     select,
 )
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection
+
+from .. import db
 
 DEFAULT_DB_ENV = "DEVTAG_PLACEMENT_DB"
 MAX_INT = 2147483647
@@ -145,65 +142,11 @@ def default_url() -> str:
     return f"sqlite:///{os.path.join(data_home, 'devtag', 'placement.sqlite')}"
 
 
-def _sqlite_engine(url: str, immediate: bool) -> Engine:
-    database = url.split("///", 1)[1] if "///" in url else ""
-    if database and database != ":memory:":
-        Path(database).parent.mkdir(parents=True, exist_ok=True)
-    # Pooled: closing the last connection to a WAL database checkpoints it (milliseconds).
-    engine = create_engine(url, pool_size=8, max_overflow=32, connect_args={"timeout": 30, "check_same_thread": False})
-
-    @event.listens_for(engine, "connect")
-    def _connect(dbapi_connection, _record):  # type: ignore[no-untyped-def]
-        dbapi_connection.isolation_level = None  # we issue BEGIN ourselves
-        cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute("PRAGMA synchronous=NORMAL")
-        cursor.execute("PRAGMA busy_timeout=30000")
-        cursor.close()
-
-    @event.listens_for(engine, "begin")
-    def _begin(connection):  # type: ignore[no-untyped-def]
-        connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
-
-    return engine
-
-
-def _normalize_url(url: str) -> str:
-    if url.startswith("postgresql://") or url.startswith("postgres://"):
-        return "postgresql+psycopg://" + url.split("://", 1)[1]
-    return url
-
-
-class Store:
-    """The database of one placement service: engines and transactions."""
+class Store(db.Store):
+    """The database of one placement service (default: :func:`default_url`)."""
 
     def __init__(self, url: Optional[str] = None, pool_size: int = 10) -> None:
-        self.url = _normalize_url(url or default_url())
-        if self.url.startswith("sqlite"):
-            self.dialect = "sqlite"
-            self.writer = _sqlite_engine(self.url, immediate=True)
-            self.reader = _sqlite_engine(self.url, immediate=False)
-        else:
-            self.dialect = "postgresql"
-            self.writer = create_engine(self.url, pool_size=pool_size, max_overflow=20, pool_pre_ping=True)
-            self.reader = self.writer
-
-    @contextlib.contextmanager
-    def write(self) -> Iterator[Connection]:
-        """A write transaction: committed on success, rolled back on error."""
-        with self.writer.begin() as connection:
-            yield connection
-
-    @contextlib.contextmanager
-    def read(self) -> Iterator[Connection]:
-        with self.reader.begin() as connection:
-            yield connection
-
-    def dispose(self) -> None:
-        self.writer.dispose()
-        if self.reader is not self.writer:
-            self.reader.dispose()
+        super().__init__(url or default_url(), pool_size)
 
 
 def insert_missing_names(connection: Connection, table: Table, names: list) -> None:

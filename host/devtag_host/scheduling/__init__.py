@@ -2,10 +2,8 @@
 
 One way through, one module per arrow:
 
-* :mod:`.capabilities` -- libvirt domain capabilities -> ``COMPUTE_STORAGE_BUS_*``,
-  ``COMPUTE_GRAPHICS_MODEL_*``, ``COMPUTE_NET_VIF_MODEL_*``, ``COMPUTE_ARCH_*``,
-  ``HW_ARCH_*`` (pure); :mod:`.host_capabilities` reads them from a connection and
-  the placement reporter publishes them.
+* :mod:`devtag_host.compute.capabilities` -- what a host can emulate, as traits
+  (``COMPUTE_STORAGE_BUS_*``, ...); the compute node reporter publishes them.
 * :mod:`.prefilter` -- image device-model properties -> required traits (pure).
 * :mod:`.request` -- flavor + image -> one unnumbered request group -> the
   ``GET /allocation_candidates`` query (pure).
@@ -16,7 +14,7 @@ One way through, one module per arrow:
     request = build_request(flavor_from_json(flavor), image_from_json(image), prefilter=True)
 """
 
-from .capabilities import CapabilityTraits, capability_traits, parse_domain_capabilities
+from ..compute.capabilities import CapabilityTraits, capability_traits, parse_domain_capabilities
 from .errors import InvalidFlavor, InvalidImageProperty, NoValidHost, RebuildRefused, TraitConflict
 from .prefilter import prefilter_traits
 from .ranking import rank

@@ -1,6 +1,6 @@
 """The placement edge of scheduling: candidates, provider names, provider-tree traits.
 
-Everything here is HTTP through :class:`~devtag_host.placement.reporter.PlacementClient`
+Everything here is HTTP through :class:`~devtag_host.placement_client.PlacementClient`
 (microversion 1.17); the decisions are in :mod:`.request`, :mod:`.ranking` and
 :mod:`.rebuild`.
 
@@ -15,13 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Set, Tuple
 
 from ..errors import InputError, RuntimeFailure
-from ..placement.reporter import PlacementClient
+from ..placement_client import MICROVERSION, PlacementClient
 from .errors import NoValidHost
 from .ranking import Ranking, rank
 from .rebuild import RebuildVerdict, check_rebuild
 from .request import RequestGroup, SchedulingRequest, candidates_query, query_path
-
-MICROVERSION = (1, 17)  # what PlacementClient sends
 
 
 @dataclass

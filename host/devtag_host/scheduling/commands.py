@@ -10,6 +10,8 @@ import uuid as uuidlib
 from typing import Any, Callable, Optional, TypeVar
 
 from ..errors import InputError
+from ..placement_client import PlacementClient, client_token
+from .client import check_instance_rebuild, schedule, summary
 from .errors import NoValidHost
 from .prefilter import ENVIRONMENT_VARIABLE, setting_from_environment
 from .request import Image, build_request, flavor_from_json, image_from_json, query_path, trait_group
@@ -155,15 +157,12 @@ def prefilter_enabled(flag: Optional[bool]) -> bool:
 
 
 def _client(args: argparse.Namespace) -> Any:
-    from ..placement.reporter import PlacementClient, client_token
 
     url = args.placement_url or os.environ.get(PLACEMENT_URL_ENV) or DEFAULT_PLACEMENT_URL
     return PlacementClient(url, client_token(args.token_file))
 
 
 def _cmd_schedule(args: argparse.Namespace) -> None:
-    from .client import schedule, summary
-
     flavor = load(args.flavor, "--flavor", flavor_from_json)
     image = load(args.image, "--image", image_from_json) if args.image else Image("image", {})
     request = build_request(flavor, image, prefilter=prefilter_enabled(args.prefilter))
@@ -207,8 +206,6 @@ def _print_schedule(result: Any) -> None:
 
 
 def _cmd_rebuild_check(args: argparse.Namespace) -> None:
-    from .client import check_instance_rebuild
-
     try:
         instance = str(uuidlib.UUID(args.instance))
     except ValueError:

@@ -1,8 +1,8 @@
-"""Scheduling's failures, as the CLI's exit codes: 2 bad input, 3 no host / refused."""
+"""Scheduling's failures: bad input (exit 2 on the command line), or a refusal (exit 3)."""
 
 from __future__ import annotations
 
-from ..errors import DevtagError, InputError
+from ..errors import InputError, Refused
 
 
 class InvalidImageProperty(InputError):
@@ -17,13 +17,9 @@ class TraitConflict(InputError):
     """The same trait is required by one source and forbidden by another."""
 
 
-class NoValidHost(DevtagError):
+class NoValidHost(Refused):
     """Placement offered no host that satisfies the request."""
 
-    exit_code = 3
 
-
-class RebuildRefused(DevtagError):
+class RebuildRefused(Refused):
     """The instance's providers lack a trait the new image needs."""
-
-    exit_code = 3

@@ -22,8 +22,7 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-from ..errors import InputError
-from .capabilities import (
+from ..compute.capabilities import (
     EMULATION_ARCH_PREFIX,
     GRAPHICS_MODEL_PREFIX,
     HOST_ARCH_PREFIX,
@@ -32,6 +31,7 @@ from .capabilities import (
     VIF_MODEL_PREFIX,
     trait_name,
 )
+from ..errors import InputError
 from .errors import InvalidImageProperty
 
 ENVIRONMENT_VARIABLE = "DEVTAG_IMAGE_METADATA_PREFILTER"

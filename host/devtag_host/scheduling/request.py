@@ -29,6 +29,7 @@ from urllib.parse import urlencode
 import os_resource_classes
 import os_traits
 
+from ..placement_client import MICROVERSION
 from .errors import InvalidFlavor, InvalidImageProperty, TraitConflict
 from .prefilter import prefilter_traits
 
@@ -247,7 +248,7 @@ def build_request(flavor: Flavor, image: Image, *, prefilter: bool = False) -> S
 
 
 def candidates_query(
-    group: RequestGroup, *, limit: Optional[int] = None, microversion: Tuple[int, int] = (1, 17)
+    group: RequestGroup, *, limit: Optional[int] = None, microversion: Tuple[int, int] = MICROVERSION
 ) -> Dict[str, str]:
     """The query parameters of ``GET /allocation_candidates`` for ``group``.
 

@@ -5,6 +5,7 @@ from alembic import context
 from devtag_host.placement.db import metadata
 
 connection = context.config.attributes["connection"]
-context.configure(connection=connection, target_metadata=metadata, render_as_batch=True)
+version_table = context.config.attributes.get("version_table", "alembic_version")
+context.configure(connection=connection, target_metadata=metadata, render_as_batch=True, version_table=version_table)
 with context.begin_transaction():
     context.run_migrations()

@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import Iterator, List, Optional
 
+from sqlalchemy import create_engine, text
+
 
 def postgres_bin() -> Optional[Path]:
     configured = os.environ.get("DEVTAG_PG_BIN")
@@ -74,13 +76,19 @@ def _as_postgres(argv: List[str]) -> List[str]:
 
 
 @contextlib.contextmanager
-def throwaway_postgres(base: Path, database: str = "placement") -> Iterator[str]:
-    """Start PostgreSQL in ``base``; yield a SQLAlchemy URL of a fresh ``database``."""
-    from sqlalchemy import create_engine, text
+def throwaway_postgres(base: Optional[Path] = None, database: str = "placement") -> Iterator[str]:
+    """Start PostgreSQL in ``base``; yield a SQLAlchemy URL of a fresh ``database``.
 
+    Without ``base`` the server gets a directory of its own from
+    :func:`tempfile.mkdtemp`, removed afterwards: pytest's basetemp is rotated
+    by every session, and a second session deleted a running server's data.
+    """
     binaries = postgres_bin()
     if binaries is None or not (binaries / "initdb").exists():
         raise RuntimeError("PostgreSQL binaries not found: install Debian's postgresql package (./setup.sh)")
+    own = base is None
+    if base is None:
+        base = Path(tempfile.mkdtemp(prefix="devtag-pg-"))
     base.mkdir(parents=True, exist_ok=True)
     data = base / "data"
     if os.geteuid() == 0:
@@ -100,14 +108,26 @@ def throwaway_postgres(base: Path, database: str = "placement") -> Iterator[str]
         stdout=subprocess.DEVNULL,
     )
     try:
-        engine = create_engine(f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres", isolation_level="AUTOCOMMIT")
-        with engine.connect() as connection:
-            connection.execute(text(f'CREATE DATABASE "{database}"'))  # a fixed, trusted name
-        engine.dispose()
-        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/{database}"
+        yield create_database(f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres", database)
     finally:
         subprocess.run(
             _as_postgres([pg_ctl, "-D", str(data), "-m", "immediate", "-w", "stop"]),
             stdout=subprocess.DEVNULL,
             check=False,
         )
+        if own:
+            shutil.rmtree(base, ignore_errors=True)
+
+
+def create_database(server_url: str, name: str) -> str:
+    """Create database ``name`` on the server of ``server_url``; return its URL.
+
+    ``name`` is the caller's own (a fixed word or a random hex suffix), never input.
+    """
+    admin = create_engine(server_url, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as connection:
+            connection.execute(text(f'CREATE DATABASE "{name}"'))
+    finally:
+        admin.dispose()
+    return server_url.rsplit("/", 1)[0] + "/" + name

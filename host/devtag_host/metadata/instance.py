@@ -22,7 +22,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from ..metadata import validate_document
+from ..errors import InputError
+from .document import devices_document
+from .model import Domain
+from .validation import validate_document
 
 # Nova's OpenStack metadata versions, oldest first (what cloud-init 22+ knows).
 OPENSTACK_VERSIONS: Tuple[str, ...] = (
@@ -197,3 +200,17 @@ def instance_files(instance: Instance) -> Dict[str, bytes]:
         if instance.user_data is not None:
             files[f"ec2/{version}/user-data"] = instance.user_data
     return files
+
+
+def instance_from_domain(domain: Domain, **fields: Any) -> Instance:
+    """The :class:`Instance` of a parsed domain; ``fields`` set the rest (user data, keys, ...)."""
+    if not domain.uuid:
+        raise InputError(f"domain {domain.name!r} has no UUID")
+    document = devices_document(domain)
+    return Instance(
+        uuid=domain.uuid,
+        name=domain.name,
+        devices=tuple(document["devices"]),
+        macs=tuple(nic.mac for nic in domain.nics if nic.mac),
+        **fields,
+    )

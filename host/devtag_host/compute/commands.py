@@ -1,0 +1,159 @@
+"""``devtag-host placement report``: report this libvirt host to placement, once or every --interval."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import time
+import uuid as uuidlib
+from typing import Any, Dict, List, Optional, Tuple
+
+from ..errors import InputError, RuntimeFailure
+from ..placement_client import PlacementClient, client_token
+from .host_capabilities import DEFAULT_MACHINE_TYPES
+from .host_facts import GIB, pool_gb, read_host
+from .reporter import ReportError, Settings, report, report_shared_pool
+
+log = logging.getLogger(__name__)
+
+
+def register(verbs: argparse._SubParsersAction) -> None:
+    sub = verbs.add_parser(
+        "report",
+        help="report this libvirt host (and optionally a shared pool) to placement",
+        description="Create/update this host's resource provider from libvirt: VCPU and MEMORY_MB from the node "
+        "info, DISK_GB from --storage-pool or --disk-path, HW_CPU_X86_* traits from the host CPU, the "
+        "COMPUTE_STORAGE_BUS_*, COMPUTE_GRAPHICS_MODEL_*, COMPUTE_NET_VIF_MODEL_*, COMPUTE_ARCH_* and HW_ARCH_* "
+        "traits of what it can emulate (domain capabilities of --virt-type), one allocation per running domain. "
+        "With --shared-pool/--shared-path and --aggregate, also keep a sharing DISK_GB "
+        "provider up to date. Runs once, or every --interval seconds.",
+    )
+    sub.add_argument("-c", "--connect", metavar="URI", help="libvirt URI (default: embedded QEMU driver)")
+    sub.add_argument("--placement-url", required=True, metavar="URL")
+    sub.add_argument("--token-file", metavar="FILE", help="X-Auth-Token from FILE (default: 'admin')")
+    sub.add_argument("--name", help="provider name (default: the host name)")
+    sub.add_argument("--storage-pool", metavar="POOL", help="libvirt storage pool for DISK_GB")
+    sub.add_argument("--disk-path", metavar="DIR", help="file system for DISK_GB (when there is no pool)")
+    sub.add_argument("--cpu-allocation-ratio", type=float, default=16.0)
+    sub.add_argument("--ram-allocation-ratio", type=float, default=1.5)
+    sub.add_argument("--disk-allocation-ratio", type=float, default=1.0)
+    sub.add_argument("--reserved-vcpus", type=int, default=0)
+    sub.add_argument("--reserved-memory-mb", type=int, default=512)
+    sub.add_argument("--reserved-disk-gb", type=int, default=0)
+    sub.add_argument("--trait", action="append", default=[], help="an extra trait to set (repeatable)")
+    sub.add_argument(
+        "--virt-type",
+        default="qemu",
+        choices=("qemu", "kvm", "xen", "lxc", "vz"),
+        help="domain type the capability traits are read for (default qemu; kvm on KVM hosts)",
+    )
+    sub.add_argument(
+        "--machine-type",
+        metavar="ARCH=TYPE[,TYPE]",
+        action="append",
+        default=[],
+        help="machine types of ARCH to union (default x86_64=pc,q35; other arches: libvirt's default)",
+    )
+    sub.add_argument("--prune", action="store_true", help="drop this node's allocations of domains not running")
+    sub.add_argument("--shared-pool", metavar="POOL", help="a shared libvirt storage pool to report as sharing")
+    sub.add_argument("--shared-path", metavar="DIR", help="a shared file system to report as sharing")
+    sub.add_argument("--shared-name", metavar="NAME", help="name of the sharing provider (default: pool/path)")
+    sub.add_argument("--aggregate", metavar="UUID", help="aggregate of the sharing provider and this node")
+    sub.add_argument("--interval", type=float, help="repeat every SECONDS (default: run once)")
+    sub.set_defaults(handler=_cmd_report)
+
+
+def _cmd_report(args: argparse.Namespace) -> None:
+    if (args.shared_pool or args.shared_path) and not args.aggregate:
+        raise InputError("--shared-pool/--shared-path need --aggregate UUID")
+    if args.aggregate:
+        try:
+            args.aggregate = str(uuidlib.UUID(args.aggregate))
+        except ValueError:
+            raise InputError(f"--aggregate {args.aggregate!r} is not a UUID") from None
+    token = client_token(args.token_file)
+    settings = Settings(
+        cpu_allocation_ratio=args.cpu_allocation_ratio,
+        ram_allocation_ratio=args.ram_allocation_ratio,
+        disk_allocation_ratio=args.disk_allocation_ratio,
+        reserved_vcpus=args.reserved_vcpus,
+        reserved_memory_mb=args.reserved_memory_mb,
+        reserved_disk_gb=args.reserved_disk_gb,
+        prune=args.prune,
+        extra_traits=tuple(args.trait),
+    )
+    args.machine_types = parse_machine_types(args.machine_type)
+    client = PlacementClient(args.placement_url, token)
+    while True:
+        try:
+            _report_once(client, settings, args)
+        except RuntimeFailure as exc:
+            if args.interval is None:
+                raise
+            log.warning("report failed, trying again in %s s: %s", args.interval, exc)  # a daemon keeps going
+        if args.interval is None:
+            return
+        time.sleep(args.interval)
+
+
+def _report_once(client: PlacementClient, settings: Settings, args: argparse.Namespace) -> None:
+    from .. import virt  # libvirt loads only when this verb runs
+
+    connection = virt.open_connection(args.connect)
+    try:
+        facts = read_host(
+            connection,
+            name=args.name,
+            disk_path=args.disk_path,
+            storage_pool=args.storage_pool,
+            virt_type=args.virt_type,
+            machine_types=args.machine_types,
+        )
+        try:
+            summary = report(client, facts, settings)
+            if args.aggregate:
+                _add_aggregate(client, facts.uuid, args.aggregate)
+                shared = _shared_capacity(connection, args)
+                if shared is not None:
+                    report_shared_pool(client, aggregate=args.aggregate, **shared)
+        except ReportError as exc:
+            raise RuntimeFailure(str(exc)) from None
+    finally:
+        connection.close()
+    changed = ", ".join(summary.changed) or "nothing changed"
+    print(f"{facts.name} ({summary.provider}): {changed}", flush=True)
+    if summary.failed:
+        raise RuntimeFailure("; ".join(summary.failed))
+
+
+def parse_machine_types(values: List[str]) -> Optional[Dict[str, Tuple[Optional[str], ...]]]:
+    """``["x86_64=pc,q35"]`` -> {"x86_64": ("pc", "q35")} over the defaults; None when not given."""
+    if not values:
+        return None
+    result: Dict[str, Tuple[Optional[str], ...]] = dict(DEFAULT_MACHINE_TYPES)
+    for value in values:
+        arch, sep, types = value.partition("=")
+        names = tuple(name.strip() for name in types.split(",") if name.strip())
+        if not sep or not arch.strip() or not names:
+            raise InputError(f"--machine-type {value!r}: expected ARCH=TYPE[,TYPE...]")
+        result[arch.strip()] = names
+    return result
+
+
+def _add_aggregate(client: PlacementClient, provider: str, aggregate: str) -> None:
+    status, data = client.call("GET", f"/resource_providers/{provider}/aggregates")
+    if status == 200 and aggregate not in data["aggregates"]:
+        client.call("PUT", f"/resource_providers/{provider}/aggregates", sorted({*data["aggregates"], aggregate}))
+
+
+def _shared_capacity(connection: Any, args: argparse.Namespace) -> Optional[Dict[str, Any]]:
+    if args.shared_pool:
+        capacity, allocation = pool_gb(connection, args.shared_pool)
+        return {"name": args.shared_name or args.shared_pool, "capacity_gb": capacity, "allocation_gb": allocation}
+    if args.shared_path:
+        stats = os.statvfs(args.shared_path)
+        capacity = stats.f_blocks * stats.f_frsize // GIB
+        used = (stats.f_blocks - stats.f_bfree) * stats.f_frsize // GIB
+        return {"name": args.shared_name or args.shared_path, "capacity_gb": capacity, "allocation_gb": used}
+    return None

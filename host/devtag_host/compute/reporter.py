@@ -1,0 +1,268 @@
+"""The compute-node reporter: libvirt -> placement.
+
+``host_facts.read_host(connection, ...)`` reads the facts (node info, host CPU
+features, running domains, disk capacity, the device models it can emulate);
+``report(client, facts, settings)`` makes placement agree with them: the node's
+provider (UUID = libvirt's host UUID), its VCPU / MEMORY_MB / DISK_GB inventory,
+its ``HW_CPU_X86_*`` traits, its capability traits (``COMPUTE_STORAGE_BUS_*``,
+``COMPUTE_GRAPHICS_MODEL_*``, ``COMPUTE_NET_VIF_MODEL_*``, ``COMPUTE_ARCH_*``,
+``HW_ARCH_*``: :mod:`devtag_host.compute.capabilities`) and one allocation per
+running domain (consumer = domain UUID).  The reporter owns exactly those trait
+namespaces: any other trait on the provider (an operator's ``CUSTOM_RACK6``)
+stays.  Every write carries the generation it read and is retried on 409.  ``report_shared_pool`` keeps a
+sharing provider (``MISC_SHARES_VIA_AGGREGATE``) in step with a shared storage
+pool.  Running it twice changes nothing the second time.
+
+    from devtag_host.compute import host_facts, reporter
+    from devtag_host.placement_client import PlacementClient
+    client = PlacementClient("http://127.0.0.1:8778", token="admin")
+    facts = host_facts.read_host(connection, disk_path="/var/lib/libvirt/images")
+    reporter.report(client, facts, reporter.Settings())
+
+The facts come from :mod:`.host_facts`, the HTTP from
+:mod:`devtag_host.placement_client`, the command from :mod:`.commands`.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+import uuid as uuidlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Union
+
+import os_traits
+
+from ..placement_client import PlacementClient, error_code, error_detail
+from .capabilities import PREFIXES
+from .host_facts import CPU_TRAIT_PREFIX, DomainUsage, HostFacts, cpu_traits
+
+log = logging.getLogger(__name__)
+
+MANAGED_TRAIT_PREFIX = CPU_TRAIT_PREFIX
+# The device-model and arch traits of devtag_host.compute.capabilities.
+CAPABILITY_TRAIT_PREFIXES = tuple(prefix + "_" for prefix in PREFIXES)
+
+
+class ReportError(Exception):
+    """Placement refused a write (after retries)."""
+
+
+@dataclass
+class Settings:
+    cpu_allocation_ratio: float = 16.0
+    ram_allocation_ratio: float = 1.5
+    disk_allocation_ratio: float = 1.0
+    reserved_vcpus: int = 0
+    reserved_memory_mb: int = 512
+    reserved_disk_gb: int = 0
+    project_id: str = "devtag"
+    user_id: str = "devtag"
+    prune: bool = False  # delete allocations on this node of consumers that are not running here
+    extra_traits: Tuple[str, ...] = ()
+
+
+def _retrying(action: Callable[[], Tuple[int, Any]], what: str, attempts: int = 5) -> Any:
+    """Run a generation-guarded write; re-run it (it re-reads) on 409 concurrent_update."""
+    for attempt in range(attempts):
+        status, data = action()
+        if status < 400:
+            return data
+        if status == 409 and error_code(data) == "placement.concurrent_update" and attempt < attempts - 1:
+            time.sleep(0.05 * (attempt + 1))
+            continue
+        raise ReportError(f"{what}: {status} {error_detail(data)}")
+    raise ReportError(f"{what}: gave up")  # pragma: no cover
+
+
+@dataclass
+class ReportSummary:
+    provider: str
+    changed: List[str] = field(default_factory=list)
+    failed: List[str] = field(default_factory=list)
+
+
+def ensure_provider(client: PlacementClient, uuid: str, name: str) -> Dict[str, Any]:
+    status, data = client.call("GET", f"/resource_providers/{uuid}")
+    if status == 200:
+        if data["name"] != name:
+            status, data = client.call("PUT", f"/resource_providers/{uuid}", {"name": name})
+            if status != 200:
+                raise ReportError(f"rename provider {uuid}: {status} {error_detail(data)}")
+        return data
+    status, data = client.call("POST", "/resource_providers", {"name": name, "uuid": uuid})
+    if status != 201 and status != 409:
+        raise ReportError(f"create provider {name}: {status} {error_detail(data)}")
+    status, data = client.call("GET", f"/resource_providers/{uuid}")
+    if status != 200:
+        raise ReportError(f"provider {name}: {status} {error_detail(data)} (is the name taken by another provider?)")
+    return data
+
+
+def _inventory(total: int, reserved: int, ratio: float) -> Dict[str, Any]:
+    return {
+        "total": total,
+        "reserved": min(max(0, reserved), total - 1),
+        "min_unit": 1,
+        "max_unit": total,
+        "step_size": 1,
+        "allocation_ratio": ratio,
+    }
+
+
+def desired_inventory(facts: HostFacts, settings: Settings) -> Dict[str, Dict[str, Any]]:
+    inventories = {
+        "VCPU": _inventory(facts.vcpus, settings.reserved_vcpus, settings.cpu_allocation_ratio),
+        "MEMORY_MB": _inventory(facts.memory_mb, settings.reserved_memory_mb, settings.ram_allocation_ratio),
+    }
+    if facts.disk_gb:
+        inventories["DISK_GB"] = _inventory(facts.disk_gb, settings.reserved_disk_gb, settings.disk_allocation_ratio)
+    return inventories
+
+
+def set_inventory(client: PlacementClient, uuid: str, wanted: Dict[str, Dict[str, Any]]) -> bool:
+    """PUT the inventory if it differs; True when it changed."""
+    changed = False
+
+    def attempt() -> Tuple[int, Any]:
+        nonlocal changed
+        status, current = client.call("GET", f"/resource_providers/{uuid}/inventories")
+        if status != 200:
+            return status, current
+        if current["inventories"] == wanted:
+            return 200, current
+        changed = True
+        body = {"resource_provider_generation": current["resource_provider_generation"], "inventories": wanted}
+        return client.call("PUT", f"/resource_providers/{uuid}/inventories", body)
+
+    _retrying(attempt, f"inventory of {uuid}")
+    return changed
+
+
+def set_traits(
+    client: PlacementClient, uuid: str, managed: Set[str], prefix: Union[str, Tuple[str, ...]] = MANAGED_TRAIT_PREFIX
+) -> bool:
+    """Make the provider's ``prefix`` traits (one prefix or several) equal ``managed``, keeping all others."""
+    changed = False
+
+    def attempt() -> Tuple[int, Any]:
+        nonlocal changed
+        status, current = client.call("GET", f"/resource_providers/{uuid}/traits")
+        if status != 200:
+            return status, current
+        have = set(current["traits"])
+        wanted = {t for t in have if not t.startswith(prefix) and t not in managed} | managed
+        if wanted == have:
+            return 200, current
+        changed = True
+        body = {"traits": sorted(wanted), "resource_provider_generation": current["resource_provider_generation"]}
+        return client.call("PUT", f"/resource_providers/{uuid}/traits", body)
+
+    _retrying(attempt, f"traits of {uuid}")
+    return changed
+
+
+def set_domain_allocation(
+    client: PlacementClient, provider: str, domain: DomainUsage, settings: Settings, local_disk: bool = False
+) -> bool:
+    """The domain's allocation on this node, keeping what it holds elsewhere (shared disk).
+
+    With ``local_disk`` (the node reports DISK_GB) its file-backed disks count as DISK_GB here.
+    """
+    wanted = {"VCPU": domain.vcpus, "MEMORY_MB": domain.memory_mb}
+    if local_disk and domain.disk_gb:
+        wanted["DISK_GB"] = domain.disk_gb
+    status, current = client.call("GET", f"/allocations/{domain.uuid}")
+    if status != 200:
+        raise ReportError(f"allocations of {domain.name}: {status} {error_detail(current)}")
+    held = {rp: entry["resources"] for rp, entry in current["allocations"].items()}
+    if held.get(provider) == wanted:
+        return False
+    held[provider] = wanted
+    body = {
+        "allocations": {rp: {"resources": resources} for rp, resources in held.items()},
+        "project_id": current.get("project_id", settings.project_id),
+        "user_id": current.get("user_id", settings.user_id),
+    }
+    _retrying(lambda: client.call("PUT", f"/allocations/{domain.uuid}", body), f"allocation of {domain.name}")
+    return True
+
+
+def prune_allocations(client: PlacementClient, provider: str, running: Set[str], settings: Settings) -> List[str]:
+    status, data = client.call("GET", f"/resource_providers/{provider}/allocations")
+    if status != 200:
+        raise ReportError(f"allocations on {provider}: {status} {error_detail(data)}")
+    pruned = []
+    for consumer in sorted(set(data["allocations"]) - running):
+        status, current = client.call("GET", f"/allocations/{consumer}")
+        rest = {rp: e for rp, e in current.get("allocations", {}).items() if rp != provider}
+        if rest:
+            body = {
+                "allocations": {rp: {"resources": e["resources"]} for rp, e in rest.items()},
+                "project_id": current.get("project_id", settings.project_id),
+                "user_id": current.get("user_id", settings.user_id),
+            }
+            _retrying(functools.partial(client.call, "PUT", f"/allocations/{consumer}", body), f"prune {consumer}")
+        else:
+            client.call("DELETE", f"/allocations/{consumer}")
+        pruned.append(consumer)
+    return pruned
+
+
+def report(client: PlacementClient, facts: HostFacts, settings: Settings) -> ReportSummary:
+    """Make placement agree with ``facts``; idempotent."""
+    provider = ensure_provider(client, facts.uuid, facts.name)
+    summary = ReportSummary(provider["uuid"])
+    if set_inventory(client, facts.uuid, desired_inventory(facts, settings)):
+        summary.changed.append("inventory")
+    managed = cpu_traits(facts.cpu_features) | set(settings.extra_traits)
+    prefixes: Tuple[str, ...] = (MANAGED_TRAIT_PREFIX,)
+    if facts.capability_traits is not None:
+        managed |= facts.capability_traits
+        prefixes += CAPABILITY_TRAIT_PREFIXES
+    if set_traits(client, facts.uuid, managed, prefixes):
+        summary.changed.append("traits")
+    for domain in facts.domains:
+        try:
+            if set_domain_allocation(client, facts.uuid, domain, settings, local_disk=bool(facts.disk_gb)):
+                summary.changed.append(f"allocation {domain.name}")
+        except ReportError as exc:
+            log.warning("%s", exc)
+            summary.failed.append(str(exc))
+    if settings.prune:
+        for consumer in prune_allocations(client, facts.uuid, {d.uuid for d in facts.domains}, settings):
+            summary.changed.append(f"pruned {consumer}")
+    return summary
+
+
+def report_shared_pool(
+    client: PlacementClient,
+    *,
+    name: str,
+    capacity_gb: int,
+    allocation_gb: int,
+    aggregate: str,
+    uuid: Optional[str] = None,
+    allocation_ratio: float = 1.0,
+) -> ReportSummary:
+    """Keep a sharing DISK_GB provider in step with a shared pool (the design's NFS share).
+
+    ``reserved`` is what the pool has allocated beyond what placement accounts for.
+    """
+    uuid = uuid or str(uuidlib.uuid5(uuidlib.NAMESPACE_URL, f"devtag-shared-pool:{name}"))
+    provider = ensure_provider(client, uuid, name)
+    summary = ReportSummary(provider["uuid"])
+    status, data = client.call("GET", f"/resource_providers/{uuid}/aggregates")
+    if status == 200 and aggregate not in data["aggregates"]:
+        client.call("PUT", f"/resource_providers/{uuid}/aggregates", sorted({*data["aggregates"], aggregate}))
+        summary.changed.append("aggregates")
+    status, usages = client.call("GET", f"/resource_providers/{uuid}/usages")
+    accounted = usages.get("usages", {}).get("DISK_GB", 0) if status == 200 else 0
+    if capacity_gb >= 1:
+        wanted = {"DISK_GB": _inventory(capacity_gb, allocation_gb - accounted, allocation_ratio)}
+        if set_inventory(client, uuid, wanted):
+            summary.changed.append("inventory")
+    if set_traits(client, uuid, {os_traits.MISC_SHARES_VIA_AGGREGATE}, prefix="MISC_SHARES_"):
+        summary.changed.append("traits")
+    return summary

@@ -1,0 +1,108 @@
+"""Engines, transactions and schema upgrades shared by placement and attach.
+
+One ``Store`` per process wraps the engines.  Write transactions on SQLite are
+``BEGIN IMMEDIATE`` (one writer at a time, no lock upgrade deadlocks); on
+PostgreSQL they run at READ COMMITTED and the callers rely on compare-and-swap
+(``UPDATE ... WHERE generation = :seen``) or row locks for safety.
+
+Placement and attach may share one database: each has its own Alembic
+directory and version table, and :func:`upgrade` runs either.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+from sqlalchemy import create_engine, event
+from sqlalchemy.engine import Connection, Engine
+
+DEFAULT_VERSION_TABLE = "alembic_version"
+
+
+def _sqlite_engine(url: str, immediate: bool) -> Engine:
+    database = url.split("///", 1)[1] if "///" in url else ""
+    if database and database != ":memory:":
+        Path(database).parent.mkdir(parents=True, exist_ok=True)
+    # Pooled: closing the last connection to a WAL database checkpoints it (milliseconds).
+    engine = create_engine(url, pool_size=8, max_overflow=32, connect_args={"timeout": 30, "check_same_thread": False})
+
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # we issue BEGIN ourselves
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(connection: Connection) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+    return engine
+
+
+def _normalize_url(url: str) -> str:
+    if url.startswith("postgresql://") or url.startswith("postgres://"):
+        return "postgresql+psycopg://" + url.split("://", 1)[1]
+    return url
+
+
+class Store:
+    """One database: its engines and transactions."""
+
+    def __init__(self, url: str, pool_size: int = 10) -> None:
+        self.url = _normalize_url(url)
+        if self.url.startswith("sqlite"):
+            self.dialect = "sqlite"
+            self.writer = _sqlite_engine(self.url, immediate=True)
+            self.reader = _sqlite_engine(self.url, immediate=False)
+        else:
+            self.dialect = "postgresql"
+            self.writer = create_engine(self.url, pool_size=pool_size, max_overflow=20, pool_pre_ping=True)
+            self.reader = self.writer
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[Connection]:
+        """A write transaction: committed on success, rolled back on error."""
+        with self.writer.begin() as connection:
+            yield connection
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[Connection]:
+        with self.reader.begin() as connection:
+            yield connection
+
+    def dispose(self) -> None:
+        self.writer.dispose()
+        if self.reader is not self.writer:
+            self.reader.dispose()
+
+
+def upgrade(store: Store, versions: Path, version_table: str = DEFAULT_VERSION_TABLE, revision: str = "head") -> None:
+    """Run the Alembic migrations in directory ``versions`` up to ``revision``, in one write transaction.
+
+    The migrations' ``env.py`` finds the connection and the version table in
+    ``config.attributes`` (``connection``, ``version_table``).
+    """
+    # Alembic loads only here: importing it costs devtag-host's start a second on a busy host.
+    from alembic import command
+    from alembic.config import Config
+
+    config = Config()
+    config.set_main_option("script_location", str(versions))
+    config.attributes["version_table"] = version_table
+    with store.write() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, revision)
+
+
+def current_revision(store: Store, version_table: str = DEFAULT_VERSION_TABLE) -> Optional[str]:
+    """The revision recorded in ``version_table`` (None: never migrated)."""
+    from alembic.runtime.migration import MigrationContext
+
+    with store.read() as connection:
+        return MigrationContext.configure(connection, opts={"version_table": version_table}).get_current_revision()

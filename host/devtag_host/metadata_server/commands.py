@@ -1,0 +1,76 @@
+"""``devtag-host metadata-server``: serve the OpenStack metadata API to the domains.
+
+Handlers raise :class:`~devtag_host.errors.InputError` (exit 2) or
+:class:`~devtag_host.errors.RuntimeFailure` (exit 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+from ..errors import InputError, RuntimeFailure
+from ..inputs import parse_listen, read_file
+from .instance_data import instance_data_reader
+
+DEFAULT_LISTEN = "127.0.0.1:8775"
+
+__all__ = ["DEFAULT_LISTEN", "parse_listen", "register"]
+
+
+def register(commands: Any) -> None:
+    server = commands.add_parser(
+        "metadata-server",
+        help="serve the OpenStack metadata API to the domains",
+        description="Serve each domain its metadata (/openstack/..., EC2 paths), identified by source address "
+        "(DHCP lease / neighbour table -> MAC) or, with --proxy-shared-secret-file, by Nova's signed "
+        "X-Instance-ID headers. Follows libvirt domain events. Access log: JSON lines on standard error.",
+    )
+    server.add_argument("-c", "--connect", metavar="URI", help="libvirt URI (default: embedded QEMU driver)")
+    server.add_argument("--listen", metavar="ADDR:PORT", default=DEFAULT_LISTEN, help=f"default {DEFAULT_LISTEN}")
+    server.add_argument(
+        "--proxy-shared-secret-file",
+        metavar="FILE",
+        help="trust Nova proxy headers signed with this secret (and only them)",
+    )
+    server.add_argument(
+        "--instance-data",
+        metavar="DIR",
+        help="DIR/<uuid>/{user_data,meta.json,public_keys,vendor_data.json,network_data.json}",
+    )
+    server.add_argument("--no-access-log", action="store_true", help="do not log each request")
+    server.set_defaults(handler=_cmd_metadata_server)
+
+
+def _cmd_metadata_server(args: argparse.Namespace) -> None:
+    # libvirt and starlette load only when this verb runs (devtag-host starts fast).
+    from .. import virt
+    from . import MetadataService
+    from .access_log import BufferedStreamSink
+
+    host, port = parse_listen(args.listen)
+    secret: Optional[bytes] = None
+    if args.proxy_shared_secret_file:
+        secret = read_file(args.proxy_shared_secret_file, "shared secret", 4096).strip()
+        if not secret:
+            raise InputError(f"{args.proxy_shared_secret_file} is empty")
+    extras = instance_data_reader(Path(args.instance_data)) if args.instance_data else (lambda _uuid: {})
+    access_log = None if args.no_access_log else BufferedStreamSink(sys.stderr)
+    connection = virt.open_connection(args.connect)
+    try:
+        service = MetadataService(
+            connection,
+            proxy_secret=secret,
+            extras=extras,
+            log_requests=access_log is not None,
+            access_log=access_log,
+            reconnect=lambda: virt.open_connection(args.connect),
+        )
+        try:
+            service.run(host=host, port=port)
+        except OSError as exc:
+            raise RuntimeFailure(f"cannot serve on {args.listen}: {exc.strerror or exc}") from None
+    finally:
+        connection.close()

@@ -1,0 +1,296 @@
+"""The host package's layering, written down once and enforced on the source.
+
+Data flows one way (README, "Architecture"): libvirt's domain XML -> the device
+model and the addresses the guest sees -> the documents (``metadata/``) -> the
+transports (``configdrive/``, ``metadata_server/``, ``fwcfg/``) -> the agent.
+Around it: the Placement service (``placement/``), the compute node that
+reports to it (``compute/``), the scheduler that asks it (``scheduling/``), and
+attaching devices to running domains (``attach/``).
+
+The import graph is built from the AST of every module, imports inside
+functions and under ``TYPE_CHECKING`` included.  A unit is a subpackage of
+``devtag_host`` or one of its top-level modules.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Dict, Iterator, List, Set, Tuple
+
+REPO = Path(__file__).resolve().parent.parent
+HOST = REPO / "host" / "devtag_host"
+
+# unit -> the units it may import.  Keep it a DAG: lower layers first.
+LAYERS: Dict[str, Set[str]] = {
+    "errors": set(),
+    "locks": {"errors"},
+    "db": set(),  # engines, transactions, Alembic upgrades (placement and attach)
+    "metadata": {"errors"},  # what is published: device model, addresses, documents (pure)
+    "inputs": {"errors"},  # the operator's files and --listen, for the transports' verbs
+    "placement_client": {"errors"},  # token, microversion, error bodies
+    "virt": {"errors", "locks", "metadata"},  # the libvirt edge
+    # The transports: each on metadata/ and virt.py, never on each other.
+    "configdrive": {"errors", "inputs", "metadata", "virt"},
+    "metadata_server": {"errors", "inputs", "metadata", "virt"},
+    "fwcfg": {"errors", "metadata", "virt"},
+    # Placement's world: the service, the node reporting to it, the scheduler asking it.
+    "placement": {"errors", "db"},
+    "compute": {"errors", "placement_client", "virt"},
+    "scheduling": {"errors", "compute", "placement_client"},
+    "attach": {"db", "errors", "locks", "metadata", "virt"},
+    "example": set(),
+    "examples": set(),
+    # The verbs register themselves: cli.py names their modules (COMMAND_MODULES), it does not import them.
+    "cli": {"devtag_host", "errors", "example", "fwcfg", "metadata", "virt"},
+    "devtag_host": {"metadata", "virt"},  # the package's own __init__: the plain Python API
+}
+
+# (importing module, imported unit) outside LAYERS, each with its reason.
+EXCEPTIONS: Dict[Tuple[str, str], str] = {
+    ("devtag_host.placement.commands", "compute"): "the node reporter's verb is 'devtag-host placement report'",
+}
+
+# Module cycles not yet broken, each with who breaks them.  Nothing may join them.
+KNOWN_CYCLES: List[Set[str]] = [
+    # attach kernel rework (issue 15): flows, their reconciler and their rollback become one runner.
+    {"devtag_host.attach.flows", "devtag_host.attach.reconcile", "devtag_host.attach.rollback"},
+]
+
+LIBVIRT = "libvirt: only what talks to libvirt loads it (placement hosts, --help, devices_from_xml run without it)"
+SERVICE = "the placement service's stack (uvicorn, the app, SQLAlchemy/Alembic) loads only for 'serve' and 'db-sync'"
+STARLETTE = "the metadata_server package loads starlette and uvicorn: only the verb that serves imports it"
+ATTACH = "attach/: its in-function imports go with the attach kernel rework (issue 15)"
+CLI = "cli.py: light, to be hoisted once the concurrent cli.py work (issue 16) has landed"
+
+# (importing module, imported module) -> why the import is inside a function.
+IN_FUNCTION_IMPORTS: Dict[Tuple[str, str], str] = {
+    ("devtag_host", "devtag_host.virt"): LIBVIRT,
+    ("devtag_host.cli", "devtag_host.virt"): LIBVIRT,
+    ("devtag_host.cli", "devtag_host.fwcfg"): LIBVIRT + " (fwcfg.domain imports virt)",
+    ("devtag_host.cli", "devtag_host.fwcfg.domain"): LIBVIRT,
+    ("devtag_host.cli", "devtag_host.example"): CLI,
+    ("devtag_host.cli", "dataclasses"): CLI,
+    ("devtag_host.compute.commands", "devtag_host.virt"): LIBVIRT,
+    ("devtag_host.compute.host_capabilities", "libvirt"): LIBVIRT,
+    ("devtag_host.compute.host_facts", "libvirt"): LIBVIRT,
+    ("devtag_host.configdrive", "devtag_host.virt"): LIBVIRT,
+    ("devtag_host.configdrive.domain", "devtag_host.virt"): LIBVIRT,
+    ("devtag_host.configdrive.domain", "libvirt"): LIBVIRT,
+    ("devtag_host.fwcfg.commands", "devtag_host.virt"): LIBVIRT,
+    ("devtag_host.fwcfg.commands", "devtag_host.fwcfg.domain"): LIBVIRT,
+    ("devtag_host.metadata_server", "devtag_host.metadata_server.libvirt_watch"): LIBVIRT,
+    ("devtag_host.metadata_server", "devtag_host.metadata_server.server"): "uvicorn: only run() serves",
+    ("devtag_host.metadata_server.commands", "devtag_host.virt"): LIBVIRT,
+    ("devtag_host.metadata_server.commands", "devtag_host.metadata_server"): STARLETTE,
+    ("devtag_host.metadata_server.commands", "devtag_host.metadata_server.access_log"): STARLETTE,
+    ("devtag_host.db", "alembic"): "Alembic: loads only when a schema is upgraded or read (a second of start-up)",
+    ("devtag_host.db", "alembic.config"): "Alembic, as above",
+    ("devtag_host.db", "alembic.runtime.migration"): "Alembic, as above",
+    ("devtag_host.metadata.validation", "jsonschema_rs"): "optional: the reference validator serves without it",
+    ("devtag_host.placement_client", "requests"): "requests: only a client without a session of its own needs it",
+    ("devtag_host.placement.app", "starlette.concurrency"): "starlette: only the ASGI entry point needs it (WSGI not)",
+    ("devtag_host.placement.commands", "devtag_host.placement.app"): SERVICE,
+    ("devtag_host.placement.commands", "devtag_host.placement.db"): SERVICE,
+    ("devtag_host.placement.commands", "devtag_host.placement.migrate"): SERVICE,
+    ("devtag_host.placement.commands", "sqlalchemy.exc"): SERVICE,
+    ("devtag_host.placement.commands", "uvicorn"): SERVICE,
+    **{
+        (importer, imported): ATTACH
+        for importer, names in {
+            "devtag_host.attach": ["importlib"],
+            "devtag_host.attach.backends.pool": ["libvirt", "pwd"],
+            "devtag_host.attach.commands": [
+                "devtag_host.attach.backends",
+                "devtag_host.attach.flows",
+                "devtag_host.attach.invariants",
+                "devtag_host.attach.lifecycle",
+                "devtag_host.attach.migration",
+                "devtag_host.attach.model",
+                "devtag_host.attach.storage_daemon",
+                "devtag_host.attach.store",
+                "devtag_host.virt",
+                "sqlalchemy.exc",
+            ],
+            "devtag_host.attach.flows": [
+                "devtag_host.attach.backends",
+                "devtag_host.attach.backends.nbd",
+                "devtag_host.attach.backends.pool",
+                "devtag_host.attach.reconcile",
+                "devtag_host.attach.storage_daemon",
+                "pathlib",
+            ],
+            "devtag_host.attach.guest": ["defusedxml.ElementTree", "devtag_host.attach.devices", "xml.etree"],
+            "devtag_host.attach.lifecycle_commands": [
+                "devtag_host.attach.commands",
+                "devtag_host.attach.flows",
+                "devtag_host.attach.lifecycle",
+                "devtag_host.attach.migration",
+                "devtag_host.virt",
+            ],
+            "devtag_host.attach.migration_testing": [
+                "devtag_host.attach.backends.nbd",
+                "devtag_host.attach.flows",
+                "devtag_host.attach.invariants",
+                "devtag_host.attach.lifecycle",
+                "devtag_host.attach.migration",
+                "devtag_host.attach.store",
+                "devtag_host.virt",
+                "libvirt",
+            ],
+            "devtag_host.attach.reconcile": [
+                "devtag_host.attach.db",
+                "devtag_host.attach.flows",
+                "devtag_host.virt",
+                "sqlalchemy",
+            ],
+            "devtag_host.attach.rollback": ["devtag_host.attach.flows"],
+            "devtag_host.attach.storage_daemon": ["libvirt"],
+        }.items()
+        for imported in names
+    },
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(HOST.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES: Dict[str, Path] = {_module_name(path): path for path in sorted(HOST.rglob("*.py"))}
+
+
+def _imports(module: str) -> Iterator[Tuple[str, bool]]:
+    """(imported module, inside a function?) for every import statement of ``module``."""
+    path = MODULES[module]
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+
+    def targets(node: ast.AST) -> List[str]:
+        if isinstance(node, ast.Import):
+            return [alias.name for alias in node.names]
+        assert isinstance(node, ast.ImportFrom)
+        if node.level:
+            base = ".".join(package[: len(package) - node.level + 1] + ([node.module] if node.module else []))
+        else:
+            base = node.module or ""
+        return [f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base for alias in node.names]
+
+    def walk(node: ast.AST, in_function: bool) -> Iterator[Tuple[str, bool]]:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                for target in targets(child):
+                    yield target, in_function
+            inner = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            yield from walk(child, inner)
+
+    yield from walk(ast.parse(path.read_text(), filename=str(path)), False)
+
+
+def _own(name: str) -> str:
+    """The devtag_host module an import names (``devtag_host.virt.X`` -> ``devtag_host.virt``)."""
+    while name not in MODULES and "." in name:
+        name = name.rsplit(".", 1)[0]
+    return name
+
+
+def _unit(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def _graph() -> Dict[str, Set[str]]:
+    return {
+        module: {_own(target) for target, _ in _imports(module) if target.split(".")[0] == "devtag_host"} - {module}
+        for module in MODULES
+    }
+
+
+def _cycles(graph: Dict[str, Set[str]]) -> List[Set[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: Dict[str, int] = {}
+    low: Dict[str, int] = {}
+    stack: List[str] = []
+    on_stack: Set[str] = set()
+    found: List[Set[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.add(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(component)
+    return found
+
+
+def test_every_unit_has_its_place_in_the_layers() -> None:
+    assert {_unit(module) for module in MODULES} <= set(LAYERS), "add the new package to LAYERS"
+    for unit, allowed in LAYERS.items():
+        assert allowed <= set(LAYERS), unit
+    layered = {unit: set(allowed) for unit, allowed in LAYERS.items()}
+    assert _cycles(layered) == [], "LAYERS must be a DAG"
+
+
+def test_imports_point_only_the_allowed_ways() -> None:
+    wrong = []
+    for module, imported in _graph().items():
+        for target in imported:
+            source, destination = _unit(module), _unit(target)
+            if source == destination or destination in LAYERS[source]:
+                continue
+            if (module, destination) in EXCEPTIONS:
+                continue
+            wrong.append(f"{module} -> {target}")
+    assert wrong == [], "imports against LAYERS (tests/test_layering.py):\n" + "\n".join(sorted(wrong))
+
+
+def test_no_import_cycles() -> None:
+    cycles = _cycles(_graph())
+    unknown = [sorted(cycle) for cycle in cycles if not any(cycle <= known for known in KNOWN_CYCLES)]
+    assert unknown == [], f"import cycles: {unknown}"
+
+
+def test_imports_inside_functions_have_a_listed_reason() -> None:
+    unexplained = sorted(
+        {
+            (module, _own(target) if target.startswith("devtag_host") else target)
+            for module in MODULES
+            for target, in_function in _imports(module)
+            if in_function
+        }
+        - set(IN_FUNCTION_IMPORTS)
+    )
+    assert unexplained == [], "import at the top, or add the heavy dependency's reason to IN_FUNCTION_IMPORTS"
+
+
+# Test support in the package, each with who moves it to tests/support/.
+KNOWN_TEST_SUPPORT = {"devtag_host.attach.migration_testing"}  # the attach rework (issue 15)
+
+
+def test_the_shipped_package_holds_no_test_support() -> None:
+    support = {module for module in MODULES if module.rsplit(".", 1)[-1].endswith(("testing", "conftest"))}
+    assert support <= KNOWN_TEST_SUPPORT, "test support lives in tests/support/"
