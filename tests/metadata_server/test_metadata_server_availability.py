@@ -9,11 +9,12 @@ from typing import Iterator, List
 
 import httpx
 import pytest
-from metadata_server_samples import MAC_A, MAC_B, UUID_A
-from test_metadata_server_security import PATH, access_records
 
 from devtag_host.metadata_server import AddressBook, InstanceDirectory, create_app
 from devtag_host.metadata_server.server import MAX_REQUEST_HEAD_BYTES, BackgroundServer
+
+from .metadata_server_samples import MAC_A, MAC_B, UUID_A
+from .test_metadata_server_security import PATH, access_records
 
 ATTACKER, VICTIM, OTHER_ATTACKER = "127.0.0.2", "127.0.0.3", "127.0.0.4"
 

@@ -8,12 +8,13 @@ from pathlib import Path
 from typing import Tuple
 
 import pytest
-from test_metadata_server_watch import FakeConnection, FakeDomain
 
 from devtag_host.errors import InputError
 from devtag_host.metadata_server import InstanceDirectory
 from devtag_host.metadata_server.instance_data import instance_data_reader
 from devtag_host.metadata_server.libvirt_watch import LibvirtWatcher
+
+from .test_metadata_server_watch import FakeConnection, FakeDomain
 
 GOOD, BAD = "11111111-2222-4333-8444-000000000001", "11111111-2222-4333-8444-000000000002"
 SECRET = b"the-hmac-secret-of-the-proxy"

@@ -6,11 +6,12 @@ from typing import Any, Callable, Iterator
 
 import httpx
 import pytest
-from metadata_server_samples import MAC_A, UUID_A, UUID_B, sample_instance
-from test_metadata_server_security import PATH, SECRET, assert_no_instance_data, proxy_headers, raw_request
 
 from devtag_host.metadata_server import InstanceDirectory, MetadataService, create_app
 from devtag_host.metadata_server.domain_facts import NicPort, domain_facts
+
+from .metadata_server_samples import MAC_A, UUID_A, UUID_B, sample_instance
+from .test_metadata_server_security import PATH, SECRET, assert_no_instance_data, proxy_headers, raw_request
 
 NOVA_PROJECT = "6f70656e-7374-6163-6b00-000000000001"
 NOVA_METADATA = f"""<metadata>

@@ -21,11 +21,12 @@ from dataclasses import dataclass
 from typing import Callable, Iterator, List
 
 import pytest
-from metadata_server_samples import MAC_A, MAC_B, UUID_A, UUID_B, sample_instance
 
 from devtag_host.metadata_server import InstanceDirectory, create_app
 from devtag_host.metadata_server.domain_facts import NicPort
 from devtag_host.metadata_server.server import BackgroundServer
+
+from .metadata_server_samples import MAC_A, MAC_B, UUID_A, UUID_B, sample_instance
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("ip") is None, reason="network namespaces need root and iproute2"
