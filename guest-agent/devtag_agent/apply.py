@@ -7,6 +7,7 @@ tagged, what was skipped and why, and which devices were re-triggered.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ class ApplyReport:
     ignored: List[str] = field(default_factory=list)
     triggered: List[str] = field(default_factory=list)
     generation: Optional[str] = None
+    unchanged: bool = False  # keep_unchanged found the current state already right: nothing written
 
     def to_dict(self) -> Dict[str, Any]:
         return {
@@ -43,6 +45,7 @@ class ApplyReport:
             "ignored": self.ignored,
             "triggered": self.triggered,
             "generation": self.generation,
+            "unchanged": self.unchanged,
         }
 
 
@@ -112,9 +115,35 @@ def _update_altnames(
             log.debug("interface %s no longer tagged; its altnames %s are left to the kernel", key, had)
 
 
+def _same_outcome(
+    old_index: Optional[Dict[str, Any]],
+    old_db: Dict[str, str],
+    new_db: Dict[str, str],
+    tagged: Dict[str, Dict[str, Any]],
+    report: ApplyReport,
+) -> bool:
+    """True when writing would change nothing udev, ``lookup`` or an operator sees (only source and time)."""
+    if old_index is None or old_db != new_db:
+        return False
+    old_records = [{k: v for k, v in r.items() if k != "altnames"} for r in old_index.get("devices", [])]
+    new_records = json.loads(json.dumps([tagged[key] for key in sorted(tagged)]))  # as stored: tuples are lists
+    if old_records != new_records:
+        return False  # e.g. an interface renamed since, or another entry matched the device
+    return all(old_index.get(key) == getattr(report, key) for key in ("unmatched", "ignored", "invalid"))
+
+
 def apply_document(
-    system: System, document: Any, source: str, publisher: Publisher, lock_timeout: float = 60.0
+    system: System,
+    document: Any,
+    source: str,
+    publisher: Publisher,
+    lock_timeout: float = 60.0,
+    keep_unchanged: bool = False,
 ) -> ApplyReport:
+    """Publish ``document``.  ``keep_unchanged``: when the outcome equals the current
+    state's (same tags on the same devices, same problems), write nothing and keep
+    the state as it is, source included (the boot's second pass re-reading an
+    identical copy of what the first applied)."""
     report = ApplyReport(source)
     entries, report.invalid = split_document(document)
     for problem in report.invalid:
@@ -148,6 +177,13 @@ def apply_document(
     with database.locked(lock_timeout):
         old_index = database.read_index()
         old_db = database.read_db()
+        if keep_unchanged and _same_outcome(old_index, old_db, new_db, tagged, report):
+            assert old_index is not None
+            report.unchanged = True
+            report.source = old_index.get("source", source)
+            report.tagged = old_index.get("devices", [])
+            log.info("%s: the same tags as the current state (from %s): nothing to do", source, report.source)
+            return report
         _update_altnames(publisher, old_index, tagged)
         index = {
             "version": 1,

@@ -101,6 +101,13 @@ def build_parser() -> argparse.ArgumentParser:
         "sources again (backing off) for up to --wait seconds; an untagged device just costs the wait",
     )
     apply.add_argument(
+        "--second-pass",
+        action="store_true",
+        help="the boot's second pass (devtag-agent-network.service, after cloud-init's network stage): if an "
+        "earlier apply of this boot published tags, read only the sources that need no network and change "
+        "nothing unless the outcome differs (exit 0 either way); if none did, read every given source",
+    )
+    apply.add_argument(
         "--wait",
         type=float,
         default=10.0,
@@ -186,7 +193,8 @@ def _sources(text: str) -> List[str]:
 def _apply(args: argparse.Namespace) -> int:
     from .apply import apply_document
     from .publish import Publisher, PublishError
-    from .sources import DEFAULT_METADATA_URL, SourceError, fetch_document, read_file
+    from .sources import DEFAULT_METADATA_URL, SourceError, fetch_document, local_sources, read_file
+    from .state import Database
     from .sysfs import System
 
     try:
@@ -195,6 +203,16 @@ def _apply(args: argparse.Namespace) -> int:
         sys.stderr.write(f"devtag-agent: error: {exc}\n")
         return 2
     system = System(args.root)
+    database = Database(system)
+    # Tags already published this boot: the second pass only looks for a changed local copy.
+    refresh_only = args.second_pass and database.read_index() is not None
+    if refresh_only:
+        sources = local_sources(sources)
+    try:
+        database.mark_started()  # from now on the hot-plug rule starts an apply for each new device
+    except OSError as exc:
+        log.error("%s", exc)
+        return 3
     url = args.metadata_url or os.environ.get("DEVTAG_AGENT_METADATA_URL") or DEFAULT_METADATA_URL
     publisher = Publisher(enabled=not args.no_trigger, root=system.root)
     waited_for = _device_path(system, args.wait_for_device) if args.wait_for_device else None
@@ -207,10 +225,13 @@ def _apply(args: argparse.Namespace) -> int:
             else:
                 source, document = fetch_document(system, sources, url)
         except SourceError as exc:
+            if refresh_only:
+                log.info("%s; the tags published earlier this boot stay", exc)
+                return 0
             log.error("%s; previous state kept", exc)
             return 1
         try:
-            report = apply_document(system, document, source, publisher)
+            report = apply_document(system, document, source, publisher, keep_unchanged=args.second_pass)
         except ValueError as exc:  # the document as a whole is unusable
             log.error("%s: %s; previous state kept", source, exc)
             return 1
@@ -228,6 +249,8 @@ def _apply(args: argparse.Namespace) -> int:
     if args.json:
         json.dump(report.to_dict(), sys.stdout, indent=2, ensure_ascii=True)
         sys.stdout.write("\n")
+    if report.unchanged:
+        return 0
     log.info(
         "applied %s: %d device(s) tagged, %d entr%s unmatched, %d invalid, %d device(s) re-triggered",
         source,

@@ -18,7 +18,8 @@
 * ``instance-data``: cloud-init's ``/run/cloud-init/instance-data.json``,
   ``ds.meta_data.devices``.
 
-``auto`` tries them in that order; the first that answers is used whole
+``auto`` tries them in that order (``metadata`` is the one source that needs
+the network: :func:`local_sources` drops it for the boot's second pass); the first that answers is used whole
 (documents from two sources are never mixed, so a device detached since boot
 cannot survive from a stale copy).  ``requests`` is imported only when the
 metadata service is asked.
@@ -41,10 +42,11 @@ from .sysfs import System
 
 log = logging.getLogger("devtag_agent")
 
-__all__ = ["DEFAULT_METADATA_URL", "SOURCES", "SourceError", "fetch_document"]
+__all__ = ["DEFAULT_METADATA_URL", "NETWORK_SOURCES", "SOURCES", "SourceError", "fetch_document", "local_sources"]
 
 DEFAULT_METADATA_URL = "http://169.254.169.254/openstack/latest/meta_data.json"
 SOURCES = ("fwcfg", "configdrive", "metadata", "instance-data")
+NETWORK_SOURCES = ("metadata",)  # the others are files, devices or the firmware: no network, no waiting
 FW_CFG_NAME = "opt/org.devtag/devices"
 FW_CFG_PAYLOAD_PREFIX = b"devtag-fwcfg-1:"
 _FW_CFG_DIR = "/sys/firmware/qemu_fw_cfg"
@@ -230,6 +232,16 @@ def read_file(path: str) -> Dict[str, Any]:
             return _parse(handle.read(), path)
     except OSError as exc:
         raise SourceError(f"{path}: {exc}") from None
+
+
+def local_sources(sources: List[str]) -> List[str]:
+    """``sources`` without those that need the network, in the same order.
+
+    The boot's second pass reads only these once an earlier pass has published
+    tags: a cloud without a metadata service must not make every boot wait
+    for one, and the tags it has are already right unless a local copy changed.
+    """
+    return [source for source in sources if source not in NETWORK_SOURCES]
 
 
 def fetch_document(system: System, sources: List[str], metadata_url: str) -> Tuple[str, Dict[str, Any]]:

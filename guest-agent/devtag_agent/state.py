@@ -8,6 +8,11 @@ Layout::
     /run/devtag/gen-<id>/db/n3             "KEY=value" format for IMPORT{file}
     /run/devtag/lock                       flock: one apply at a time
 
+``/run/devtag`` itself is created by every ``apply`` before it reads any
+source (:meth:`Database.mark_started`): its existence says "an apply has run
+this boot, whatever it found", which is what the udev rule tests before it
+starts the hot-plug service for a new device.
+
 A generation directory is written completely (and fsync'ed unless it is on
 tmpfs, as /run is) before the
 ``current`` symlink is pointed at it with one ``rename``; a crash at any point
@@ -107,6 +112,10 @@ class Database:
         self.sys = system
         self.dir = system.path(STATE_DIR)
         self.current = os.path.join(self.dir, "current")
+
+    def mark_started(self) -> None:
+        """Create the state directory (the hot-plug rule's "the agent has run this boot")."""
+        os.makedirs(self.dir, mode=0o755, exist_ok=True)
 
     @contextlib.contextmanager
     def locked(self, timeout: float = 60.0) -> Iterator[None]:

@@ -35,14 +35,30 @@ def test_boot_unit_runs_after_cloud_init_local_and_before_the_network():
     assert "network-pre.target" in before and "cloud-init.service" in before
     assert unit["Service"]["Type"] == "oneshot"
     _commands_parse(unit)
-    assert "--source fwcfg,configdrive,instance-data,metadata" in unit["Service"]["ExecStart"]
+    # Before the network only what needs none: the metadata service is the second pass's.
+    assert "--source fwcfg,configdrive,instance-data" == unit["Service"]["ExecStart"].split(" apply ")[1]
+    # Nothing found: it pulls in the second pass (and only then network-online.target).
+    post = unit["Service"]["ExecStartPost"]
+    assert "test -e /run/devtag/current ||" in post and "start devtag-agent-network.service" in post
+
+
+def test_second_pass_runs_after_cloud_init_and_the_network_and_only_when_pulled_in():
+    unit = _unit("devtag-agent-network.service")
+    after = unit["Unit"]["After"].split()
+    assert {"devtag-agent.service", "cloud-init.service", "network-online.target"} <= set(after)
+    assert unit["Unit"]["Wants"] == "network-online.target"
+    assert "cloud-final.service" in unit["Unit"]["Before"].split()  # runcmd sees the tags
+    assert not unit.has_section("Install")  # static: a boot that needs no second pass does not wait for it
+    argv = shlex.split(unit["Service"]["ExecStart"])
+    assert "--second-pass" in argv and argv[argv.index("--source") + 1] == "instance-data,metadata"
+    _commands_parse(unit)
 
 
 def test_hotplug_unit_is_bound_to_its_device_and_prunes_on_removal():
     unit = _unit("devtag-agent-hotplug@.service")
     assert unit["Unit"]["BindsTo"] == "%i.device"
     assert "devtag-agent.service" in unit["Unit"]["After"].split()
-    assert unit["Unit"]["ConditionPathExists"] == "/run/devtag/current"
+    assert unit["Unit"]["ConditionPathIsDirectory"] == "/run/devtag"  # the boot pass ran, found or not
     assert unit["Service"]["ExecStop"].endswith("devtag-agent prune")
     assert unit["Service"]["ExecStart"].split("--source ")[1].startswith("metadata")
     _commands_parse(unit)
@@ -54,6 +70,7 @@ def test_cloud_init_integration():
     dropin = configparser.ConfigParser(interpolation=None)
     dropin.optionxform = str
     dropin.read_string((REPO / "packaging/cloud-init/cloud-init.service.d/10-devtag.conf").read_text())
-    assert dropin["Unit"]["After"] == "devtag-agent.service" and dropin["Unit"]["Wants"] == "devtag-agent.service"
+    assert dropin["Unit"]["After"] == "devtag-agent.service"
+    assert dropin["Unit"]["Wants"].split() == ["devtag-agent.service", "devtag-agent-network.service"]
     cfg = (REPO / "packaging/cloud-init/99-devtag.cfg").read_text()
     assert "bootcmd:" in cfg and "[devtag-agent, apply, --source" in cfg

@@ -54,6 +54,7 @@ def test_agent_depends_only_on_distro_packages(debs: Path) -> None:
         "/usr/bin/devtag-agent",
         "/usr/lib/udev/rules.d/70-devtag.rules",
         "/lib/systemd/system/devtag-agent.service",
+        "/lib/systemd/system/devtag-agent-network.service",
         "/lib/systemd/system/devtag-agent-hotplug@.service",
         "/lib/systemd/system/cloud-init.service.d/10-devtag.conf",
         "/usr/lib/python3/dist-packages/devtag_agent/cli.py",

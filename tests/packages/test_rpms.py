@@ -43,6 +43,7 @@ def test_agent_rpm(rpms: Path) -> None:
         "/usr/bin/devtag-agent",
         "/usr/lib/udev/rules.d/70-devtag.rules",
         "/usr/lib/systemd/system/devtag-agent.service",
+        "/usr/lib/systemd/system/devtag-agent-network.service",
         "/usr/lib/systemd/system/devtag-agent-hotplug@.service",
     ):
         assert expected in files, expected
