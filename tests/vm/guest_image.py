@@ -41,7 +41,7 @@ REPORT_SCRIPT = Path(__file__).with_name("guest_report.py")
 REPORT_UNIT = """\
 [Unit]
 Description=devtag end-to-end test: report what devtag published
-After=devtag-agent.service cloud-init.service systemd-udev-settle.service
+After=devtag-agent.service devtag-agent-network.service cloud-init.service systemd-udev-settle.service
 Wants=devtag-agent.service
 
 [Service]

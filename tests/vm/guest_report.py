@@ -116,6 +116,11 @@ def main():
     report["nics"] = nics()
     report["agent_unit"] = unit_times("devtag-agent.service")
     report["journal"] = run("journalctl", "-b", "-u", "devtag-agent.service", "--no-pager", "-o", "cat")[1][-6000:]
+    # The second pass (after cloud-init's network stage), when this boot pulled it in.
+    report["second_pass_unit"] = unit_times("devtag-agent-network.service")
+    report["second_pass_journal"] = run(
+        "journalctl", "-b", "-u", "devtag-agent-network.service", "--no-pager", "-o", "cat"
+    )[1][-6000:]
     cmdline = open("/proc/cmdline").read().split()
     mkfs_tag = next((arg.split("=", 1)[1] for arg in cmdline if arg.startswith("devtag_e2e_mkfs=")), None)
     if mkfs_tag and not os.path.exists(MARKER):
