@@ -106,7 +106,7 @@ def new_packages(apt_output: str) -> set:
 def test_agent_installs_into_debian_12_and_purges_cleanly(debs: Path, tmp_path: Path) -> None:
     """In a Debian 12 root without the agent's dependencies, apt pulls them from Debian, and
     ``apt-get purge --auto-remove`` takes everything away again."""
-    from vm.guest_image import base_tarball
+    from ..vm.guest_image import base_tarball
 
     root = tmp_path / "root"
     root.mkdir()
