@@ -44,7 +44,7 @@ class PlacementModel(RuleBasedStateMachine):
         if taken:
             assert response.status_code == 409
             return "00000000-0000-0000-0000-000000000000"
-        assert response.status_code == 201
+        assert response.status_code == 200  # 1.20+: the new provider
         rp = response.headers["location"].rsplit("/", 1)[1]
         self.generation[rp] = (name, 0)
         self.inventory[rp] = {}

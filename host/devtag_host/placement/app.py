@@ -182,6 +182,9 @@ class Placement:
             out_headers.append((microversion.HEADER, f"{microversion.SERVICE_TYPE} {version}"))
             out_headers.append(("vary", microversion.HEADER))
         out_headers.extend(reply.headers.items())
+        if reply.status >= 400 and not (version and version.at_least(23)) and isinstance(reply.body, dict):
+            for error in reply.body.get("errors", []):  # 1.23 added ``code`` to errors
+                error.pop("code", None)
         if reply.body is None:
             return Response(reply.status, out_headers, b"")
         out_headers.append(("content-type", "application/json"))

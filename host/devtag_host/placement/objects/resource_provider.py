@@ -119,22 +119,33 @@ def list_providers(
     *,
     name: Optional[str] = None,
     uuid: Optional[str] = None,
-    member_of: Optional[Set[str]] = None,
+    member_of: Optional[List[Set[str]]] = None,
+    forbidden_aggregates: Optional[Set[str]] = None,
     resources: Optional[Dict[int, int]] = None,
     in_tree: Optional[str] = None,
-    required_trait_ids: Optional[List[int]] = None,
+    required_trait_ids: Optional[List[Set[int]]] = None,
+    forbidden_trait_ids: Optional[Set[int]] = None,
 ) -> List[Provider]:
+    """Providers matching every filter: ``member_of`` is a list of any-of sets (AND
+    between them), ``required_trait_ids`` likewise; forbidden ones exclude."""
     rp = resource_providers
     query = _select()
     if name is not None:
         query = query.where(rp.c.name == name)
     if uuid is not None:
         query = query.where(rp.c.uuid == uuid)
-    if member_of:
+    for any_of in member_of or []:
         query = query.where(
             exists().where(
                 provider_aggregates.c.resource_provider_id == rp.c.id,
-                provider_aggregates.c.aggregate_uuid.in_(sorted(member_of)),
+                provider_aggregates.c.aggregate_uuid.in_(sorted(any_of)),
+            )
+        )
+    if forbidden_aggregates:
+        query = query.where(
+            ~exists().where(
+                provider_aggregates.c.resource_provider_id == rp.c.id,
+                provider_aggregates.c.aggregate_uuid.in_(sorted(forbidden_aggregates)),
             )
         )
     if resources:
@@ -142,14 +153,20 @@ def list_providers(
     if in_tree is not None:
         tree = select(func.coalesce(rp.c.root_provider_id, rp.c.id)).where(rp.c.uuid == in_tree).scalar_subquery()
         query = query.where(func.coalesce(rp.c.root_provider_id, rp.c.id) == tree)
-    if required_trait_ids:
-        having = (
-            select(provider_traits.c.resource_provider_id)
-            .where(provider_traits.c.trait_id.in_(required_trait_ids))
-            .group_by(provider_traits.c.resource_provider_id)
-            .having(func.count() == len(required_trait_ids))
+    for any_of_traits in required_trait_ids or []:
+        query = query.where(
+            exists().where(
+                provider_traits.c.resource_provider_id == rp.c.id,
+                provider_traits.c.trait_id.in_(sorted(any_of_traits)),
+            )
         )
-        query = query.where(rp.c.id.in_(having))
+    if forbidden_trait_ids:
+        query = query.where(
+            ~exists().where(
+                provider_traits.c.resource_provider_id == rp.c.id,
+                provider_traits.c.trait_id.in_(sorted(forbidden_trait_ids)),
+            )
+        )
     return [_provider(row) for row in connection.execute(query.order_by(rp.c.id))]
 
 
