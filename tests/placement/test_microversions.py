@@ -132,3 +132,58 @@ def test_1_23_code_in_errors(client):
     )
     old = client.get(missing, headers=at("1.22")).json()["errors"][0]
     assert "code" not in old and old["status"] == 404 and old["request_id"].startswith("req-")
+
+
+def test_1_26_reserved_may_equal_total(client):
+    rp = new_provider(client, "cn1")
+    full = {"resource_provider_generation": 0, "inventories": {"VCPU": {"total": 4, "reserved": 4}}}
+    old = client.put(f"/resource_providers/{rp}/inventories", json=full, headers=at("1.25"))
+    assert old.status_code == 400 and "greater than or equal to total" in old.text
+    response = client.put(f"/resource_providers/{rp}/inventories", json=full, headers=at("1.26"))
+    assert response.status_code == 200, response.text
+    over = {"resource_provider_generation": 1, "inventories": {"VCPU": {"total": 4, "reserved": 5}}}
+    assert client.put(f"/resource_providers/{rp}/inventories", json=over, headers=at("1.26")).status_code == 400
+    one = client.put(
+        f"/resource_providers/{rp}/inventories/VCPU",
+        json={"resource_provider_generation": 1, "total": 2, "reserved": 2},
+        headers=at("1.26"),
+    )
+    assert one.status_code == 200
+    assert candidate_uuids(client, "resources=VCPU:1", "1.26") == set()
+
+
+def candidates(client: httpx.Client, query: str, version: str) -> dict:
+    response = client.get(f"/allocation_candidates?{query}", headers=at(version))
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def test_1_25_granular_groups_and_1_27_all_classes_in_summaries(client):
+    a, b = new_provider(client, "a"), new_provider(client, "b")
+    set_inventory(client, a, VCPU={"total": 8}, DISK_GB={"total": 100})
+    set_inventory(client, b, VCPU={"total": 1})
+    client.put("/traits/CUSTOM_GOLD")
+    set_traits(client, a, "CUSTOM_GOLD")
+    both = "resources1=VCPU:1&resources2=VCPU:1"
+    missing_policy = client.get(f"/allocation_candidates?{both}", headers=at("1.25"))
+    assert missing_policy.status_code == 400 and "parameter is required" in missing_policy.json()["errors"][0]["detail"]
+    found = candidates(client, f"{both}&group_policy=none", "1.25")
+    assert found["allocation_requests"] == [{"allocations": {a: {"resources": {"VCPU": 2}}}}]
+    # Flat providers: isolating the two groups needs two providers in one tree.
+    assert candidates(client, f"{both}&group_policy=isolate", "1.25")["allocation_requests"] == []
+    gold = candidates(client, "resources=VCPU:1&resources1=DISK_GB:10&required1=!CUSTOM_GOLD&group_policy=none", "1.25")
+    assert gold["allocation_requests"] == []
+    mixed = candidates(client, "resources=VCPU:1&resources1=DISK_GB:10&required1=CUSTOM_GOLD", "1.25")
+    assert mixed["allocation_requests"] == [{"allocations": {a: {"resources": {"VCPU": 1, "DISK_GB": 10}}}}]
+    assert client.get("/allocation_candidates?resources1=VCPU:1", headers=at("1.24")).status_code == 400
+    orphan = client.get("/allocation_candidates?resources=VCPU:1&required1=CUSTOM_GOLD", headers=at("1.25"))
+    assert orphan.status_code == 400 and "orphaned traits keys: required1" in orphan.json()["errors"][0]["detail"]
+    assert client.get("/allocation_candidates?resources_X=VCPU:1", headers=at("1.25")).status_code == 400
+    # 1.27: provider summaries show every class of the provider, before only the requested ones.
+    old = candidates(client, "resources=VCPU:1", "1.26")["provider_summaries"]
+    assert set(old[a]["resources"]) == {"VCPU"}
+    new = candidates(client, "resources=VCPU:1", "1.27")["provider_summaries"]
+    assert new[a]["resources"] == {"DISK_GB": {"capacity": 100, "used": 0}, "VCPU": {"capacity": 8, "used": 0}}
+    assert new[b]["resources"] == {"VCPU": {"capacity": 1, "used": 0}}
+    granular = candidates(client, "resources1=VCPU:1", "1.27")["provider_summaries"]
+    assert set(granular[a]["resources"]) == {"VCPU", "DISK_GB"}

@@ -34,6 +34,7 @@ def create_inventory(call: Call) -> Reply:
     body = validate(call.body, schema.POST)
     name = body["resource_class"]
     inventory = inv.Inventory.from_body(body)
+    inv.validate(name, inventory, call.want(26))
     with call.store.write() as connection:
         provider = rp.get_or_404(connection, call.params["uuid"])
         inv.add(connection, provider, name, inventory)
@@ -44,6 +45,8 @@ def create_inventory(call: Call) -> Reply:
 def replace_inventories(call: Call) -> Reply:
     body = validate(call.body, schema.PUT_ALL)
     wanted = {name: inv.Inventory.from_body(item) for name, item in body["inventories"].items()}
+    for name, inventory in wanted.items():
+        inv.validate(name, inventory, call.want(26))
     with call.store.write() as connection:
         provider = rp.get_or_404(connection, call.params["uuid"])
         check_generation(provider, body["resource_provider_generation"])
@@ -72,6 +75,7 @@ def update_inventory(call: Call) -> Reply:
     body = validate(call.body, schema.PUT_ONE)
     name = call.params["resource_class"]
     inventory = inv.Inventory.from_body(body)
+    inv.validate(name, inventory, call.want(26))
     with call.store.write() as connection:
         provider = rp.get_or_404(connection, call.params["uuid"])
         check_generation(provider, body["resource_provider_generation"])

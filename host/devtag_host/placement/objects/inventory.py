@@ -40,11 +40,15 @@ class Inventory:
         return int((self.total - self.reserved) * self.allocation_ratio)
 
 
-def validate(name: str, inventory: Inventory) -> None:
-    if inventory.reserved >= inventory.total:
+def validate(name: str, inventory: Inventory, reserved_can_be_total: bool = True) -> None:
+    """Before 1.26 the capacity must be positive; from 1.26 it may be zero
+    (``reserved == total``), never negative."""
+    if inventory.reserved > inventory.total or (not reserved_can_be_total and inventory.capacity <= 0):
+        relation = "greater than total" if reserved_can_be_total else "greater than or equal to total"
         raise errors.bad_request(
             f"Unable to update inventory for resource provider: Invalid inventory for '{name}': "
-            f"reserved ({inventory.reserved}) must be less than total ({inventory.total})."
+            f"reserved ({inventory.reserved}) must be less than total ({inventory.total}). "
+            f"The reserved value is {relation}."
         )
 
 
