@@ -21,7 +21,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from . import errors, microversion
 from .db import Store
 from .errors import ConcurrentUpdate, PlacementError
-from .handlers import aggregate, allocation, allocation_candidate, inventory, resource_class, trait, usage
+from .handlers import aggregate, allocation, allocation_candidate, inventory, reshaper, resource_class, trait, usage
 from .handlers import resource_provider as provider
 from .web import Call, Reply
 
@@ -108,6 +108,7 @@ ROUTES: Dict[str, Dict[str, Tuple[int, Handler, bool]]] = {
         "DELETE": (2, resource_class.delete_class, False),
     },
     "/allocation_candidates": {"GET": (10, allocation_candidate.list_candidates, False)},
+    "/reshaper": {"POST": (30, reshaper.reshape, True)},
 }
 
 

@@ -106,6 +106,7 @@ def update_provider(call: Call) -> Reply:
             body["name"],
             normal_uuid(parent) if parent else None,
             set_parent="parent_provider_uuid" in body,
+            allow_reparent=call.want(37),
         )
     return Reply(200, represent(call, provider))
 

@@ -89,15 +89,19 @@ def _usage(connection: Connection, provider_id: int) -> Dict[str, int]:
     return {name: int(used) for name, used in connection.execute(query)}
 
 
-def replace_all(connection: Connection, provider: Provider, wanted: Dict[str, Inventory]) -> None:
-    """Set the provider's whole inventory (PUT .../inventories); bumps the generation."""
+def replace_all(
+    connection: Connection, provider: Provider, wanted: Dict[str, Inventory], check_in_use: bool = True
+) -> None:
+    """Set the provider's whole inventory (PUT .../inventories); bumps the generation.
+    The reshaper (1.30) moves allocations in the same transaction and checks after
+    it instead (``check_in_use=False``)."""
     class_ids = resource_class.require_ids(connection, wanted, "inventory")
     for name, inventory in wanted.items():
         validate(name, inventory)
     used = _used_of_provider(connection, provider.id)
     removed = set(used) - set(wanted)
     busy = {name for name in removed if used[name]}
-    if busy:
+    if busy and check_in_use:
         raise errors.conflict(
             f"update conflict: Inventory for '{', '.join(sorted(busy))}' on resource provider "
             f"'{provider.uuid}' in use.",
