@@ -513,3 +513,32 @@ def test_1_39_any_of_traits(client):
     assert candidate_uuids(client, both, "1.39") == {a}
     bad = client.get("/allocation_candidates?resources=VCPU:1&required=in:A,!B", headers=at("1.39"))
     assert bad.status_code == 400
+
+
+def test_hostile_candidate_queries_never_500(client):
+    host = nested_host(client)
+    big = str(2**70)
+    queries = [
+        f"resources=VCPU:{big}",
+        f"resources1=VCPU:1&limit={big}&group_policy=isolate",
+        "resources=VCPU:1&same_subtree=1",
+        "resources=VCPU:1&same_subtree=,",
+        "resources1=VCPU:1&resources2=VCPU:1&group_policy=isolate&same_subtree=1,2,3",
+        "required1=CUSTOM_ROOT&same_subtree=1",
+        "resources=VCPU:1&root_required=in:A,B",
+        "resources=VCPU:1&root_required=!",
+        "resources=VCPU:1&root_required=CUSTOM_ROOT&root_required=CUSTOM_ROOT",
+        f"resources=VCPU:1&in_tree={host['cn']}&in_tree=nope",
+        "resources=VCPU:1&member_of=!in:",
+        "resources=VCPU:1&member_of=in:,",
+        "resources=VCPU:1&required=in:",
+        "resources=VCPU:1&required=!!!",
+        "resources_" + "A" * 65 + "=VCPU:1",
+        "resources%00=VCPU:1",
+        "resources=VCPU:1&group_policy=nope",
+        "resources=%ED%A0%80:1",  # a lone surrogate, UTF-8 encoded
+        "resources=" + ",".join(f"CUSTOM_{i}:1" for i in range(50)),
+    ]
+    for query in queries:
+        response = client.get(f"/allocation_candidates?{query}", headers=at("1.39"))
+        assert response.status_code in (200, 400), (query, response.text)
