@@ -23,7 +23,7 @@ answers it with one cached SQL statement.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
 import os_traits
@@ -67,6 +67,15 @@ class World:
     aggregates: Dict[int, Set[str]]
     rows: Dict[Tuple[int, int], Row]
     sharing: Set[int]
+    by_class: Dict[int, Set[int]] = field(default_factory=dict)  # class id -> providers with a row of it
+    _lineage: Dict[int, FrozenSet[int]] = field(default_factory=dict)
+
+    def lineage(self, rp: int) -> FrozenSet[int]:
+        """``rp`` and its ancestors, remembered (same_subtree asks for them per candidate)."""
+        found = self._lineage.get(rp)
+        if found is None:
+            found = self._lineage[rp] = frozenset(self.ancestors(rp))
+        return found
 
     def ancestors(self, rp: int) -> List[int]:
         """``rp`` and its ancestors up to the root."""
@@ -136,7 +145,10 @@ def load(connection: Connection, class_ids: Iterable[int], trait_ids: Iterable[i
         ):
             rows[(rp_id, rc_id)] = Row(int((total - reserved) * ratio), int(used), min_unit, max_unit, step)
     sharing = {rp_id for rp_id, have in traits.items() if shares_id is not None and shares_id in have}
-    return World(uuid, parent, root, traits, aggregates, rows, sharing)
+    by_class: Dict[int, Set[int]] = {}
+    for rp_id, rc_id in rows:
+        by_class.setdefault(rc_id, set()).add(rp_id)
+    return World(uuid, parent, root, traits, aggregates, rows, sharing, by_class)
 
 
 @dataclass
@@ -229,13 +241,14 @@ def search(
                 f.group.suffix: sorted(set(pick[index][0]), key=lambda rp: world.uuid[rp])
                 for index, f in enumerate(filters)
             }
-            key = (
-                tuple(sorted((rp, tuple(sorted(per.items()))) for rp, per in allocations.items())),
-                tuple(sorted((s, tuple(v)) for s, v in mappings.items())),
-            )
-            if key in seen:
-                continue
-            seen.add(key)
+            if world.sharing:  # a sharing provider serves several anchors: the same candidate may recur
+                key = (
+                    tuple(sorted((rp, tuple(sorted(per.items()))) for rp, per in allocations.items())),
+                    tuple(sorted((s, tuple(v)) for s, v in mappings.items())),
+                )
+                if key in seen:
+                    continue
+                seen.add(key)
             candidates.append((allocations, mappings))
         if budget < 0:
             break
@@ -275,7 +288,11 @@ def _aggregates_ok(world: World, group: Group, rp_id: int, root: Optional[int]) 
 
 def _same_provider_parts(world: World, f: _Filters, anchors_of: Dict[int, Set[int]]) -> Dict[int, List[Part]]:
     parts: Dict[int, List[Part]] = {}
-    for rp_id in sorted(world.uuid):
+    if f.amounts:
+        having = set.intersection(*(world.by_class.get(rc, set()) for rc in f.amounts))
+    else:  # a resourceless group (1.36): any provider with the traits and aggregates
+        having = set(world.uuid)
+    for rp_id in sorted(having):
         if f.tree_root is not None and world.root[rp_id] != f.tree_root:
             continue
         if not all((rp_id, rc) in world.rows and world.rows[(rp_id, rc)].fits(n) for rc, n in f.amounts.items()):
@@ -341,7 +358,7 @@ def _same_subtree(world: World, providers_of_groups: List[Tuple[int, ...]]) -> b
     """One of the providers is an ancestor (or itself) of every other."""
     everyone = {rp for providers in providers_of_groups for rp in providers}
     for top in everyone:
-        if all(top in world.ancestors(rp) for rp in everyone):
+        if all(top in world.lineage(rp) for rp in everyone):
             return True
     return False
 
