@@ -21,6 +21,7 @@ TOKEN = "admin"
 # The tests written for 1.0-1.27 speak 1.27 unless they say otherwise (1.28 made the
 # consumer generation mandatory in allocation writes); test_microversions.py names its versions.
 DEFAULT_HEADERS = {"x-auth-token": TOKEN, "openstack-api-version": "placement 1.27"}
+LATEST = {"x-auth-token": TOKEN, "openstack-api-version": "placement latest"}
 
 
 _free_port = free_port
