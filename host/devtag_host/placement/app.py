@@ -22,7 +22,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from . import errors, microversion
 from .db import Store
 from .errors import ConcurrentUpdate, PlacementError
-from .handlers import aggregate, allocation, allocation_candidate, inventory, resource_class, trait, usage
+from .handlers import aggregate, allocation, allocation_candidate, inventory, reshaper, resource_class, trait, usage
 from .handlers import resource_provider as provider
 from .web import Call, Reply
 
@@ -109,6 +109,7 @@ ROUTES: Dict[str, Dict[str, Tuple[int, Handler, bool]]] = {
         "DELETE": (2, resource_class.delete_class, False),
     },
     "/allocation_candidates": {"GET": (10, allocation_candidate.list_candidates, False)},
+    "/reshaper": {"POST": (30, reshaper.reshape, True)},
 }
 
 
@@ -183,6 +184,9 @@ class Placement:
             out_headers.append((microversion.HEADER, f"{microversion.SERVICE_TYPE} {version}"))
             out_headers.append(("vary", microversion.HEADER))
         out_headers.extend(reply.headers.items())
+        if reply.status >= 400 and not (version and version.at_least(23)) and isinstance(reply.body, dict):
+            for error in reply.body.get("errors", []):  # 1.23 added ``code`` to errors
+                error.pop("code", None)
         if reply.body is None:
             return Response(reply.status, out_headers, b"")
         out_headers.append(("content-type", "application/json"))

@@ -34,6 +34,7 @@ def create_inventory(call: Call) -> Reply:
     body = validate(call.body, schema.POST)
     name = body["resource_class"]
     inventory = inv.Inventory.from_body(body)
+    inv.validate(name, inventory, call.want(26))
     with call.store.write() as connection:
         provider = rp.get_or_404(connection, call.params["uuid"])
         inv.add(connection, provider, name, inventory)
@@ -46,7 +47,9 @@ def replace_inventories(call: Call) -> Reply:
     wanted = {name: inv.Inventory.from_body(item) for name, item in body["inventories"].items()}
     with call.store.write() as connection:
         provider = rp.get_or_404(connection, call.params["uuid"])
-        check_generation(provider, body["resource_provider_generation"])
+        check_generation(provider, body["resource_provider_generation"])  # before the capacities, as upstream
+        for name, inventory in wanted.items():
+            inv.validate(name, inventory, call.want(26))
         inv.replace_all(connection, provider, wanted)
     return Reply(200, _all(provider.generation, dict(sorted(wanted.items()))))
 
@@ -75,6 +78,7 @@ def update_inventory(call: Call) -> Reply:
     with call.store.write() as connection:
         provider = rp.get_or_404(connection, call.params["uuid"])
         check_generation(provider, body["resource_provider_generation"])
+        inv.validate(name, inventory, call.want(26))
         inv.update(connection, provider, name, inventory)
     return Reply(200, _one(provider.generation, inventory))
 
