@@ -9,7 +9,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from devtag_host.placement.testing import served_placement
+from tests.support.services import served_placement
 
 from .test_osc import BIN, _openstack_runner
 
