@@ -20,7 +20,6 @@ import uuid
 from keystoneauth1 import adapter, session, token_endpoint
 from nova import context as nova_context
 from nova import objects
-from nova.compute import provider_tree
 from nova.scheduler import utils as scheduler_utils
 from nova.scheduler.client.report import SchedulerReportClient
 
@@ -29,16 +28,12 @@ PF_CLASS = "CUSTOM_PCI_8086_1572"
 
 def report_client(url: str, token: str) -> SchedulerReportClient:
     auth = token_endpoint.Token(url, token)
-    placement = adapter.Adapter(
-        session=session.Session(auth=auth), service_type="placement", endpoint_override=url
-    )
+    placement = adapter.Adapter(session=session.Session(auth=auth), service_type="placement", endpoint_override=url)
     return SchedulerReportClient(adapter=placement)
 
 
 def nova_request(flavor_specs: dict) -> scheduler_utils.ResourceRequest:
-    flavor = objects.Flavor(
-        vcpus=2, memory_mb=1024, root_gb=10, ephemeral_gb=0, swap=0, extra_specs=flavor_specs
-    )
+    flavor = objects.Flavor(vcpus=2, memory_mb=1024, root_gb=10, ephemeral_gb=0, swap=0, extra_specs=flavor_specs)
     spec = objects.RequestSpec(
         flavor=flavor,
         image=objects.ImageMeta(properties=objects.ImageMetaProps()),
@@ -76,22 +71,37 @@ def main() -> int:
     tree.update_inventory(
         node,
         {
-            "VCPU": {"total": 8, "reserved": 0, "min_unit": 1, "max_unit": 8, "step_size": 1,
-                     "allocation_ratio": 4.0},
-            "MEMORY_MB": {"total": 8192, "reserved": 512, "min_unit": 1, "max_unit": 8192, "step_size": 1,
-                          "allocation_ratio": 1.0},
-            "DISK_GB": {"total": 100, "reserved": 0, "min_unit": 1, "max_unit": 100, "step_size": 1,
-                        "allocation_ratio": 1.0},
+            "VCPU": {"total": 8, "reserved": 0, "min_unit": 1, "max_unit": 8, "step_size": 1, "allocation_ratio": 4.0},
+            "MEMORY_MB": {
+                "total": 8192,
+                "reserved": 512,
+                "min_unit": 1,
+                "max_unit": 8192,
+                "step_size": 1,
+                "allocation_ratio": 1.0,
+            },
+            "DISK_GB": {
+                "total": 100,
+                "reserved": 0,
+                "min_unit": 1,
+                "max_unit": 100,
+                "step_size": 1,
+                "allocation_ratio": 1.0,
+            },
         },
     )
     tree.update_traits(node, ["COMPUTE_STORAGE_BUS_VIRTIO", "HW_ARCH_X86_64"])
     tree.update_aggregates(node, [aggregate])
     tree.new_child("node1_numa0", node, uuid=numa)
-    tree.update_inventory(numa, {"PCPU": {"total": 4, "reserved": 0, "min_unit": 1, "max_unit": 4,
-                                          "step_size": 1, "allocation_ratio": 1.0}})
+    tree.update_inventory(
+        numa,
+        {"PCPU": {"total": 4, "reserved": 0, "min_unit": 1, "max_unit": 4, "step_size": 1, "allocation_ratio": 1.0}},
+    )
     tree.new_child("node1_0000:04:00.0", node, uuid=pf)
-    tree.update_inventory(pf, {PF_CLASS: {"total": 1, "reserved": 0, "min_unit": 1, "max_unit": 1,
-                                         "step_size": 1, "allocation_ratio": 1.0}})
+    tree.update_inventory(
+        pf,
+        {PF_CLASS: {"total": 1, "reserved": 0, "min_unit": 1, "max_unit": 1, "step_size": 1, "allocation_ratio": 1.0}},
+    )
     tree.update_traits(pf, ["CUSTOM_PHYSNET_DATA", "HW_NIC_SRIOV"])
     client.update_from_provider_tree(ctx, tree)
     # A second run with nothing changed must be a no-op for placement.
@@ -109,11 +119,13 @@ def main() -> int:
     seen["reread_pf_inventory"] = reread.data(pf).inventory[PF_CLASS]["total"]
 
     # nova-scheduler: candidates for a flavor with a granular PCI group.
-    request = nova_request({
-        f"resources1:{PF_CLASS}": "1",
-        "trait1:CUSTOM_PHYSNET_DATA": "required",
-        "group_policy": "isolate",
-    })
+    request = nova_request(
+        {
+            f"resources1:{PF_CLASS}": "1",
+            "trait1:CUSTOM_PHYSNET_DATA": "required",
+            "group_policy": "isolate",
+        }
+    )
     alloc_reqs, summaries, version = client.get_allocation_candidates(ctx, request)
     seen["candidates"] = len(alloc_reqs or [])
     seen["candidate_version"] = version
@@ -124,8 +136,9 @@ def main() -> int:
     # Claim the first candidate for an instance, as the scheduler does.
     instance = str(uuid.uuid4())
     project, user = str(uuid.uuid4()), str(uuid.uuid4())
-    seen["claimed"] = client.claim_resources(ctx, instance, alloc_reqs[0], project, user,
-                                             allocation_request_version=version)
+    seen["claimed"] = client.claim_resources(
+        ctx, instance, alloc_reqs[0], project, user, allocation_request_version=version
+    )
     allocations = client.get_allocs_for_consumer(ctx, instance)
     seen["claim"] = {rp: alloc["resources"] for rp, alloc in sorted(allocations["allocations"].items())}
     seen["consumer_generation"] = allocations["consumer_generation"]
@@ -150,8 +163,16 @@ def main() -> int:
     compute_node = objects.ComputeNode(uuid=node, host="host1", hypervisor_hostname="node1")
     client.delete_resource_provider(ctx, compute_node, cascade=False)
     seen["providers_left"] = len(client.get_providers_in_tree(ctx, node) or [])
-    roles = {node: "node", pf: "pf", numa: "numa", aggregate: "aggregate", instance: "instance",
-             migration: "migration", project: "project", user: "user"}
+    roles = {
+        node: "node",
+        pf: "pf",
+        numa: "numa",
+        aggregate: "aggregate",
+        instance: "instance",
+        migration: "migration",
+        project: "project",
+        user: "user",
+    }
     json.dump(by_role(seen, roles), sys.stdout, sort_keys=True, default=str)
     return 0
 

@@ -28,9 +28,7 @@ DRIVER = Path(__file__).with_name("nova_compute_life.py")
 
 
 def nova_life(url: str) -> Dict[str, Any]:
-    result = subprocess.run(
-        [sys.executable, str(DRIVER), url, "admin"], capture_output=True, text=True, timeout=180
-    )
+    result = subprocess.run([sys.executable, str(DRIVER), url, "admin"], capture_output=True, text=True, timeout=180)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout)
 

@@ -12,7 +12,9 @@ import contextlib
 import subprocess
 import sys
 from pathlib import Path
+from socketserver import ThreadingMixIn
 from typing import Callable, Iterator
+from wsgiref.simple_server import WSGIServer, make_server
 
 from sqlalchemy import create_engine, text
 
@@ -33,9 +35,11 @@ _TABLES = (
 
 def upstream_app(database: Path) -> Callable:
     """openstack-placement's WSGI app as ``placement.direct`` builds it (noauth2)."""
-    from oslo_config import cfg  # noqa: PLC0415 - heavy, and only where upstream is wanted
-    from placement import conf as placement_conf  # noqa: PLC0415
-    from placement import deploy  # noqa: PLC0415
+    # Imported here: upstream (oslo.*) is heavy and only the differential tests want it.
+    from oslo_config import cfg
+
+    from placement import conf as placement_conf
+    from placement import deploy
 
     conf = cfg.ConfigOpts()
     placement_conf.register_opts(conf)
@@ -77,9 +81,6 @@ def served_upstream(database: Path) -> Iterator[str]:
 
 
 def _serve(database: Path, port: int) -> None:
-    from socketserver import ThreadingMixIn  # noqa: PLC0415
-    from wsgiref.simple_server import WSGIServer, make_server  # noqa: PLC0415
-
     class Threaded(ThreadingMixIn, WSGIServer):
         daemon_threads = True
 
