@@ -384,3 +384,31 @@ def test_details_as_openstack_placement_does_them(client):
     assert client.put(f"/resource_providers/{rp}/traits", json=unknown_and_stale).status_code == 400
     response = client.get("/resource_providers", headers={"openstack-api-version": "placement 1.01"})
     assert response.headers["openstack-api-version"] == "placement 1.1"
+
+
+def test_upstream_wording_and_order_of_provider_errors(client):
+    """As OpenStack Placement: an unknown provider is a 404 before its body is
+    read, and the messages are upstream's words (found by test_differential)."""
+    missing = str(uuid.uuid4())
+    for method, path, body in [
+        ("PUT", f"/resource_providers/{missing}", {"bogus": 1}),
+        ("PUT", f"/resource_providers/{missing}/aggregates", ["not-a-uuid"]),
+        ("PUT", f"/resource_providers/{missing}/inventories", {"inventories": {"VCPU": {"total": 0}}}),
+    ]:
+        response = client.request(method, path, json=body)
+        assert response.status_code == 404, (path, response.text)
+    empty = client.post("/resource_providers", json={"name": "", "uuid": missing})
+    assert empty.status_code == 400
+    assert empty.json()["errors"][0]["detail"] == (
+        f'Unable to create resource provider "", {missing}: Object action create failed because: name is required'
+    )
+    orphan = client.post("/resource_providers", json={"name": "x", "uuid": missing, "parent_provider_uuid": missing})
+    assert "parent provider UUID cannot be same as UUID" in orphan.json()["errors"][0]["detail"]
+    unknown = client.get("/allocation_candidates?resources=CUSTOM_NOPE:1")
+    assert unknown.json()["errors"][0]["detail"] == (
+        "Invalid resource class in resources parameter: No such resource class CUSTOM_NOPE."
+    )
+    old = client.delete(
+        f"/resource_providers/{missing}/inventories", headers={"openstack-api-version": "placement 1.4"}
+    )
+    assert old.status_code == 405

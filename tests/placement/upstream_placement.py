@@ -37,7 +37,6 @@ def upstream_app(database: Path) -> Callable:
     """openstack-placement's WSGI app as ``placement.direct`` builds it (noauth2)."""
     # Imported here: upstream (oslo.*) is heavy and only the differential tests want it.
     from oslo_config import cfg
-
     from placement import conf as placement_conf
     from placement import deploy
 

@@ -40,4 +40,4 @@ def set_aggregates(call: Call) -> Reply:
             check_generation(provider, seen)
             rp.bump_generation(connection, provider)
         aggregate.set_for_provider(connection, provider, wanted)
-    return Reply(200, _body(call, wanted, provider.generation))
+    return Reply(200, _body(call, wanted, provider.generation), cache_headers(call))

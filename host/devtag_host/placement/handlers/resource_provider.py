@@ -64,9 +64,11 @@ def list_providers(call: Call) -> Reply:
         if "resources" in query:
             wanted = parse_resources(query["resources"])
             ids = resource_class.ids_by_name(connection, wanted)
-            unknown = sorted(set(wanted) - set(ids))
+            unknown = [name for name in wanted if name not in ids]
             if unknown:
-                raise errors.bad_request(f"Invalid resource class in resources parameter: {', '.join(unknown)}")
+                raise errors.bad_request(
+                    f"Invalid resource class in resources parameter: No such resource class {unknown[0]}."
+                )
             filters["resources"] = {ids[name]: amount for name, amount in wanted.items()}
         if wanted_traits:
             found = trait.require_ids(connection, sorted(wanted_traits.names()))
@@ -96,10 +98,11 @@ def get_provider(call: Call) -> Reply:
 
 
 def update_provider(call: Call) -> Reply:
-    body = validate(call.body, schema.PUT_V1_14 if call.want(14) else schema.PUT_V1_0)
-    parent = body.get("parent_provider_uuid")
     with call.store.write() as connection:
+        # As upstream: an unknown provider is a 404 whatever the body says.
         provider = rp.get_or_404(connection, call.params["uuid"])
+        body = validate(call.body, schema.PUT_V1_14 if call.want(14) else schema.PUT_V1_0)
+        parent = body.get("parent_provider_uuid")
         provider = rp.update(
             connection,
             provider,

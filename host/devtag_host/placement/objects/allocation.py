@@ -111,7 +111,8 @@ def replace(connection: Connection, wanted: List[ConsumerAllocations]) -> None:
             consumer_obj.check_generation(existing.get(item.consumer), item.generation)
     provider_uuids = {uuid for item in wanted for uuid in item.resources}
     providers = ids_by_uuid(connection, provider_uuids)
-    for uuid in sorted(provider_uuids - set(providers)):
+    # The first unknown provider in request order, as upstream names it.
+    for uuid in (uuid for item in wanted for uuid in item.resources if uuid not in providers):
         raise errors.bad_request(
             f"Allocation for resource provider '{uuid}' that does not exist.", errors.RESOURCE_PROVIDER_NOT_FOUND
         )

@@ -65,7 +65,9 @@ def find(connection: Connection, request: CandidateRequest, shape: Shape) -> Can
         class_ids = resource_class.ids_by_name(connection, group.resources)
         unknown = sorted(set(group.resources) - set(class_ids))
         if unknown:
-            raise errors.bad_request(f"Invalid resource class in resources parameter: {', '.join(unknown)}")
+            raise errors.bad_request(
+                f"Invalid resource class in resources parameter: No such resource class {unknown[0]}."
+            )
         names = group.traits.names()
         found = trait.require_ids(connection, sorted(names)) if names else {}
         required = [sorted(found[name] for name in any_of) for any_of in group.traits.required]

@@ -177,16 +177,36 @@ def _duplicate(exc: IntegrityError, name: str, uuid: str) -> errors.PlacementErr
     return errors.conflict(f"Conflicting resource provider {what}: {value} already exists.", errors.DUPLICATE_NAME)
 
 
+def _unable_to_create(name: str, uuid: str, reason: str) -> errors.PlacementError:
+    """Upstream's wording, which clients and operators match."""
+    return errors.bad_request(
+        f'Unable to create resource provider "{name}", {uuid}: Object action create failed because: {reason}'
+    )
+
+
+def _unable_to_save(uuid: str, action: str, reason: str) -> errors.PlacementError:
+    return errors.bad_request(
+        f"Unable to save resource provider {uuid}: Object action {action} failed because: {reason}"
+    )
+
+
 def create(
     connection: Connection, name: str, uuid: Optional[str] = None, parent_uuid: Optional[str] = None
 ) -> Provider:
     uuid = uuid or str(uuidlib.uuid4())
+    if not name:
+        raise _unable_to_create(name, uuid, "name is required")
     parent_id = root_id = None
     parent = None
     if parent_uuid is not None:
+        if parent_uuid == uuid:
+            raise _unable_to_create(
+                name, uuid, "parent provider UUID cannot be same as UUID. "
+                "Please set parent provider UUID to None if there is no parent."
+            )  # fmt: skip
         parent = get(connection, parent_uuid)
         if parent is None:
-            raise errors.bad_request(f"parent provider UUID {parent_uuid} does not exist")
+            raise _unable_to_create(name, uuid, "parent provider UUID does not exist.")
         parent_id = parent.id
         root_id = connection.scalar(
             select(func.coalesce(resource_providers.c.root_provider_id, resource_providers.c.id)).where(
@@ -220,27 +240,26 @@ def update(
     values: Dict[str, object] = {"name": name}
     subtree: List[int] = []
     if set_parent and parent_uuid != provider.parent_provider_uuid:
-        if provider.parent_provider_uuid is not None and not allow_reparent:
-            if parent_uuid is None:
-                raise errors.bad_request("un-parenting a provider is not currently allowed.")
-            raise errors.bad_request("re-parenting a provider is not currently allowed.")
+        # Upstream's checks, in upstream's order and words.
         subtree = _descendants(connection, provider.id)
         if parent_uuid is None:
+            if not allow_reparent:
+                raise _unable_to_save(provider.uuid, "update", "un-parenting a provider is not currently allowed.")
             values.update(parent_provider_id=None, root_provider_id=provider.id)
         else:
             parent = get(connection, parent_uuid)
             if parent is None:
-                raise errors.bad_request(f"parent provider UUID {parent_uuid} does not exist")
+                raise _unable_to_save(provider.uuid, "create", "parent provider UUID does not exist.")
+            if provider.parent_provider_uuid is not None and not allow_reparent:
+                raise _unable_to_save(provider.uuid, "update", "re-parenting a provider is not currently allowed.")
             if parent.id == provider.id or parent.id in subtree:
-                raise errors.bad_request("creating loop in the provider tree is not allowed.")
-            if subtree and not allow_reparent:
-                raise errors.bad_request("re-parenting a provider that has children is not currently allowed.")
+                raise _unable_to_save(provider.uuid, "update", "creating loop in the provider tree is not allowed.")
             root = get_or_404(connection, parent.root_provider_uuid or parent.uuid)
             values.update(parent_provider_id=parent.id, root_provider_id=root.id)
     if name != provider.name and connection.scalar(
         select(resource_providers.c.id).where(resource_providers.c.name == name)
     ):
-        raise errors.conflict(f"Conflicting resource provider name: {name} already exists.", errors.DUPLICATE_NAME)
+        raise errors.conflict(f"Conflicting resource provider {name} already exists.", errors.DUPLICATE_NAME)
     try:
         with connection.begin_nested():
             result = connection.execute(

@@ -96,6 +96,9 @@ def of_provider(connection: Connection, provider_id: int) -> List[str]:
 
 _DELETE_OF_PROVIDER = provider_traits.delete().where(provider_traits.c.resource_provider_id == bindparam("b_provider"))
 _INSERT_OF_PROVIDER = provider_traits.insert()
+_IDS_OF_PROVIDER = select(provider_traits.c.trait_id).where(
+    provider_traits.c.resource_provider_id == bindparam("b_provider")
+)
 
 
 def set_for_provider(
@@ -104,6 +107,9 @@ def set_for_provider(
     """Replace the provider's traits; ``found`` is ``require_ids(names)`` if the caller has it."""
     if found is None:
         found = require_ids(connection, names)
+    existing = set(connection.scalars(_IDS_OF_PROVIDER, {"b_provider": provider.id}))
+    if existing == set(found.values()):
+        return  # as upstream: no change, no new generation
     connection.execute(_DELETE_OF_PROVIDER, {"b_provider": provider.id})
     if found:
         connection.execute(
