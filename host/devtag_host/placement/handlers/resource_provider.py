@@ -87,7 +87,7 @@ def create_provider(call: Call) -> Reply:
         provider = rp.create(connection, body["name"], uuid, normal_uuid(parent) if parent else None)
     location = {"location": provider_url(provider.uuid)}
     if call.want(20):  # 1.20: the new provider, as GET shows it
-        return Reply(200, represent(call, provider), location)
+        return Reply(200, represent(call, provider), {**location, **cache_headers(call)})
     return Reply(201, None, location)
 
 

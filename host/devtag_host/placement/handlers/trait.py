@@ -54,11 +54,11 @@ def put_trait(call: Call) -> Reply:
     if not _CUSTOM.match(name) or len(name) > 255:
         raise errors.bad_request(
             f"The trait is invalid. A valid trait must be no longer than 255 characters, start with the prefix "
-            f'"CUSTOM_" and use following characters: "A"-"Z", "0"-"9" and "_". Got: {name[:300]}'
+            f'"CUSTOM_" and use following characters: "A"-"Z", "0"-"9" and "_"'
         )
     with call.store.write() as connection:
         created = trait.create(connection, name)
-    return Reply(201 if created else 204, None, {"location": f"/traits/{name}"})
+    return Reply(201 if created else 204, None, {"location": f"/traits/{name}", **cache_headers(call)})
 
 
 def delete_trait(call: Call) -> Reply:

@@ -138,8 +138,12 @@ def add(connection: Connection, provider: Provider, name: str, inventory: Invent
 def update(connection: Connection, provider: Provider, name: str, inventory: Inventory) -> None:
     current = of_provider(connection, provider.id)
     if name not in current:
+        if not resource_class.ids_by_name(connection, [name]):
+            raise errors.not_found(f"No such resource class {name}.")
+        # Upstream's words, which clients match.
         raise errors.bad_request(
-            f"No inventory record with resource class {name} for resource provider {provider.uuid}"
+            f"No inventory record with resource class for resource provider {provider.uuid}: "
+            f"No inventory of class {name} found."
         )
     current[name] = inventory
     replace_all(connection, provider, current)
