@@ -364,7 +364,7 @@ def normalise(value: Any, generated: Generated) -> Any:
         return {
             generated(key): normalise(item, generated)
             for key, item in value.items()
-            if key not in ("request_id", "created_at", "updated_at", "detail", "code")
+            if key not in ("request_id", "created_at", "updated_at", "detail")
         }
     if isinstance(value, list):
         items = [normalise(item, generated) for item in value]
