@@ -20,7 +20,7 @@ from typing import Any, Dict
 
 import pytest
 
-from devtag_host.placement.testing import served_placement
+from tests.support.services import served_placement
 
 from .upstream_placement import served_upstream
 

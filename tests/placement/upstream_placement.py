@@ -18,7 +18,7 @@ from wsgiref.simple_server import WSGIServer, make_server
 
 from sqlalchemy import create_engine, text
 
-from devtag_host.placement.testing import free_port, wait_for_port
+from tests.support.services import free_port, wait_for_port
 
 # Children before parents; standard traits and resource classes stay.
 _TABLES = (
