@@ -69,7 +69,10 @@ def served_upstream(database: Path) -> Iterator[str]:
     log = database.parent / f"{database.name}.upstream.log"
     with open(log, "ab") as output:
         server = subprocess.Popen(
-            [sys.executable, __file__, str(database), str(port)], stdout=output, stderr=subprocess.STDOUT
+            [sys.executable, "-m", __name__, str(database), str(port)],
+            cwd=Path(__file__).parents[2],  # the checkout: ``tests`` is a package there
+            stdout=output,
+            stderr=subprocess.STDOUT,
         )
     try:
         wait_for_port(port, timeout=60)
