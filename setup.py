@@ -61,8 +61,12 @@ setup(
             # The stock OpenStack client, run against the placement service.
             "osc-placement>=4.0",
             "python-openstackclient>=6.0",
+            # Upstream itself, for the differential tests (tests/placement/test_differential.py),
+            # and Nova, whose scheduler report client drives a compute node against both.
+            "openstack-placement>=16.0",
+            "nova>=31.0",
         ],
-        # The reference implementation for benchmarks/placement_*.py (not needed by the tests).
+        # The reference implementation for benchmarks/placement_*.py (also in "test").
         "bench": ["openstack-placement>=16.0"],
     },
     entry_points={

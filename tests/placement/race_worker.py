@@ -14,7 +14,7 @@ import uuid
 
 import httpx
 
-HEADERS = {"x-auth-token": "admin", "openstack-api-version": "placement 1.17"}
+HEADERS = {"x-auth-token": "admin", "openstack-api-version": "placement 1.23"}  # 1.23: errors carry a code
 
 
 def claim(client: httpx.Client, providers: list, attempts: int, offset: int, results: list) -> None:

@@ -6,9 +6,11 @@ import uuid
 
 from .test_api import new_provider, set_inventory
 
+V1_18 = {"openstack-api-version": "placement 1.18"}  # aggregates as a plain list (1.19 adds a generation)
+
 
 def share(client, rp: str, aggregate: str, *traits: str) -> None:
-    assert client.put(f"/resource_providers/{rp}/aggregates", json=[aggregate]).status_code == 200
+    assert client.put(f"/resource_providers/{rp}/aggregates", json=[aggregate], headers=V1_18).status_code == 200
     generation = client.get(f"/resource_providers/{rp}").json()["generation"]
     body = {"traits": ["MISC_SHARES_VIA_AGGREGATE", *traits], "resource_provider_generation": generation}
     assert client.put(f"/resource_providers/{rp}/traits", json=body).status_code == 200
@@ -79,7 +81,7 @@ def test_required_traits_and_member_of(client):
     assert list(body["provider_summaries"]) == [avx]
     assert body["provider_summaries"][avx]["traits"] == ["HW_CPU_X86_AVX2"]
     agg = str(uuid.uuid4())
-    client.put(f"/resource_providers/{plain}/aggregates", json=[agg])
+    client.put(f"/resource_providers/{plain}/aggregates", json=[agg], headers=V1_18)
     assert list(candidates(client, f"resources=VCPU:1&member_of={agg}")["provider_summaries"]) == [plain]
     assert candidates(client, f"resources=VCPU:1&member_of={agg}&required=HW_CPU_X86_AVX2")["allocation_requests"] == []
     assert client.get("/allocation_candidates?resources=VCPU:1&required=CUSTOM_NOPE").status_code == 400
@@ -95,7 +97,7 @@ def test_shared_nfs_pool_scenario(client):
     for rp in (*nodes, outside):
         set_inventory(client, rp, VCPU={"total": 16}, MEMORY_MB={"total": 32768})
         if rp != outside:
-            client.put(f"/resource_providers/{rp}/aggregates", json=[aggregate])
+            client.put(f"/resource_providers/{rp}/aggregates", json=[aggregate], headers=V1_18)
     nfs = new_provider(client, "/mnt/nfs/row1racks0610/")
     set_inventory(
         client,
@@ -136,7 +138,7 @@ def test_routed_network_segment_scenario(client):
     for rp in (*hosts, elsewhere):
         set_inventory(client, rp, VCPU={"total": 4}, MEMORY_MB={"total": 8192})
     for rp in hosts:
-        client.put(f"/resource_providers/{rp}/aggregates", json=[rack])
+        client.put(f"/resource_providers/{rp}/aggregates", json=[rack], headers=V1_18)
     subnet = str(uuid.uuid4())
     segment = new_provider(client, "routed network rack 1 row 3", uuid=subnet)
     set_inventory(

@@ -17,7 +17,7 @@ def test_db_sync_is_idempotent(tmp_path, capsys):
     assert main(["placement", "db-sync", "--db", url]) == 0
     assert "up to date" in capsys.readouterr().out
     store = Store(url)
-    assert migrate.current_revision(store) == "0003"
+    assert migrate.current_revision(store) == "0004"
     store.dispose()
 
 

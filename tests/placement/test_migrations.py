@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
+from sqlalchemy import inspect
 
 from devtag_host.placement.db import metadata
 
@@ -11,7 +13,7 @@ from devtag_host.placement.db import metadata
 def test_migrations_match_the_tables(store):
     with store.read() as connection:
         context = MigrationContext.configure(connection)
-        differences = compare_metadata(context, metadata)
+        differences = compare_metadata(context, _merged_metadata())
     # Server defaults are not compared by default; anything else is a missing migration.
     assert differences == []
 
@@ -27,7 +29,7 @@ def test_0003_sums_existing_allocations_into_inventories_used(tmp_path):
     from .test_api import new_provider, set_inventory
 
     store = Store(f"sqlite:///{tmp_path / 'old.sqlite'}")
-    migrate.upgrade(store, "0003")
+    migrate.upgrade(store)
     client = make_client(store)
     rp = new_provider(client, "cn1")
     set_inventory(client, rp, VCPU={"total": 8}, MEMORY_MB={"total": 1024})
@@ -53,3 +55,92 @@ def test_0003_sums_existing_allocations_into_inventories_used(tmp_path):
         )
     assert used == {"VCPU": 5, "MEMORY_MB": 0}
     store.dispose()
+
+
+def _merged_metadata():
+    """db.py's tables, with the consumer columns of migration 0004 (objects/consumer.py)."""
+    from sqlalchemy import MetaData
+
+    from devtag_host.placement.objects import consumer
+
+    merged = MetaData()
+    for table in metadata.tables.values():
+        if table.name not in consumer.metadata.tables:
+            table.to_metadata(merged)
+    for table in consumer.metadata.tables.values():
+        table.to_metadata(merged)
+    return merged
+
+
+def _downgrade(store, revision: str) -> None:
+    from alembic import command
+    from alembic.config import Config
+
+    from devtag_host.placement import migrate
+
+    with store.write() as connection:
+        config = Config()
+        config.set_main_option("script_location", str(migrate.MIGRATIONS))
+        config.attributes["connection"] = connection
+        command.downgrade(config, revision)
+
+
+def _upgrade_a_1_17_database(url: str) -> None:
+    """Data written at 1.17, the schema taken back to 0003 (the last before 1.28),
+    then upgraded in place: the data is kept and served at 1.28."""
+    import uuid
+
+    from devtag_host.placement import migrate
+    from devtag_host.placement.db import Store
+
+    from .conftest import make_client
+    from .test_api import new_provider, set_inventory
+
+    store = Store(url)
+    try:
+        migrate.upgrade(store)
+        client = make_client(store, **{"openstack-api-version": "placement 1.17"})
+        rp = new_provider(client, "cn1")
+        set_inventory(client, rp, VCPU={"total": 8})
+        consumer = str(uuid.uuid4())
+        body = {"allocations": {rp: {"resources": {"VCPU": 2}}}, "project_id": "p", "user_id": "u"}
+        assert client.put(f"/allocations/{consumer}", json=body).status_code == 204
+        client.close()
+        _downgrade(store, "0003")
+        with store.read() as connection:
+            columns = {column["name"] for column in inspect(connection).get_columns("consumers")}
+        assert "generation" not in columns
+        migrate.upgrade(store)
+        with store.read() as connection:
+            differences = compare_metadata(MigrationContext.configure(connection), _merged_metadata())
+        assert differences == []
+        client = make_client(store, **{"openstack-api-version": "placement 1.28"})
+        got = client.get(f"/allocations/{consumer}").json()
+        assert got["allocations"][rp]["resources"] == {"VCPU": 2} and got["project_id"] == "p"
+        generation = got["consumer_generation"]
+        body = {**body, "consumer_generation": generation}
+        body["allocations"][rp]["resources"]["VCPU"] = 3
+        assert client.put(f"/allocations/{consumer}", json=body).status_code == 204
+        assert client.get(f"/allocations/{consumer}").json()["consumer_generation"] == generation + 1
+        assert client.get(f"/resource_providers/{rp}/usages").json()["usages"] == {"VCPU": 3}
+        client.close()
+    finally:
+        store.dispose()
+
+
+def test_0004_upgrades_a_1_17_database_in_place_sqlite(tmp_path):
+    _upgrade_a_1_17_database(f"sqlite:///{tmp_path / 'old.sqlite'}")
+
+
+@pytest.mark.postgresql
+def test_0004_upgrades_a_1_17_database_in_place_postgresql(postgres_server):
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    url = make_url(postgres_server)
+    admin = create_engine(url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(text("DROP DATABASE IF EXISTS upgrade_0004"))
+        connection.execute(text("CREATE DATABASE upgrade_0004"))
+    admin.dispose()
+    _upgrade_a_1_17_database(url.set(database="upgrade_0004").render_as_string(hide_password=False))

@@ -22,8 +22,9 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from . import errors, microversion
 from .db import Store
 from .errors import ConcurrentUpdate, PlacementError
-from .handlers import aggregate, allocation, allocation_candidate, inventory, resource_class, trait, usage
+from .handlers import aggregate, allocation, allocation_candidate, inventory, reshaper, resource_class, trait, usage
 from .handlers import resource_provider as provider
+from .objects import resource_provider as provider_objects
 from .web import Call, Reply
 
 log = logging.getLogger(__name__)
@@ -109,6 +110,7 @@ ROUTES: Dict[str, Dict[str, Tuple[int, Handler, bool]]] = {
         "DELETE": (2, resource_class.delete_class, False),
     },
     "/allocation_candidates": {"GET": (10, allocation_candidate.list_candidates, False)},
+    "/reshaper": {"POST": (30, reshaper.reshape, True)},
 }
 
 
@@ -157,16 +159,18 @@ class Placement:
             version = microversion.negotiate(headers.get(microversion.HEADER))
             reply = self._route(method, path, query_string, headers, body, version)
         except PlacementError as exc:
-            reply = self._error(exc, request_id)
+            reply = self._error(exc, request_id, version)
         except ConcurrentUpdate as exc:
             reply = self._error(
                 PlacementError(409, f"resource provider generation conflict: {exc}", errors.CONCURRENT_UPDATE),
                 request_id,
+                version,
             )
         except IntegrityError:
             reply = self._error(
                 PlacementError(409, "Conflicting concurrent update, please retry.", errors.CONCURRENT_UPDATE),
                 request_id,
+                version,
             )
         except DBAPIError as exc:
             if _is_retryable(exc):
@@ -174,15 +178,18 @@ class Placement:
             else:
                 log.exception("database error on %s %s", method, path)
                 error = PlacementError(500, "A database error occurred.")
-            reply = self._error(error, request_id)
+            reply = self._error(error, request_id, version)
         except Exception:
             log.exception("unexpected error on %s %s", method, path)
-            reply = self._error(PlacementError(500, "An unexpected error occurred."), request_id)
+            reply = self._error(PlacementError(500, "An unexpected error occurred."), request_id, version)
         out_headers = [("x-openstack-request-id", request_id)]
         if version is not None:
             out_headers.append((microversion.HEADER, f"{microversion.SERVICE_TYPE} {version}"))
             out_headers.append(("vary", microversion.HEADER))
         out_headers.extend(reply.headers.items())
+        if reply.status >= 400 and not (version and version.at_least(23)) and isinstance(reply.body, dict):
+            for error in reply.body.get("errors", []):  # 1.23 added ``code`` to errors
+                error.pop("code", None)
         if reply.body is None:
             return Response(reply.status, out_headers, b"")
         out_headers.append(("content-type", "application/json"))
@@ -211,6 +218,9 @@ class Placement:
             )
         minor, handler, takes_body = methods[method]
         if not version.at_least(minor):
+            if (path.endswith("/inventories"), method) == (True, "DELETE"):
+                # Upstream declares this one method as 405 below its version.
+                raise PlacementError(405, f"The method {method} is not allowed for this resource.")
             raise errors.not_found("The resource could not be found.")
         if method == "GET" and headers.get("accept") and not _accepts_json(headers["accept"]):
             raise PlacementError(406, "Only application/json is provided")
@@ -222,6 +232,10 @@ class Placement:
                     415,
                     f"The media type {content_type or 'None'} is not supported, use application/json",
                 )
+            if "uuid" in match.groupdict() and path.startswith("/resource_providers/"):
+                # As upstream: an unknown provider is a 404 before its body is read.
+                with self.store.read() as connection:
+                    provider_objects.get_or_404(connection, match.group("uuid"))
             try:
                 parsed = json.loads(body)
             except (ValueError, UnicodeDecodeError) as exc:
@@ -239,14 +253,12 @@ class Placement:
         if self.auth_token is not None and not hmac.compare_digest(token.encode(), self.auth_token.encode()):
             raise PlacementError(401, "The request you have made requires authentication.")
 
-    def _error(self, exc: PlacementError, request_id: str) -> Reply:
-        error: Dict[str, Any] = {
-            "status": exc.status,
-            "title": errors.TITLES.get(exc.status, "Error"),
-            "detail": exc.detail,
-            "code": exc.code,
-            "request_id": request_id,
-        }
+    def _error(self, exc: PlacementError, request_id: str, version: Optional[microversion.Version]) -> Reply:
+        """The API-WG error document.  (Upstream adds ``code`` only from 1.23 on:
+        the differential test's normaliser ignores it until devtag serves 1.23.)"""
+        title = errors.TITLES.get(exc.status, "Error")
+        error: Dict[str, Any] = {"status": exc.status, "title": title, "detail": exc.detail, "code": exc.code}
+        error["request_id"] = request_id
         error.update(exc.extra)
         return Reply(exc.status, {"errors": [error]}, dict(exc.headers))
 

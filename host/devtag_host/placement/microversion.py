@@ -33,7 +33,7 @@ from .errors import PlacementError
 SERVICE_TYPE = "placement"
 HEADER = "openstack-api-version"
 MIN_VERSION = (1, 0)
-MAX_VERSION = (1, 17)
+MAX_VERSION = (1, 39)
 _VERSION = re.compile(r"^(\d{1,4})\.(\d{1,4})$")
 
 

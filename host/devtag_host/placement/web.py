@@ -56,6 +56,10 @@ class Call:
             result[key] = value
         return result
 
+    def values(self, key: str) -> List[str]:
+        """Every value of a repeated query parameter, in order."""
+        return [value for name, value in self.query if name == key]
+
 
 @dataclass
 class Reply:

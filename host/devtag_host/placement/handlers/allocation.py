@@ -51,7 +51,11 @@ def get_allocations(call: Call) -> Reply:
         allocations, owner = allocation.of_consumer(connection, consumer)
     body: Dict[str, Any] = {"allocations": allocations}
     if call.want(12) and allocations and owner:
-        body["project_id"], body["user_id"] = owner
+        body["project_id"], body["user_id"] = owner.project_id, owner.user_id
+        if call.want(28):
+            body["consumer_generation"] = owner.generation
+        if call.want(38):
+            body["consumer_type"] = owner.consumer_type
     return Reply(200, body, cache_headers(call))
 
 
@@ -64,7 +68,7 @@ def _merge(resources: Dict[str, Dict[str, int]], uuid: str, per_class: Dict[str,
 def put_allocations(call: Call) -> Reply:
     consumer = _consumer(call)
     if call.want(12):
-        body = validate(call.body, schema.PUT_V1_12)
+        body = validate(call.body, schema.put_schema(call.version.minor))
         items = [(uuid, item["resources"]) for uuid, item in body["allocations"].items()]
     else:
         body = validate(call.body, schema.PUT_V1_8 if call.want(8) else schema.PUT_V1_0)
@@ -72,19 +76,36 @@ def put_allocations(call: Call) -> Reply:
     resources: Dict[str, Dict[str, int]] = {}
     for uuid, per_class in items:
         _merge(resources, uuid, per_class)
-    wanted = allocation.ConsumerAllocations(consumer, resources, body.get("project_id"), body.get("user_id"))
+    wanted = wanted_allocations(call, consumer, resources, body)
     write_with_retries(call, [wanted])
     return Reply(204)
 
 
+def merged_resources(item: Dict[str, Any]) -> Dict[str, Dict[str, int]]:
+    """{provider uuid (canonical): {class: amount}} of one consumer's dict-format body."""
+    resources: Dict[str, Dict[str, int]] = {}
+    for uuid, per in item["allocations"].items():
+        _merge(resources, uuid, per["resources"])
+    return resources
+
+
+def wanted_allocations(
+    call: Call, consumer: str, resources: Dict[str, Dict[str, int]], body: Dict[str, Any]
+) -> allocation.ConsumerAllocations:
+    return allocation.ConsumerAllocations(
+        consumer,
+        resources,
+        body.get("project_id"),
+        body.get("user_id"),
+        generation=body.get("consumer_generation"),
+        check_generation=call.want(28),
+        consumer_type=body.get("consumer_type"),
+    )
+
+
 def post_allocations(call: Call) -> Reply:
-    body = validate(call.body, schema.POST_V1_13)
-    wanted = []
-    for consumer, item in body.items():
-        resources: Dict[str, Dict[str, int]] = {}
-        for uuid, per in item["allocations"].items():
-            _merge(resources, uuid, per["resources"])
-        wanted.append(allocation.ConsumerAllocations(consumer, resources, item["project_id"], item["user_id"]))
+    body = validate(call.body, schema.post_schema(call.version.minor))
+    wanted = [wanted_allocations(call, consumer, merged_resources(item), item) for consumer, item in body.items()]
     write_with_retries(call, wanted)
     return Reply(204)
 
@@ -109,6 +130,6 @@ def delete_allocations(call: Call) -> Reply:
 def provider_allocations(call: Call) -> Reply:
     with call.store.read() as connection:
         provider = rp.get_or_404(connection, call.params["uuid"])
-        allocations = allocation.of_provider(connection, provider.id)
+        allocations = allocation.of_provider(connection, provider.id, with_generation=call.want(28))
     body = {"resource_provider_generation": provider.generation, "allocations": allocations}
     return Reply(200, body, cache_headers(call))

@@ -23,22 +23,32 @@ def _all(generation: int, inventories: Dict[str, inv.Inventory]) -> Dict[str, An
     }
 
 
+def _cache_headers(call: Call, any_inventory: bool) -> Dict[str, str]:
+    """1.15, as upstream: no-cache on every inventory answer; last-modified
+    only when there is an inventory to date it by."""
+    headers = cache_headers(call)
+    if not any_inventory:
+        headers.pop("last-modified", None)
+    return headers
+
+
 def list_inventories(call: Call) -> Reply:
     with call.store.read() as connection:
         provider = rp.get_or_404(connection, call.params["uuid"])
         inventories = inv.of_provider(connection, provider.id)
-    return Reply(200, _all(provider.generation, inventories), cache_headers(call))
+    return Reply(200, _all(provider.generation, inventories), _cache_headers(call, bool(inventories)))
 
 
 def create_inventory(call: Call) -> Reply:
     body = validate(call.body, schema.POST)
     name = body["resource_class"]
     inventory = inv.Inventory.from_body(body)
+    inv.validate(name, inventory, call.want(26))
     with call.store.write() as connection:
         provider = rp.get_or_404(connection, call.params["uuid"])
         inv.add(connection, provider, name, inventory)
     location = f"{provider_url(provider.uuid)}/inventories/{name}"
-    return Reply(201, _one(provider.generation, inventory), {"location": location})
+    return Reply(201, _one(provider.generation, inventory), {"location": location, **_cache_headers(call, True)})
 
 
 def replace_inventories(call: Call) -> Reply:
@@ -46,9 +56,11 @@ def replace_inventories(call: Call) -> Reply:
     wanted = {name: inv.Inventory.from_body(item) for name, item in body["inventories"].items()}
     with call.store.write() as connection:
         provider = rp.get_or_404(connection, call.params["uuid"])
-        check_generation(provider, body["resource_provider_generation"])
+        check_generation(provider, body["resource_provider_generation"])  # before the capacities, as upstream
+        for name, inventory in wanted.items():
+            inv.validate(name, inventory, call.want(26))
         inv.replace_all(connection, provider, wanted)
-    return Reply(200, _all(provider.generation, dict(sorted(wanted.items()))))
+    return Reply(200, _all(provider.generation, dict(sorted(wanted.items()))), _cache_headers(call, bool(wanted)))
 
 
 def delete_inventories(call: Call) -> Reply:
@@ -65,7 +77,7 @@ def get_inventory(call: Call) -> Reply:
         inventories = inv.of_provider(connection, provider.id)
     if name not in inventories:
         raise errors.not_found(f"No inventory of class {name} for {provider.uuid}")
-    return Reply(200, _one(provider.generation, inventories[name]), cache_headers(call))
+    return Reply(200, _one(provider.generation, inventories[name]), _cache_headers(call, True))
 
 
 def update_inventory(call: Call) -> Reply:
@@ -75,8 +87,9 @@ def update_inventory(call: Call) -> Reply:
     with call.store.write() as connection:
         provider = rp.get_or_404(connection, call.params["uuid"])
         check_generation(provider, body["resource_provider_generation"])
+        inv.validate(name, inventory, call.want(26))
         inv.update(connection, provider, name, inventory)
-    return Reply(200, _one(provider.generation, inventory))
+    return Reply(200, _one(provider.generation, inventory), _cache_headers(call, True))
 
 
 def delete_inventory(call: Call) -> Reply:

@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any, Dict
 
 from .. import errors
-from ..objects import resource_class
+from ..objects import resource_class, trait
 from ..objects import resource_provider as rp
+from ..query import parse_member_of, parse_traits
 from ..schemas import resource_provider as schema
-from ..web import Call, Reply, cache_headers, normal_uuid, parse_member_of, parse_resources, provider_url, validate
+from ..web import Call, Reply, cache_headers, normal_uuid, parse_resources, provider_url, validate
 
 
 def represent(call: Call, provider: rp.Provider) -> Dict[str, Any]:
@@ -40,6 +41,8 @@ def list_providers(call: Call) -> Reply:
         allowed.add("resources")
     if call.want(14):
         allowed.add("in_tree")
+    if call.want(18):
+        allowed.add("required")
     query = call.query_dict(allowed)
     filters: Dict[str, Any] = {}
     if "name" in query:
@@ -53,15 +56,24 @@ def list_providers(call: Call) -> Reply:
                     f"Invalid query string parameters: '{query[key][:40]}' is not a 'uuid'"
                 ) from None
     if "member_of" in query:
-        filters["member_of"] = parse_member_of(query["member_of"])
+        aggregates = parse_member_of(call.values("member_of"), call.version)
+        filters["member_of"] = aggregates.required
+        filters["forbidden_aggregates"] = aggregates.forbidden
+    wanted_traits = parse_traits(call.values("required"), call.version) if "required" in query else None
     with call.store.read() as connection:
         if "resources" in query:
             wanted = parse_resources(query["resources"])
             ids = resource_class.ids_by_name(connection, wanted)
-            unknown = sorted(set(wanted) - set(ids))
+            unknown = [name for name in wanted if name not in ids]
             if unknown:
-                raise errors.bad_request(f"Invalid resource class in resources parameter: {', '.join(unknown)}")
+                raise errors.bad_request(
+                    f"Invalid resource class in resources parameter: No such resource class {unknown[0]}."
+                )
             filters["resources"] = {ids[name]: amount for name, amount in wanted.items()}
+        if wanted_traits:
+            found = trait.require_ids(connection, sorted(wanted_traits.names()))
+            filters["required_trait_ids"] = [{found[name] for name in any_of} for any_of in wanted_traits.required]
+            filters["forbidden_trait_ids"] = {found[name] for name in wanted_traits.forbidden}
         providers = rp.list_providers(connection, **filters)
     body = {"resource_providers": [represent(call, provider) for provider in providers]}
     return Reply(200, body, cache_headers(call))
@@ -73,7 +85,10 @@ def create_provider(call: Call) -> Reply:
     parent = body.get("parent_provider_uuid")
     with call.store.write() as connection:
         provider = rp.create(connection, body["name"], uuid, normal_uuid(parent) if parent else None)
-    return Reply(201, None, {"location": provider_url(provider.uuid)})
+    location = {"location": provider_url(provider.uuid)}
+    if call.want(20):  # 1.20: the new provider, as GET shows it
+        return Reply(200, represent(call, provider), {**location, **cache_headers(call)})
+    return Reply(201, None, location)
 
 
 def get_provider(call: Call) -> Reply:
@@ -83,16 +98,18 @@ def get_provider(call: Call) -> Reply:
 
 
 def update_provider(call: Call) -> Reply:
-    body = validate(call.body, schema.PUT_V1_14 if call.want(14) else schema.PUT_V1_0)
-    parent = body.get("parent_provider_uuid")
     with call.store.write() as connection:
+        # As upstream: an unknown provider is a 404 whatever the body says.
         provider = rp.get_or_404(connection, call.params["uuid"])
+        body = validate(call.body, schema.PUT_V1_14 if call.want(14) else schema.PUT_V1_0)
+        parent = body.get("parent_provider_uuid")
         provider = rp.update(
             connection,
             provider,
             body["name"],
             normal_uuid(parent) if parent else None,
             set_parent="parent_provider_uuid" in body,
+            allow_reparent=call.want(37),
         )
     return Reply(200, represent(call, provider))
 

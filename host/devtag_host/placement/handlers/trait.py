@@ -45,7 +45,7 @@ def get_trait(call: Call) -> Reply:
     with call.store.read() as connection:
         found = trait.ids_by_name(connection, [name])
     if not found:
-        raise errors.not_found(f"No such trait(s): {name}")
+        raise errors.not_found(f"No such trait(s): {name}.")
     return Reply(204, None, cache_headers(call))
 
 
@@ -53,12 +53,12 @@ def put_trait(call: Call) -> Reply:
     name = call.params["name"]
     if not _CUSTOM.match(name) or len(name) > 255:
         raise errors.bad_request(
-            f"The trait is invalid. A valid trait must be no longer than 255 characters, start with the prefix "
-            f'"CUSTOM_" and use following characters: "A"-"Z", "0"-"9" and "_". Got: {name[:300]}'
+            "The trait is invalid. A valid trait must be no longer than 255 characters, start with the prefix "
+            '"CUSTOM_" and use following characters: "A"-"Z", "0"-"9" and "_"'
         )
     with call.store.write() as connection:
         created = trait.create(connection, name)
-    return Reply(201 if created else 204, None, {"location": f"/traits/{name}"})
+    return Reply(201 if created else 204, None, {"location": f"/traits/{name}", **cache_headers(call)})
 
 
 def delete_trait(call: Call) -> Reply:

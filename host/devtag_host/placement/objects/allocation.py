@@ -11,13 +11,14 @@ min/max/step, and insert.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
-from sqlalchemy import bindparam, func, select
+from sqlalchemy import bindparam, distinct, func, literal, select
 from sqlalchemy.engine import Connection
 
 from .. import errors
 from ..db import allocations, consumers, inventories, resource_classes, resource_providers
+from . import consumer as consumer_obj
 from . import resource_class
 from .resource_provider import Provider, bump_generation, ids_by_uuid
 
@@ -31,10 +32,15 @@ class ConsumerAllocations:
     project_id: Optional[str] = None
     user_id: Optional[str] = None
     providers: Dict[str, Provider] = field(default_factory=dict)
+    # 1.28: the consumer generation the client read (None: a new consumer), checked when ``check_generation``.
+    generation: Optional[int] = None
+    check_generation: bool = False
+    # 1.38: the consumer type; None keeps the stored one.
+    consumer_type: Optional[str] = None
 
 
-def of_consumer(connection: Connection, consumer: str) -> Tuple[Dict[str, Dict], Optional[Tuple[str, str]]]:
-    """({provider uuid: {"generation", "resources"}}, (project_id, user_id) or None)."""
+def of_consumer(connection: Connection, consumer: str) -> Tuple[Dict[str, Dict], Optional[consumer_obj.Consumer]]:
+    """({provider uuid: {"generation", "resources"}}, the consumer or None)."""
     query = (
         select(resource_providers.c.uuid, resource_providers.c.generation, resource_classes.c.name, allocations.c.used)
         .join(resource_providers, resource_providers.c.id == allocations.c.resource_provider_id)
@@ -45,21 +51,23 @@ def of_consumer(connection: Connection, consumer: str) -> Tuple[Dict[str, Dict],
     for row in connection.execute(query):
         entry = result.setdefault(row.uuid, {"generation": row.generation, "resources": {}})
         entry["resources"][row.name] = row.used
-    owner = connection.execute(
-        select(consumers.c.project_id, consumers.c.user_id).where(consumers.c.uuid == consumer)
-    ).first()
-    return result, (tuple(owner) if owner else None)  # type: ignore[return-value]
+    return result, consumer_obj.by_uuid(connection, [consumer]).get(consumer)
 
 
-def of_provider(connection: Connection, provider_id: int) -> Dict[str, Dict[str, Dict[str, int]]]:
+def of_provider(connection: Connection, provider_id: int, with_generation: bool = False) -> Dict[str, Dict[str, Any]]:
+    """{consumer: {"resources": {class: amount}}}, with ``consumer_generation`` (1.28) if asked."""
     query = (
         select(allocations.c.consumer_id, resource_classes.c.name, allocations.c.used)
         .join(resource_classes, resource_classes.c.id == allocations.c.resource_class_id)
         .where(allocations.c.resource_provider_id == provider_id)
     )
-    result: Dict[str, Dict[str, Dict[str, int]]] = {}
+    result: Dict[str, Dict[str, Any]] = {}
     for row in connection.execute(query):
         result.setdefault(row.consumer_id, {"resources": {}})["resources"][row.name] = row.used
+    if with_generation:
+        found = consumer_obj.by_uuid(connection, result)
+        for consumer_id, entry in result.items():
+            entry["consumer_generation"] = found[consumer_id].generation if consumer_id in found else None
     return result
 
 
@@ -97,9 +105,14 @@ def _update_used(connection: Connection, old: Dict[Tuple[int, int], int], new: D
 def replace(connection: Connection, wanted: List[ConsumerAllocations]) -> None:
     """Replace the allocations of each consumer in ``wanted`` (empty = delete)."""
     consumer_ids = [item.consumer for item in wanted]
+    existing = consumer_obj.by_uuid(connection, consumer_ids)
+    for item in wanted:  # 1.28: first of all, as upstream
+        if item.check_generation:
+            consumer_obj.check_generation(existing.get(item.consumer), item.generation)
     provider_uuids = {uuid for item in wanted for uuid in item.resources}
     providers = ids_by_uuid(connection, provider_uuids)
-    for uuid in sorted(provider_uuids - set(providers)):
+    # The first unknown provider in request order, as upstream names it.
+    for uuid in (uuid for item in wanted for uuid in item.resources if uuid not in providers):
         raise errors.bad_request(
             f"Allocation for resource provider '{uuid}' that does not exist.", errors.RESOURCE_PROVIDER_NOT_FOUND
         )
@@ -138,7 +151,7 @@ def replace(connection: Connection, wanted: List[ConsumerAllocations]) -> None:
                         "used": amount,
                     }
                 )
-        _save_consumer(connection, item)
+        _save_consumer(connection, item, existing.get(item.consumer))
     _check_capacity(connection, requested, rows, {p.id: p for p in providers.values()}, class_ids)
     if rows:
         connection.execute(allocations.insert(), rows)
@@ -149,16 +162,17 @@ def _uuids_of(connection: Connection, ids: List[int]) -> List[str]:
     return list(connection.scalars(select(resource_providers.c.uuid).where(resource_providers.c.id.in_(ids))))
 
 
-def _save_consumer(connection: Connection, item: ConsumerAllocations) -> None:
+def _save_consumer(
+    connection: Connection, item: ConsumerAllocations, existing: Optional[consumer_obj.Consumer]
+) -> None:
+    """A consumer without allocations is deleted (its generation starts again at null)."""
     if not item.resources:
-        connection.execute(consumers.delete().where(consumers.c.uuid == item.consumer))
+        consumer_obj.delete(connection, item.consumer)
         return
-    existing = connection.scalar(select(consumers.c.uuid).where(consumers.c.uuid == item.consumer))
-    values = {"project_id": item.project_id, "user_id": item.user_id}
-    if existing is None:
-        connection.execute(consumers.insert().values(uuid=item.consumer, **values))
-    elif item.project_id is not None:
-        connection.execute(consumers.update().where(consumers.c.uuid == item.consumer).values(**values))
+    type_id = consumer_obj.type_id(connection, item.consumer_type) if item.consumer_type else None
+    consumer_obj.save(
+        connection, item.consumer, existing, item.project_id, item.user_id, type_id, item.consumer_type is None
+    )
 
 
 def _check_capacity(
@@ -227,3 +241,40 @@ def usages_by_project(connection: Connection, project_id: str, user_id: Optional
     if user_id is not None:
         query = query.where(consumers.c.user_id == user_id)
     return {name: int(total) for name, total in connection.execute(query)}
+
+
+def usages_by_consumer_type(
+    connection: Connection, project_id: str, user_id: Optional[str], consumer_type: Optional[str]
+) -> Dict[str, Dict[str, int]]:
+    """1.38: {consumer type: {class: amount, "consumer_count": n}}; ``all`` puts every
+    consumer under "all", ``unknown`` only those written without a type."""
+    owners = consumer_obj.consumers
+    types = consumer_obj.consumer_types
+    source = allocations.join(owners, owners.c.uuid == allocations.c.consumer_id).outerjoin(
+        types, types.c.id == owners.c.consumer_type_id
+    )
+    conditions = [owners.c.project_id == project_id]
+    if user_id is not None:
+        conditions.append(owners.c.user_id == user_id)
+    if consumer_type == "unknown":
+        conditions.append(owners.c.consumer_type_id.is_(None))
+    elif consumer_type not in (None, "all"):
+        conditions.append(types.c.name == consumer_type)
+    if consumer_type in ("all", "unknown"):
+        key = literal(consumer_type)
+    else:
+        key = func.coalesce(types.c.name, consumer_obj.UNKNOWN_TYPE)
+    result: Dict[str, Dict[str, int]] = {}
+    sums = (
+        select(key, resource_classes.c.name, func.sum(allocations.c.used))
+        .select_from(source.join(resource_classes, resource_classes.c.id == allocations.c.resource_class_id))
+        .where(*conditions)
+        .group_by(key, resource_classes.c.name)
+    )
+    for type_name, class_name, total in connection.execute(sums):
+        result.setdefault(type_name, {})[class_name] = int(total)
+    counts = select(key, func.count(distinct(allocations.c.consumer_id))).select_from(source).where(*conditions)
+    for type_name, count in connection.execute(counts.group_by(key)):
+        if type_name in result:
+            result[type_name]["consumer_count"] = int(count)
+    return result

@@ -1,26 +1,28 @@
-"""``GET /allocation_candidates``: which providers (alone, or a compute node
-plus sharing providers of its aggregates) can satisfy a request.
+"""``GET /allocation_candidates``: which providers (alone, a tree, or with
+sharing providers of their aggregates) can satisfy a request.
 
-A provider with the ``MISC_SHARES_VIA_AGGREGATE`` trait shares its inventory
-with every provider in its aggregates (the design's shared NFS pool and routed
-network segment).  One SQL query returns every inventory row that can take its
-requested amount; the combinations are built in Python.
+The common case (one unsuffixed group, no sharing provider, and no provider
+tree at 1.29+) is one SQL statement per request shape, built once and cached:
+every candidate is one provider.  Everything else (sharing providers, trees,
+granular groups, ``same_subtree``...) goes to ``candidate_search``.
 """
 
 from __future__ import annotations
 
 import functools
-import itertools
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 import os_traits
-from sqlalchemy import Integer, and_, bindparam, case, exists, func, null, or_, select
+from sqlalchemy import Integer, and_, bindparam, case, exists, func, null, select
 from sqlalchemy.engine import Connection
 
 from .. import errors
+from ..candidate_request import CandidateRequest
 from ..db import inventories, provider_aggregates, provider_traits, resource_providers, traits
-from . import resource_class, trait
+from ..microversion import Version
+from ..query import AggregateFilter
+from . import candidate_search, resource_class, trait
 from .resource_provider import fitting_rows, used_of_inventory
 
 
@@ -32,136 +34,179 @@ class Candidates:
     summaries: Dict[str, Dict[str, object]]
 
 
-def find(
-    connection: Connection,
-    resources: Dict[str, int],
-    *,
-    required: Optional[Set[str]] = None,
-    member_of: Optional[Set[str]] = None,
-    limit: Optional[int] = None,
-    with_traits: bool = False,
-    dict_format: bool = True,
-) -> Candidates:
-    """Allocation requests as ``{"allocations": {uuid: {"resources": ...}}}`` (1.12+), or
-    as ``{"allocations": [{"resource_provider": {"uuid": ...}, "resources": ...}]}``."""
-    class_ids = resource_class.ids_by_name(connection, resources)
-    unknown = sorted(set(resources) - set(class_ids))
-    if unknown:
-        raise errors.bad_request(f"Invalid resource class in resources parameter: {', '.join(unknown)}")
-    required_ids = set(trait.require_ids(connection, required).values()) if required else set()
-    amounts = {class_ids[name]: amount for name, amount in resources.items()}
-    class_names = {class_id: name for name, class_id in class_ids.items()}
+@dataclass
+class Shape:
+    """What the answer looks like at the requested microversion."""
 
+    dict_format: bool = True  # 1.12
+    with_traits: bool = False  # 1.17
+    all_classes: bool = False  # 1.27
+    nested_aware: bool = False  # 1.29
+    with_mappings: bool = False  # 1.34
+
+    @classmethod
+    def at(cls, version: Version) -> Shape:
+        return cls(
+            version.at_least(12), version.at_least(17), version.at_least(27), version.at_least(29), version.at_least(34)
+        )
+
+
+def find(connection: Connection, request: CandidateRequest, shape: Shape) -> Candidates:
+    """Allocation requests and provider summaries for ``request``."""
+    group = request.groups[0]
+    simple = (
+        len(request.groups) == 1
+        and not group.same_provider
+        and group.in_tree is None
+        and not request.root_traits
+        and not request.same_subtrees
+    )
+    if simple and not _has_sharing(connection) and not (shape.nested_aware and _has_nested(connection)):
+        class_ids = resource_class.ids_by_name(connection, group.resources)
+        unknown = sorted(set(group.resources) - set(class_ids))
+        if unknown:
+            raise errors.bad_request(
+                f"Invalid resource class in resources parameter: No such resource class {unknown[0]}."
+            )
+        names = group.traits.names()
+        found = trait.require_ids(connection, sorted(names)) if names else {}
+        required = [sorted(found[name] for name in any_of) for any_of in group.traits.required]
+        forbidden = sorted(found[name] for name in group.traits.forbidden)
+        amounts = {class_ids[name]: amount for name, amount in group.resources.items()}
+        class_names = {class_id: name for name, class_id in class_ids.items()}
+        return _own_candidates(
+            connection, amounts, class_names, required, forbidden, group.aggregates, request.limit, shape
+        )
+    return _general(connection, request, shape)
+
+
+def _has_sharing(connection: Connection) -> bool:
     shares_id = trait.ids_by_name(connection, [os_traits.MISC_SHARES_VIA_AGGREGATE]).get(
         os_traits.MISC_SHARES_VIA_AGGREGATE
     )
-    sharing: Set[int] = set()
-    if shares_id is not None:
-        sharing = set(
-            connection.scalars(
-                select(provider_traits.c.resource_provider_id).where(provider_traits.c.trait_id == shares_id)
-            )
-        )
+    return shares_id is not None and connection.scalar(_ANY_WITH_TRAIT, {"b_trait": shares_id}) is not None
 
-    if not sharing:
-        return _own_candidates(
-            connection, amounts, class_names, sorted(required_ids), member_of, limit, with_traits, dict_format
-        )
 
-    inv = inventories
-    source = inv.join(resource_providers, resource_providers.c.id == inv.c.resource_provider_id)
-    conditions = [fitting_rows(amounts)]
-    if member_of:
-        conditions.append(or_(_in_aggregates(member_of), inv.c.resource_provider_id.in_(sorted(sharing))))
-    rows: Dict[int, Dict[int, Tuple[int, int]]] = {}
-    uuids: Dict[int, str] = {}
-    trait_lists: Dict[int, Optional[str]] = {}
-    trait_column = _trait_list(connection.dialect.name) if with_traits else null()
-    query = (
-        select(
-            inv.c.resource_provider_id,
-            resource_providers.c.uuid,
-            inv.c.resource_class_id,
-            _capacity(),
-            used_of_inventory(),
-            trait_column,
-        )
-        .select_from(source)
-        .where(*conditions)
-        .order_by(inv.c.resource_provider_id)
-    )
-    for rp_id, uuid, rc_id, capacity, used, names in connection.execute(query).all():
-        per = rows.get(rp_id)
-        if per is None:
-            per = rows[rp_id] = {}
-            uuids[rp_id] = uuid
-            trait_lists[rp_id] = names
-        per[rc_id] = (int(capacity), int(used))
+_ANY_WITH_TRAIT = (
+    select(provider_traits.c.resource_provider_id).where(provider_traits.c.trait_id == bindparam("b_trait")).limit(1)
+)
+_ANY_NESTED = select(resource_providers.c.id).where(resource_providers.c.parent_provider_id.is_not(None)).limit(1)
 
-    combos: List[Dict[int, Dict[int, int]]] = []
-    if not (sharing & set(rows)):
-        # Rows are only those of requested classes: a provider with all of them can take the request.
-        combos = [{rp_id: amounts} for rp_id, have in rows.items() if len(have) == len(amounts)]
+
+def _has_nested(connection: Connection) -> bool:
+    return connection.scalar(_ANY_NESTED) is not None
+
+
+def _general(connection: Connection, request: CandidateRequest, shape: Shape) -> Candidates:
+    found, _class_ids, _trait_ids = candidate_search.search(connection, request, shape.nested_aware)
+    world = found.world
+    chosen = found.candidates if request.limit is None else found.candidates[: request.limit]
+    involved = {rp_id for allocations, _mappings in chosen for rp_id in allocations}
+    for _allocations, mappings in chosen:
+        involved.update(rp_id for providers in mappings.values() for rp_id in providers)
+    if shape.nested_aware:
+        roots = {world.root[rp_id] for rp_id in involved}
+        summarised = sorted(rp_id for rp_id in world.uuid if world.root[rp_id] in roots)
     else:
-        combos = _with_sharing(connection, rows, amounts, sharing, member_of)
-    if required_ids:
-        combos = _with_traits(connection, combos, required_ids)
-    if limit is not None:
-        combos = combos[:limit]
-
-    involved = sorted({rp_id for combo in combos for rp_id in combo})
-    order = [(rc_id, class_names[rc_id]) for rc_id in sorted(amounts)]
-    summaries: Dict[str, Dict[str, object]] = {}
-    for rp_id in involved:
-        have = rows[rp_id]
-        summary: Dict[str, object] = {
-            "resources": {
-                name: {"capacity": have[rc_id][0], "used": have[rc_id][1]} for rc_id, name in order if rc_id in have
-            }
-        }
-        if with_traits:
-            listed = trait_lists[rp_id]
-            summary["traits"] = (sorted(listed.split(",")) if "," in listed else [listed]) if listed else []
-        summaries[uuids[rp_id]] = summary
-    named: Dict[Tuple, Dict[str, int]] = {}  # one dict per distinct split, shared by the requests
-
-    whole = {class_names[rc]: n for rc, n in sorted(amounts.items())}
-
-    def by_name(per: Dict[int, int]) -> Dict[str, int]:
-        if per is amounts:
-            return whole
-        key = tuple(sorted(per.items()))
-        if key not in named:
-            named[key] = {class_names[rc]: n for rc, n in key}
-        return named[key]
-
-    requests = [
-        _request([(uuids[rp_id], by_name(per)) for rp_id, per in combo.items()], dict_format) for combo in combos
-    ]
+        summarised = sorted(involved)
+    names = resource_class.names_by_id(connection)
+    requested = {name for group in request.groups for name in group.resources}
+    summaries = _summaries(connection, world, summarised, names, requested, shape)
+    requests: List[Dict[str, Any]] = []
+    for allocations, mappings in chosen:
+        parts = [
+            (world.uuid[rp_id], {names[rc]: n for rc, n in sorted(per.items())})
+            for rp_id, per in sorted(allocations.items(), key=lambda item: world.uuid[item[0]])
+        ]
+        body = _request(parts, shape.dict_format)
+        if shape.with_mappings:
+            body["mappings"] = {suffix: [world.uuid[rp] for rp in rps] for suffix, rps in mappings.items()}
+        requests.append(body)
     return Candidates(requests, summaries)
+
+
+def _summaries(
+    connection: Connection,
+    world: candidate_search.World,
+    provider_ids: List[int],
+    names: Dict[int, str],
+    requested: Set[str],
+    shape: Shape,
+) -> Dict[str, Dict[str, object]]:
+    if not provider_ids:
+        return {}
+    inv = inventories
+    resources: Dict[int, Dict[str, Dict[str, int]]] = {rp_id: {} for rp_id in provider_ids}
+    traits_of: Dict[int, List[str]] = {rp_id: [] for rp_id in provider_ids}
+    for start in range(0, len(provider_ids), 5000):
+        chunk = provider_ids[start : start + 5000]
+        for rp_id, rc_id, capacity, used in connection.execute(
+            select(inv.c.resource_provider_id, inv.c.resource_class_id, _capacity(), inv.c.used).where(
+                inv.c.resource_provider_id.in_(chunk)
+            )
+        ):
+            name = names[rc_id]
+            if shape.all_classes or name in requested:
+                resources[rp_id][name] = {"capacity": int(capacity), "used": int(used)}
+        if shape.with_traits:
+            for rp_id, name in connection.execute(
+                select(provider_traits.c.resource_provider_id, traits.c.name)
+                .join(traits, traits.c.id == provider_traits.c.trait_id)
+                .where(provider_traits.c.resource_provider_id.in_(chunk))
+            ):
+                traits_of[rp_id].append(name)
+    summaries: Dict[str, Dict[str, object]] = {}
+    for rp_id in provider_ids:
+        summary: Dict[str, object] = {"resources": dict(sorted(resources[rp_id].items()))}
+        if shape.with_traits:
+            summary["traits"] = sorted(traits_of[rp_id])
+        if shape.nested_aware:
+            parent = world.parent.get(rp_id)
+            summary["parent_provider_uuid"] = world.uuid[parent] if parent is not None else None
+            summary["root_provider_uuid"] = world.uuid[world.root[rp_id]]
+        summaries[world.uuid[rp_id]] = summary
+    return summaries
 
 
 def _own_candidates(
     connection: Connection,
     amounts: Dict[int, int],
     class_names: Dict[int, str],
-    required_ids: List[int],
-    member_of: Optional[Set[str]],
+    required: List[List[int]],
+    forbidden: List[int],
+    aggregates: AggregateFilter,
     limit: Optional[int],
-    with_traits: bool,
-    dict_format: bool,
+    shape: Shape,
 ) -> Candidates:
-    """No sharing provider anywhere: every candidate is one provider that can take
-    the whole request itself, one row of one SQL query each."""
+    """No sharing provider anywhere (and no tree at 1.29+): every candidate is one
+    provider that can take the whole request itself, one row of one SQL query each."""
     order = tuple(sorted(amounts))
-    aggregates = sorted(member_of) if member_of else []
-    query = _own_query(order, len(required_ids), len(aggregates), with_traits, connection.dialect.name, limit)
+    member_sets = [sorted(any_of) for any_of in aggregates.required]
+    query = _own_query(
+        order,
+        tuple(len(any_of) for any_of in required),
+        bool(forbidden),
+        tuple(len(any_of) for any_of in member_sets),
+        bool(aggregates.forbidden),
+        shape.with_traits,
+        connection.dialect.name,
+        limit,
+    )
     params: Dict[str, Any] = {f"b_amount_{rc_id}": amount for rc_id, amount in amounts.items()}
-    params.update((f"b_trait_{index}", trait_id) for index, trait_id in enumerate(required_ids))
-    if len(aggregates) == 1:
-        params["b_member"] = aggregates[0]
-    elif aggregates:
-        params["b_members"] = aggregates
+    for index, any_of in enumerate(required):
+        if len(any_of) == 1:
+            params[f"b_trait_{index}"] = any_of[0]
+        else:
+            params[f"b_traits_{index}"] = any_of
+    if forbidden:
+        params["b_forbidden_traits"] = forbidden
+    for index, any_of in enumerate(member_sets):
+        if len(any_of) == 1:
+            params[f"b_member_{index}"] = any_of[0]
+        else:
+            params[f"b_members_{index}"] = any_of
+    if aggregates.forbidden:
+        params["b_forbidden_members"] = sorted(aggregates.forbidden)
     names = [class_names[rc_id] for rc_id in order]
     whole = {name: amounts[rc_id] for rc_id, name in zip(order, names)}
     shared = {"resources": whole}  # the same in every request: one object, encoded many times
@@ -175,7 +220,10 @@ def _own_candidates(
     requests: List[Dict[str, Any]] = []
     summaries: Dict[str, Dict[str, object]] = {}
     figures = slice(3, 3 + 2 * len(names))
-    for row in connection.execute(query, params).all():
+    rows = connection.execute(query, params).all()
+    # 1.27: the summaries show every class of the provider, not only the requested ones.
+    others = _other_classes(connection, order, [row[0] for row in rows]) if shape.all_classes else {}
+    for row in rows:
         uuid = row[1]
         key = row[figures]
         resources = same_resources.get(key)
@@ -184,57 +232,114 @@ def _own_candidates(
                 name: {"capacity": int(key[2 * index]), "used": int(key[2 * index + 1])}
                 for index, name in enumerate(names)
             }
-        if with_traits:
+        if row[0] in others:
+            resources = dict(sorted({**resources, **others[row[0]]}.items()))
+        summary: Dict[str, object] = {"resources": resources}
+        if shape.with_traits:
             listed = row[2]
             traits_of = same_traits.get(listed)
             if traits_of is None:
                 traits_of = same_traits[listed] = sorted(listed.split(",")) if listed else []
-            summaries[uuid] = {"resources": resources, "traits": traits_of}
-        else:
-            summaries[uuid] = {"resources": resources}
-        if dict_format:
+            summary["traits"] = traits_of
+        if shape.nested_aware:  # only reached without trees: every provider is its own root
+            summary["parent_provider_uuid"] = None
+            summary["root_provider_uuid"] = uuid
+        summaries[uuid] = summary
+        if shape.with_mappings:
+            requests.append({"allocations": {uuid: shared}, "mappings": {"": [uuid]}})
+        elif shape.dict_format:
             requests.append({"allocations": {uuid: shared}})
         else:
-            requests.append(_request([(uuid, whole)], dict_format))
+            requests.append(_request([(uuid, whole)], shape.dict_format))
     return Candidates(requests, summaries)
+
+
+_CLASSES_IN_USE = select(inventories.c.resource_class_id).distinct()
+
+
+def _other_classes(
+    connection: Connection, requested: Tuple[int, ...], provider_ids: List[int]
+) -> Dict[int, Dict[str, Dict[str, int]]]:
+    """{provider id: {class: {capacity, used}}} of the classes that were not requested.
+    Usually there are none: one DISTINCT over the class index says so."""
+    others = sorted(set(connection.scalars(_CLASSES_IN_USE)) - set(requested))
+    if not others or not provider_ids:
+        return {}
+    wanted = set(provider_ids)
+    names = resource_class.names_by_id(connection)
+    result: Dict[int, Dict[str, Dict[str, int]]] = {}
+    inv = inventories
+    for rp_id, rc_id, capacity, used in connection.execute(
+        select(inv.c.resource_provider_id, inv.c.resource_class_id, _capacity(), inv.c.used).where(
+            inv.c.resource_class_id.in_(others)
+        )
+    ):
+        if rp_id in wanted:
+            result.setdefault(rp_id, {})[names[rc_id]] = {"capacity": int(capacity), "used": int(used)}
+    return result
 
 
 @functools.lru_cache(maxsize=256)
 def _own_query(
-    class_ids: Tuple[int, ...], required: int, aggregates: int, with_traits: bool, dialect: str, limit: Optional[int]
+    class_ids: Tuple[int, ...],
+    required: Tuple[int, ...],
+    forbidden_traits: bool,
+    members: Tuple[int, ...],
+    forbidden_members: bool,
+    with_traits: bool,
+    dialect: str,
+    limit: Optional[int],
 ):  # type: ignore[no-untyped-def]
     """The statement of ``_own_candidates`` for one shape of request, built once:
     constructing SQLAlchemy expressions costs more than SQLite running them.
-    Every value is a bound parameter (``b_amount_<class id>``, ``b_trait_<n>``,
-    ``b_member`` or ``b_members``)."""
+    Every value is a bound parameter (``b_amount_<class id>``, ``b_trait_<n>`` or
+    ``b_traits_<n>`` per required trait (set), ``b_member_<n>`` or ``b_members_<n>``
+    per member_of, ``b_forbidden_traits``, ``b_forbidden_members``)."""
     inv = inventories
-    source = inv.join(resource_providers, resource_providers.c.id == inv.c.resource_provider_id)
-    # Drive the query from the most selective tables: each required trait and a
-    # single aggregate are joins on their primary keys (3x faster than IN lists).
-    for index in range(required):
-        having = provider_traits.alias(f"required_{index}")
-        source = source.join(
-            having,
-            and_(
-                having.c.resource_provider_id == inv.c.resource_provider_id,
-                having.c.trait_id == bindparam(f"b_trait_{index}"),
-            ),
-        )
+    rp_id = inv.c.resource_provider_id
+    source = inv.join(resource_providers, resource_providers.c.id == rp_id)
     conditions = [fitting_rows({rc_id: bindparam(f"b_amount_{rc_id}", type_=Integer) for rc_id in class_ids})]
-    if aggregates == 1:
-        member = provider_aggregates.alias("member")
-        source = source.join(
-            member,
-            and_(
-                member.c.resource_provider_id == inv.c.resource_provider_id,
-                member.c.aggregate_uuid == bindparam("b_member"),
-            ),
-        )
-    elif aggregates:
+    # Drive the query from the most selective tables: each single required trait and
+    # single aggregate is a join on its primary key (3x faster than IN lists).
+    for index, size in enumerate(required):
+        if size == 1:
+            having = provider_traits.alias(f"required_{index}")
+            source = source.join(
+                having, and_(having.c.resource_provider_id == rp_id, having.c.trait_id == bindparam(f"b_trait_{index}"))
+            )
+        else:
+            conditions.append(
+                exists().where(
+                    provider_traits.c.resource_provider_id == rp_id,
+                    provider_traits.c.trait_id.in_(bindparam(f"b_traits_{index}", expanding=True)),
+                )
+            )
+    if forbidden_traits:
         conditions.append(
-            exists().where(
-                provider_aggregates.c.resource_provider_id == inv.c.resource_provider_id,
-                provider_aggregates.c.aggregate_uuid.in_(bindparam("b_members", expanding=True)),
+            ~exists().where(
+                provider_traits.c.resource_provider_id == rp_id,
+                provider_traits.c.trait_id.in_(bindparam("b_forbidden_traits", expanding=True)),
+            )
+        )
+    for index, size in enumerate(members):
+        if size == 1:
+            member = provider_aggregates.alias(f"member_{index}")
+            source = source.join(
+                member,
+                and_(member.c.resource_provider_id == rp_id, member.c.aggregate_uuid == bindparam(f"b_member_{index}")),
+            )
+        else:
+            conditions.append(
+                exists().where(
+                    provider_aggregates.c.resource_provider_id == rp_id,
+                    provider_aggregates.c.aggregate_uuid.in_(bindparam(f"b_members_{index}", expanding=True)),
+                )
+            )
+    if forbidden_members:
+        conditions.append(
+            ~exists().where(
+                provider_aggregates.c.resource_provider_id == rp_id,
+                provider_aggregates.c.aggregate_uuid.in_(bindparam("b_forbidden_members", expanding=True)),
             )
         )
     # One row per provider that can take every class itself (conditional aggregation).
@@ -244,12 +349,12 @@ def _own_query(
         columns.append(func.max(case((inv.c.resource_class_id == rc_id, used_of_inventory()))))
     traits_column = _trait_list(dialect) if with_traits else null()
     query = (
-        select(inv.c.resource_provider_id, resource_providers.c.uuid, traits_column, *columns)
+        select(rp_id, resource_providers.c.uuid, traits_column, *columns)
         .select_from(source)
         .where(*conditions)
-        .group_by(inv.c.resource_provider_id, resource_providers.c.uuid)
+        .group_by(rp_id, resource_providers.c.uuid)
         .having(func.count() == len(class_ids))
-        .order_by(inv.c.resource_provider_id)
+        .order_by(rp_id)
     )
     return query if limit is None else query.limit(limit)
 
@@ -262,78 +367,6 @@ def _request(parts: List[Tuple[str, Dict[str, int]]], dict_format: bool) -> Dict
 
 def _capacity():  # type: ignore[no-untyped-def]
     return (inventories.c.total - inventories.c.reserved) * inventories.c.allocation_ratio
-
-
-def _in_aggregates(member_of: Set[str]):  # type: ignore[no-untyped-def]
-    return exists().where(
-        provider_aggregates.c.resource_provider_id == inventories.c.resource_provider_id,
-        provider_aggregates.c.aggregate_uuid.in_(sorted(member_of)),
-    )
-
-
-def _with_sharing(
-    connection: Connection,
-    rows: Dict[int, Dict[int, Tuple[int, int]]],
-    amounts: Dict[int, int],
-    sharing: Set[int],
-    member_of: Optional[Set[str]],
-) -> List[Dict[int, Dict[int, int]]]:
-    """Every anchor provider combined with the sharing providers of its aggregates."""
-    sharers = sharing & set(rows)
-    agg_rows = connection.execute(
-        select(provider_aggregates.c.resource_provider_id, provider_aggregates.c.aggregate_uuid).where(
-            provider_aggregates.c.aggregate_uuid.in_(
-                select(provider_aggregates.c.aggregate_uuid).where(
-                    provider_aggregates.c.resource_provider_id.in_(sorted(sharers))
-                )
-            )
-        )
-    )
-    aggregates: Dict[int, Set[str]] = {}
-    for rp_id, agg in agg_rows:
-        aggregates.setdefault(rp_id, set()).add(agg)
-    combos: List[Dict[int, Dict[int, int]]] = []
-    seen: Set[Tuple] = set()
-
-    def add(combo: Dict[int, Dict[int, int]]) -> None:
-        key = tuple(sorted((rp, tuple(sorted(per.items()))) for rp, per in combo.items()))
-        if key not in seen:
-            seen.add(key)
-            combos.append(combo)
-
-    for anchor, have in rows.items():
-        if anchor in sharing:
-            continue
-        partners = sorted(s for s in sharers if aggregates.get(s, set()) & aggregates.get(anchor, set()))
-        options = []
-        for rc_id in sorted(amounts):
-            choice = ([anchor] if rc_id in have else []) + [s for s in partners if rc_id in rows[s]]
-            if not choice:
-                break
-            options.append([(rc_id, rp) for rp in choice])
-        else:
-            for pick in itertools.product(*options):
-                combo: Dict[int, Dict[int, int]] = {}
-                for rc_id, rp in pick:
-                    combo.setdefault(rp, {})[rc_id] = amounts[rc_id]
-                add(combo)
-    for sharer in sorted(sharers):
-        if set(rows[sharer]) == set(amounts) and (not member_of or aggregates.get(sharer, set()) & member_of):
-            add({sharer: dict(amounts)})
-    return combos
-
-
-def _with_traits(
-    connection: Connection, combos: List[Dict[int, Dict[int, int]]], required_ids: Set[int]
-) -> List[Dict[int, Dict[int, int]]]:
-    """Keep combinations whose providers together have every required trait."""
-    has: Dict[int, Set[int]] = {}
-    query = select(provider_traits.c.resource_provider_id, provider_traits.c.trait_id).where(
-        provider_traits.c.trait_id.in_(sorted(required_ids))
-    )
-    for rp_id, trait_id in connection.execute(query):
-        has.setdefault(rp_id, set()).add(trait_id)
-    return [combo for combo in combos if required_ids <= set().union(*(has.get(rp, set()) for rp in combo))]
 
 
 def _trait_list(dialect: str):  # type: ignore[no-untyped-def]

@@ -40,11 +40,15 @@ class Inventory:
         return int((self.total - self.reserved) * self.allocation_ratio)
 
 
-def validate(name: str, inventory: Inventory) -> None:
-    if inventory.reserved >= inventory.total:
+def validate(name: str, inventory: Inventory, reserved_can_be_total: bool = True) -> None:
+    """Before 1.26 the capacity must be positive; from 1.26 it may be zero
+    (``reserved == total``), never negative."""
+    if inventory.reserved > inventory.total or (not reserved_can_be_total and inventory.capacity <= 0):
+        relation = "greater than total" if reserved_can_be_total else "greater than or equal to total"
         raise errors.bad_request(
             f"Unable to update inventory for resource provider: Invalid inventory for '{name}': "
-            f"reserved ({inventory.reserved}) must be less than total ({inventory.total})."
+            f"reserved ({inventory.reserved}) must be less than total ({inventory.total}). "
+            f"The reserved value is {relation}."
         )
 
 
@@ -85,15 +89,19 @@ def _usage(connection: Connection, provider_id: int) -> Dict[str, int]:
     return {name: int(used) for name, used in connection.execute(query)}
 
 
-def replace_all(connection: Connection, provider: Provider, wanted: Dict[str, Inventory]) -> None:
-    """Set the provider's whole inventory (PUT .../inventories); bumps the generation."""
+def replace_all(
+    connection: Connection, provider: Provider, wanted: Dict[str, Inventory], check_in_use: bool = True
+) -> None:
+    """Set the provider's whole inventory (PUT .../inventories); bumps the generation.
+    The reshaper (1.30) moves allocations in the same transaction and checks after
+    it instead (``check_in_use=False``)."""
     class_ids = resource_class.require_ids(connection, wanted, "inventory")
     for name, inventory in wanted.items():
         validate(name, inventory)
     used = _used_of_provider(connection, provider.id)
     removed = set(used) - set(wanted)
     busy = {name for name in removed if used[name]}
-    if busy:
+    if busy and check_in_use:
         raise errors.conflict(
             f"update conflict: Inventory for '{', '.join(sorted(busy))}' on resource provider "
             f"'{provider.uuid}' in use.",
@@ -130,8 +138,12 @@ def add(connection: Connection, provider: Provider, name: str, inventory: Invent
 def update(connection: Connection, provider: Provider, name: str, inventory: Inventory) -> None:
     current = of_provider(connection, provider.id)
     if name not in current:
+        if not resource_class.ids_by_name(connection, [name]):
+            raise errors.not_found(f"No such resource class {name}.")
+        # Upstream's words, which clients match.
         raise errors.bad_request(
-            f"No inventory record with resource class {name} for resource provider {provider.uuid}"
+            f"No inventory record with resource class for resource provider {provider.uuid}: "
+            f"No inventory of class {name} found."
         )
     current[name] = inventory
     replace_all(connection, provider, current)

@@ -119,22 +119,33 @@ def list_providers(
     *,
     name: Optional[str] = None,
     uuid: Optional[str] = None,
-    member_of: Optional[Set[str]] = None,
+    member_of: Optional[List[Set[str]]] = None,
+    forbidden_aggregates: Optional[Set[str]] = None,
     resources: Optional[Dict[int, int]] = None,
     in_tree: Optional[str] = None,
-    required_trait_ids: Optional[List[int]] = None,
+    required_trait_ids: Optional[List[Set[int]]] = None,
+    forbidden_trait_ids: Optional[Set[int]] = None,
 ) -> List[Provider]:
+    """Providers matching every filter: ``member_of`` is a list of any-of sets (AND
+    between them), ``required_trait_ids`` likewise; forbidden ones exclude."""
     rp = resource_providers
     query = _select()
     if name is not None:
         query = query.where(rp.c.name == name)
     if uuid is not None:
         query = query.where(rp.c.uuid == uuid)
-    if member_of:
+    for any_of in member_of or []:
         query = query.where(
             exists().where(
                 provider_aggregates.c.resource_provider_id == rp.c.id,
-                provider_aggregates.c.aggregate_uuid.in_(sorted(member_of)),
+                provider_aggregates.c.aggregate_uuid.in_(sorted(any_of)),
+            )
+        )
+    if forbidden_aggregates:
+        query = query.where(
+            ~exists().where(
+                provider_aggregates.c.resource_provider_id == rp.c.id,
+                provider_aggregates.c.aggregate_uuid.in_(sorted(forbidden_aggregates)),
             )
         )
     if resources:
@@ -142,14 +153,20 @@ def list_providers(
     if in_tree is not None:
         tree = select(func.coalesce(rp.c.root_provider_id, rp.c.id)).where(rp.c.uuid == in_tree).scalar_subquery()
         query = query.where(func.coalesce(rp.c.root_provider_id, rp.c.id) == tree)
-    if required_trait_ids:
-        having = (
-            select(provider_traits.c.resource_provider_id)
-            .where(provider_traits.c.trait_id.in_(required_trait_ids))
-            .group_by(provider_traits.c.resource_provider_id)
-            .having(func.count() == len(required_trait_ids))
+    for any_of_traits in required_trait_ids or []:
+        query = query.where(
+            exists().where(
+                provider_traits.c.resource_provider_id == rp.c.id,
+                provider_traits.c.trait_id.in_(sorted(any_of_traits)),
+            )
         )
-        query = query.where(rp.c.id.in_(having))
+    if forbidden_trait_ids:
+        query = query.where(
+            ~exists().where(
+                provider_traits.c.resource_provider_id == rp.c.id,
+                provider_traits.c.trait_id.in_(sorted(forbidden_trait_ids)),
+            )
+        )
     return [_provider(row) for row in connection.execute(query.order_by(rp.c.id))]
 
 
@@ -160,16 +177,36 @@ def _duplicate(exc: IntegrityError, name: str, uuid: str) -> errors.PlacementErr
     return errors.conflict(f"Conflicting resource provider {what}: {value} already exists.", errors.DUPLICATE_NAME)
 
 
+def _unable_to_create(name: str, uuid: str, reason: str) -> errors.PlacementError:
+    """Upstream's wording, which clients and operators match."""
+    return errors.bad_request(
+        f'Unable to create resource provider "{name}", {uuid}: Object action create failed because: {reason}'
+    )
+
+
+def _unable_to_save(uuid: str, action: str, reason: str) -> errors.PlacementError:
+    return errors.bad_request(
+        f"Unable to save resource provider {uuid}: Object action {action} failed because: {reason}"
+    )
+
+
 def create(
     connection: Connection, name: str, uuid: Optional[str] = None, parent_uuid: Optional[str] = None
 ) -> Provider:
     uuid = uuid or str(uuidlib.uuid4())
+    if not name:
+        raise _unable_to_create(name, uuid, "name is required")
     parent_id = root_id = None
     parent = None
     if parent_uuid is not None:
+        if parent_uuid == uuid:
+            raise _unable_to_create(
+                name, uuid, "parent provider UUID cannot be same as UUID. "
+                "Please set parent provider UUID to None if there is no parent."
+            )  # fmt: skip
         parent = get(connection, parent_uuid)
         if parent is None:
-            raise errors.bad_request(f"parent provider UUID {parent_uuid} does not exist")
+            raise _unable_to_create(name, uuid, "parent provider UUID does not exist.")
         parent_id = parent.id
         root_id = connection.scalar(
             select(func.coalesce(resource_providers.c.root_provider_id, resource_providers.c.id)).where(
@@ -191,26 +228,38 @@ def create(
 
 
 def update(
-    connection: Connection, provider: Provider, name: str, parent_uuid: Optional[str], set_parent: bool
+    connection: Connection,
+    provider: Provider,
+    name: str,
+    parent_uuid: Optional[str],
+    set_parent: bool,
+    allow_reparent: bool = False,
 ) -> Provider:
+    """Rename, and set the parent: only a first parent before 1.37; from 1.37
+    (``allow_reparent``) any provider outside the subtree, or none (a new root)."""
     values: Dict[str, object] = {"name": name}
+    subtree: List[int] = []
     if set_parent and parent_uuid != provider.parent_provider_uuid:
-        if provider.parent_provider_uuid is not None:
-            raise errors.bad_request("re-parenting a provider is not currently allowed.")
-        if parent_uuid is not None:
+        # Upstream's checks, in upstream's order and words.
+        subtree = _descendants(connection, provider.id)
+        if parent_uuid is None:
+            if not allow_reparent:
+                raise _unable_to_save(provider.uuid, "update", "un-parenting a provider is not currently allowed.")
+            values.update(parent_provider_id=None, root_provider_id=provider.id)
+        else:
             parent = get(connection, parent_uuid)
             if parent is None:
-                raise errors.bad_request(f"parent provider UUID {parent_uuid} does not exist")
-            if parent.root_provider_uuid == provider.uuid:
-                raise errors.bad_request("creating loop in the provider tree is not allowed.")
+                raise _unable_to_save(provider.uuid, "create", "parent provider UUID does not exist.")
+            if provider.parent_provider_uuid is not None and not allow_reparent:
+                raise _unable_to_save(provider.uuid, "update", "re-parenting a provider is not currently allowed.")
+            if parent.id == provider.id or parent.id in subtree:
+                raise _unable_to_save(provider.uuid, "update", "creating loop in the provider tree is not allowed.")
             root = get_or_404(connection, parent.root_provider_uuid or parent.uuid)
-            if _has_children(connection, provider.id):
-                raise errors.bad_request("re-parenting a provider that has children is not currently allowed.")
             values.update(parent_provider_id=parent.id, root_provider_id=root.id)
     if name != provider.name and connection.scalar(
         select(resource_providers.c.id).where(resource_providers.c.name == name)
     ):
-        raise errors.conflict(f"Conflicting resource provider name: {name} already exists.", errors.DUPLICATE_NAME)
+        raise errors.conflict(f"Conflicting resource provider {name} already exists.", errors.DUPLICATE_NAME)
     try:
         with connection.begin_nested():
             result = connection.execute(
@@ -220,7 +269,28 @@ def update(
         raise _duplicate(exc, name, provider.uuid) from None
     if result.rowcount != 1:
         raise ConcurrentUpdate(provider.uuid)
+    if subtree and "root_provider_id" in values:  # the moved subtree follows its new root
+        connection.execute(
+            resource_providers.update()
+            .where(resource_providers.c.id.in_(subtree))
+            .values(root_provider_id=values["root_provider_id"])
+        )
     return get_or_404(connection, provider.uuid)
+
+
+def _descendants(connection: Connection, provider_id: int) -> List[int]:
+    found: List[int] = []
+    frontier = [provider_id]
+    while frontier:
+        children = list(
+            connection.scalars(
+                select(resource_providers.c.id).where(resource_providers.c.parent_provider_id.in_(frontier))
+            )
+        )
+        children = [child for child in children if child not in found and child != provider_id]
+        found.extend(children)
+        frontier = children
+    return found
 
 
 def _has_children(connection: Connection, provider_id: int) -> bool:

@@ -35,7 +35,7 @@ def require_ids(connection: Connection, names: Iterable[str]) -> Dict[str, int]:
     found = ids_by_name(connection, names)
     missing = sorted(set(names) - set(found))
     if missing:
-        raise errors.bad_request(f"No such trait(s): {', '.join(missing)}")
+        raise errors.bad_request(f"No such trait(s): {', '.join(missing)}.")
     return found
 
 
@@ -70,11 +70,11 @@ def create(connection: Connection, name: str) -> bool:
 
 
 def delete(connection: Connection, name: str) -> None:
+    found = ids_by_name(connection, [name])  # as upstream: an unknown name is 404 first
+    if not found:
+        raise errors.not_found(f"No such trait(s): {name}.")
     if not name.startswith("CUSTOM_"):
         raise errors.bad_request(f"Cannot delete standard trait {name}.")
-    found = ids_by_name(connection, [name])
-    if not found:
-        raise errors.not_found(f"No such trait(s): {name}")
     trait_id = found[name]
     in_use = connection.scalar(
         select(provider_traits.c.resource_provider_id).where(provider_traits.c.trait_id == trait_id).limit(1)
@@ -96,6 +96,9 @@ def of_provider(connection: Connection, provider_id: int) -> List[str]:
 
 _DELETE_OF_PROVIDER = provider_traits.delete().where(provider_traits.c.resource_provider_id == bindparam("b_provider"))
 _INSERT_OF_PROVIDER = provider_traits.insert()
+_IDS_OF_PROVIDER = select(provider_traits.c.trait_id).where(
+    provider_traits.c.resource_provider_id == bindparam("b_provider")
+)
 
 
 def set_for_provider(
@@ -104,6 +107,9 @@ def set_for_provider(
     """Replace the provider's traits; ``found`` is ``require_ids(names)`` if the caller has it."""
     if found is None:
         found = require_ids(connection, names)
+    existing = set(connection.scalars(_IDS_OF_PROVIDER, {"b_provider": provider.id}))
+    if existing == set(found.values()):
+        return  # as upstream: no change, no new generation
     connection.execute(_DELETE_OF_PROVIDER, {"b_provider": provider.id})
     if found:
         connection.execute(

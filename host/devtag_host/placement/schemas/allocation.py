@@ -70,3 +70,41 @@ POST_V1_13 = {
     "patternProperties": {"^[0-9a-fA-F-]{32,36}$": _POST_ONE},
     "additionalProperties": False,
 }
+
+# 1.28: a consumer generation (null for a new consumer), and PUT may empty the allocations.
+_GENERATION = {"type": ["integer", "null"]}
+PUT_V1_28 = deepcopy(_POST_ONE)
+PUT_V1_28["properties"]["consumer_generation"] = _GENERATION
+PUT_V1_28["required"] = ["allocations", "project_id", "user_id", "consumer_generation"]
+POST_V1_28 = deepcopy(POST_V1_13)
+POST_V1_28["patternProperties"] = {"^[0-9a-fA-F-]{32,36}$": PUT_V1_28}
+
+# 1.34: ``mappings`` (request group suffix -> provider uuids) may come along; it is ignored.
+_MAPPINGS = {
+    "type": "object",
+    "minProperties": 1,
+    "patternProperties": {
+        "^[a-zA-Z0-9_-]{1,64}$": {"type": "array", "minItems": 1, "items": {"type": "string", "format": "uuid"}}
+    },
+}
+PUT_V1_34 = deepcopy(PUT_V1_28)
+PUT_V1_34["properties"]["mappings"] = _MAPPINGS
+POST_V1_34 = deepcopy(POST_V1_13)
+POST_V1_34["patternProperties"] = {"^[0-9a-fA-F-]{32,36}$": PUT_V1_34}
+
+# 1.38: a consumer type is required.
+CONSUMER_TYPE = {"type": "string", "pattern": "^[A-Z0-9_]+$", "minLength": 1, "maxLength": 255}
+PUT_V1_38 = deepcopy(PUT_V1_34)
+PUT_V1_38["properties"]["consumer_type"] = CONSUMER_TYPE
+PUT_V1_38["required"] = [*PUT_V1_34["required"], "consumer_type"]
+POST_V1_38 = deepcopy(POST_V1_13)
+POST_V1_38["patternProperties"] = {"^[0-9a-fA-F-]{32,36}$": PUT_V1_38}
+
+
+def put_schema(minor: int) -> dict:
+    """The PUT /allocations/{consumer} body from 1.12 on."""
+    return PUT_V1_38 if minor >= 38 else PUT_V1_34 if minor >= 34 else PUT_V1_28 if minor >= 28 else PUT_V1_12
+
+
+def post_schema(minor: int) -> dict:
+    return POST_V1_38 if minor >= 38 else POST_V1_34 if minor >= 34 else POST_V1_28 if minor >= 28 else POST_V1_13

@@ -5,7 +5,7 @@ from copy import deepcopy
 POST_V1_0 = {
     "type": "object",
     "properties": {
-        "name": {"type": "string", "minLength": 1, "maxLength": 200},
+        "name": {"type": "string", "maxLength": 200},  # empty: refused by the object, as upstream
         "uuid": {"type": "string", "format": "uuid"},
     },
     "required": ["name"],

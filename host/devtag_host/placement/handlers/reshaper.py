@@ -1,0 +1,28 @@
+"""POST /reshaper (1.30)."""
+
+from __future__ import annotations
+
+from typing import Dict, Tuple
+
+from ..objects import inventory as inv
+from ..objects import reshaper
+from ..schemas import reshaper as schema
+from ..web import Call, Reply, normal_uuid, validate
+from .allocation import merged_resources, wanted_allocations
+
+
+def reshape(call: Call) -> Reply:
+    body = validate(call.body, schema.post_schema(call.version.minor))
+    inventories: Dict[str, Tuple[int, Dict[str, inv.Inventory]]] = {}
+    for uuid, item in body["inventories"].items():
+        wanted = {name: inv.Inventory.from_body(one) for name, one in item["inventories"].items()}
+        for name, inventory in wanted.items():
+            inv.validate(name, inventory, call.want(26))
+        inventories[normal_uuid(uuid)] = (item["resource_provider_generation"], wanted)
+    consumers = [
+        wanted_allocations(call, consumer, merged_resources(item), item)
+        for consumer, item in body["allocations"].items()
+    ]
+    with call.store.write() as connection:
+        reshaper.reshape(connection, inventories, consumers)
+    return Reply(204)

@@ -1,0 +1,445 @@
+"""Differential test: devtag's placement against OpenStack Placement itself.
+
+Hypothesis draws sequences of API requests over a small universe of providers,
+resource classes, traits, aggregates and consumers (small on purpose: names
+collide, generations go stale, capacity runs out), at every microversion
+devtag supports.  Each request goes to devtag's service and to upstream
+(``openstack-placement`` from PyPI, in-process through WSGI), both starting
+from empty databases; every answer must have the same status code and, modulo
+request ids and timestamps, the same body and the same significant headers.
+
+This is how "behaves exactly as upstream" is checked.  The run is
+derandomised so CI is repeatable; ``DEVTAG_DIFF_EXAMPLES=2000
+DEVTAG_DIFF_RANDOM=1 pytest tests/placement/test_differential.py`` explores
+further with fresh seeds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from devtag_host.placement import microversion, migrate
+from devtag_host.placement.app import Placement
+from devtag_host.placement.db import Store
+
+from .conftest import clean
+from .upstream_placement import reset, upstream_app
+
+PROVIDERS = [
+    "11111111-1111-4111-8111-111111111111",
+    "22222222-2222-4222-8222-222222222222",
+    "33333333-3333-4333-8333-333333333333",
+]
+CONSUMERS = ["c0000000-0000-4000-8000-000000000001", "c0000000-0000-4000-8000-000000000002"]
+AGGREGATES = ["a0000000-0000-4000-8000-000000000001", "a0000000-0000-4000-8000-000000000002"]
+CLASSES = ["VCPU", "MEMORY_MB", "DISK_GB", "CUSTOM_GPU", "CUSTOM_NOPE", "BOGUS"]
+TRAITS = ["CUSTOM_FAST", "CUSTOM_SLOW", "HW_CPU_X86_AVX2", "COMPUTE_STATUS_DISABLED", "BOGUS"]
+NAMES = ["cn1", "cn2", "child", ""]
+PROJECTS = ["p1", "p2"]
+
+
+def _max_minor() -> int:
+    return int(microversion.max_version_string().split(".")[1])
+
+
+# ---------------------------------------------------------------- requests
+
+
+@dataclass(frozen=True)
+class Request:
+    """One API request; ``generation_of`` asks the runner to read that
+    provider's current generation (on each side) into the body first."""
+
+    method: str
+    path: str
+    minor: int
+    body: Any = None
+    generation_of: Optional[str] = None
+    raw: Optional[bytes] = None
+
+
+uuids = st.sampled_from(PROVIDERS)
+classes = st.sampled_from(CLASSES)
+traits = st.sampled_from(TRAITS)
+small = st.sampled_from([0, 1, 2, 4, 8, 16, 1024])
+odd_int = st.sampled_from([-1, 0, 1, 3, 2**31, 2**63, 10**30])
+generation = st.sampled_from(["current", "current", "current", 0, 1, 99])
+
+
+def minors(lowest: int = 0) -> st.SearchStrategy[int]:
+    return st.integers(min_value=lowest, max_value=_max_minor())
+
+
+def inventory_record() -> st.SearchStrategy[Dict[str, Any]]:
+    return st.fixed_dictionaries(
+        {"total": small},
+        optional={
+            "reserved": st.sampled_from([0, 1, 8, 16]),
+            "min_unit": st.sampled_from([0, 1, 2]),
+            "max_unit": st.sampled_from([1, 4, 16, 1024]),
+            "step_size": st.sampled_from([1, 2, 0]),
+            "allocation_ratio": st.sampled_from([1.0, 2.0, 0.5, 0]),
+        },
+    )
+
+
+@st.composite
+def provider_requests(draw: st.DrawFn) -> Request:
+    kind = draw(st.sampled_from(["create", "create", "update", "delete", "get", "list"]))
+    minor = draw(minors())
+    rp = draw(uuids)
+    if kind == "create":
+        body: Dict[str, Any] = {"name": draw(st.sampled_from(NAMES))}
+        if draw(st.booleans()):
+            body["uuid"] = rp
+        if draw(st.booleans()):
+            body["parent_provider_uuid"] = draw(uuids)
+        return Request("POST", "/resource_providers", minor, body)
+    if kind == "update":
+        body = {"name": draw(st.sampled_from(NAMES))}
+        if draw(st.booleans()):
+            body["parent_provider_uuid"] = draw(st.one_of(uuids, st.none()))
+        return Request("PUT", f"/resource_providers/{rp}", minor, body)
+    if kind == "delete":
+        return Request("DELETE", f"/resource_providers/{rp}", minor)
+    if kind == "get":
+        return Request("GET", f"/resource_providers/{draw(st.one_of(uuids, st.just('nope')))}", minor)
+    query = draw(
+        st.sampled_from(
+            [
+                "",
+                "?name=cn1",
+                f"?uuid={PROVIDERS[0]}",
+                "?uuid=nope",
+                f"?member_of={AGGREGATES[0]}",
+                f"?member_of=in:{AGGREGATES[0]},{AGGREGATES[1]}",
+                "?member_of=nope",
+                "?resources=VCPU:1",
+                "?resources=VCPU:1,DISK_GB:4",
+                "?resources=VCPU:0",
+                "?resources=BOGUS:1",
+                "?resources=VCPU:x",
+                f"?in_tree={PROVIDERS[0]}",
+                "?in_tree=nope",
+                "?required=CUSTOM_FAST",
+                "?required=CUSTOM_FAST,!CUSTOM_SLOW",
+                "?required=!CUSTOM_FAST",
+                "?required=BOGUS",
+                "?bogus=1",
+            ]
+        )
+    )
+    return Request("GET", f"/resource_providers{query}", minor)
+
+
+@st.composite
+def inventory_requests(draw: st.DrawFn) -> Request:
+    kind = draw(st.sampled_from(["put_all", "put_all", "post", "put_one", "delete_one", "delete_all", "get"]))
+    minor = draw(minors())
+    rp = draw(uuids)
+    base = f"/resource_providers/{rp}/inventories"
+    gen = draw(generation)
+    if kind == "put_all":
+        inventories = draw(st.dictionaries(classes, inventory_record(), max_size=3))
+        if gen == "current":
+            return Request("PUT", base, minor, {"inventories": inventories}, generation_of=rp)
+        return Request("PUT", base, minor, {"resource_provider_generation": gen, "inventories": inventories})
+    if kind == "post":
+        return Request("POST", base, minor, {"resource_class": draw(classes), **draw(inventory_record())})
+    if kind == "put_one":
+        body = {"total": draw(small)}
+        if gen != "current":
+            body["resource_provider_generation"] = gen
+        return Request("PUT", f"{base}/{draw(classes)}", minor, body, generation_of=rp if gen == "current" else None)
+    if kind == "delete_one":
+        return Request("DELETE", f"{base}/{draw(classes)}", minor)
+    if kind == "delete_all":
+        return Request("DELETE", base, minor)
+    return Request("GET", draw(st.sampled_from([base, f"{base}/{draw(classes)}"])), minor)
+
+
+@st.composite
+def association_requests(draw: st.DrawFn) -> Request:
+    """Aggregates and traits of providers; traits and resource classes themselves."""
+    kind = draw(st.sampled_from(["aggregates", "get_aggregates", "traits", "del_traits", "get_traits",
+                                 "trait", "rc"]))  # fmt: skip
+    minor = draw(minors(1))
+    rp = draw(uuids)
+    if kind == "aggregates":
+        chosen = draw(st.lists(st.sampled_from([*AGGREGATES, "nope"]), max_size=3))
+        if minor >= 19:
+            gen = draw(generation)
+            if gen == "current":
+                return Request("PUT", f"/resource_providers/{rp}/aggregates", minor, {"aggregates": chosen},
+                               generation_of=rp)  # fmt: skip
+            return Request("PUT", f"/resource_providers/{rp}/aggregates", minor,
+                           {"aggregates": chosen, "resource_provider_generation": gen})  # fmt: skip
+        return Request("PUT", f"/resource_providers/{rp}/aggregates", minor, chosen)
+    if kind == "get_aggregates":
+        return Request("GET", f"/resource_providers/{rp}/aggregates", minor)
+    minor = draw(minors(6)) if kind != "rc" else draw(minors(2))
+    if kind == "traits":
+        chosen = draw(st.lists(traits, max_size=3))
+        gen = draw(generation)
+        if gen == "current":
+            return Request("PUT", f"/resource_providers/{rp}/traits", minor, {"traits": chosen}, generation_of=rp)
+        return Request("PUT", f"/resource_providers/{rp}/traits", minor,
+                       {"traits": chosen, "resource_provider_generation": gen})  # fmt: skip
+    if kind == "del_traits":
+        return Request("DELETE", f"/resource_providers/{rp}/traits", minor)
+    if kind == "get_traits":
+        return Request("GET", f"/resource_providers/{rp}/traits", minor)
+    if kind == "trait":
+        method = draw(st.sampled_from(["PUT", "PUT", "GET", "DELETE", "LIST"]))
+        if method == "LIST":
+            query = draw(
+                st.sampled_from(
+                    [
+                        "",
+                        "?name=in:CUSTOM_FAST,CUSTOM_SLOW",
+                        "?name=startswith:CUSTOM",
+                        "?associated=true",
+                        "?associated=false",
+                        "?associated=x",
+                        "?name=x",
+                    ]
+                )
+            )
+            return Request("GET", f"/traits{query}", minor)  # fmt: skip
+        return Request(method, f"/traits/{draw(traits)}", minor)
+    method = draw(st.sampled_from(["POST", "PUT", "GET", "DELETE", "LIST"]))
+    name = draw(classes)
+    if method == "POST":
+        return Request("POST", "/resource_classes", minor, {"name": name})
+    if method == "PUT":
+        body = None if minor >= 7 else {"name": draw(classes)}
+        return Request("PUT", f"/resource_classes/{name}", minor, body)
+    if method == "LIST":
+        return Request("GET", "/resource_classes", minor)
+    return Request(method, f"/resource_classes/{name}", minor)
+
+
+@st.composite
+def allocation_requests(draw: st.DrawFn) -> Request:
+    kind = draw(st.sampled_from(["put", "put", "post", "delete", "get", "usages", "rp_allocations"]))
+    minor = draw(minors())
+    consumer = draw(st.sampled_from(CONSUMERS))
+    resources = st.dictionaries(classes, st.one_of(small, odd_int), min_size=1, max_size=2)
+    project = draw(st.sampled_from(PROJECTS))
+    if kind == "put":
+        if minor < 12:
+            body: Any = {"allocations": [{"resource_provider": {"uuid": rp}, "resources": draw(resources)}
+                                         for rp in draw(st.lists(uuids, max_size=2, unique=True))]}  # fmt: skip
+        else:
+            body = {"allocations": {rp: {"resources": draw(resources)}
+                                    for rp in draw(st.lists(uuids, max_size=2, unique=True))}}  # fmt: skip
+        if minor >= 8 and draw(st.integers(0, 4)):
+            body.update(project_id=project, user_id="u1")
+        return Request("PUT", f"/allocations/{consumer}", minor, body)
+    if kind == "post":
+        minor = draw(minors(13))
+        body = {
+            c: {"allocations": {rp: {"resources": draw(resources)} for rp in draw(st.lists(uuids, max_size=2,
+                                                                                          unique=True))},
+                "project_id": project, "user_id": "u1"}
+            for c in draw(st.lists(st.sampled_from(CONSUMERS), min_size=1, max_size=2, unique=True))
+        }  # fmt: skip
+        return Request("POST", "/allocations", minor, body)
+    if kind == "delete":
+        return Request("DELETE", f"/allocations/{consumer}", minor)
+    if kind == "get":
+        return Request("GET", f"/allocations/{consumer}", minor)
+    if kind == "usages":
+        if draw(st.booleans()):
+            return Request("GET", f"/resource_providers/{draw(uuids)}/usages", minor)
+        return Request("GET", f"/usages?project_id={project}", draw(minors(9)))
+    return Request("GET", f"/resource_providers/{draw(uuids)}/allocations", minor)
+
+
+@st.composite
+def candidate_requests(draw: st.DrawFn) -> Request:
+    minor = draw(minors(10))
+    query = draw(st.sampled_from(["VCPU:1", "VCPU:2,DISK_GB:4", "DISK_GB:8", "CUSTOM_GPU:1", "VCPU:1,MEMORY_MB:16",
+                                  "BOGUS:1", "VCPU:0"]))  # fmt: skip
+    parts = [f"resources={query}"]
+    if minor >= 16 and draw(st.booleans()):
+        parts.append(f"limit={draw(st.sampled_from(['1', '2', '0', 'x']))}")
+    if minor >= 17 and draw(st.booleans()):
+        parts.append(f"required={draw(st.sampled_from(['CUSTOM_FAST', 'CUSTOM_FAST,!CUSTOM_SLOW', 'BOGUS']))}")
+    return Request("GET", "/allocation_candidates?" + "&".join(parts), minor)
+
+
+@st.composite
+def junk_requests(draw: st.DrawFn) -> Request:
+    """Bodies that are not what the route wants, methods and paths that do not exist."""
+    minor = draw(minors())
+    target = draw(
+        st.sampled_from(
+            [
+                ("POST", "/resource_providers"),
+                ("PUT", f"/resource_providers/{PROVIDERS[0]}/inventories"),
+                ("PUT", f"/allocations/{CONSUMERS[0]}"),
+                ("PATCH", "/resource_providers"),
+                ("DELETE", "/resource_providers"),
+                ("POST", f"/resource_providers/{PROVIDERS[0]}"),
+                ("GET", "/nope"),
+                ("GET", f"/resource_providers/{PROVIDERS[0]}/nope"),
+            ]
+        )
+    )
+    raw = draw(st.sampled_from([b"", b"{", b"[]", b'{"name": 1}', b"null", b'"x"', b"{}"]))
+    return Request(target[0], target[1], minor, raw=raw)
+
+
+any_request = st.one_of(
+    provider_requests(),
+    inventory_requests(),
+    association_requests(),
+    allocation_requests(),
+    candidate_requests(),
+    junk_requests(),
+)
+
+
+# ---------------------------------------------------------------- running
+
+
+def send(client: httpx.Client, request: Request) -> Tuple[int, Dict[str, str], Any]:
+    headers = {"openstack-api-version": f"placement 1.{request.minor}", "x-auth-token": "admin",
+               "accept": "application/json"}  # fmt: skip
+    body = request.body
+    if request.generation_of is not None:
+        current = client.get(f"/resource_providers/{request.generation_of}", headers=headers)
+        body = dict(body)
+        body["resource_provider_generation"] = current.json().get("generation") if current.status_code == 200 else 0
+    if request.raw is not None:
+        content = request.raw
+        headers["content-type"] = "application/json"
+    elif body is not None:
+        content = json.dumps(body).encode()
+        headers["content-type"] = "application/json"
+    else:
+        content = b""
+    response = client.request(request.method, request.path, content=content, headers=headers)
+    parsed = response.json() if response.content and "json" in response.headers.get("content-type", "") else None
+    return response.status_code, dict(response.headers), parsed
+
+
+_REQUEST_ID = re.compile(r"req-[0-9a-f-]{36}")
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_KNOWN = set(PROVIDERS) | set(CONSUMERS) | set(AGGREGATES)
+
+
+class Generated:
+    """Names the UUIDs a server made up (a provider created without one) by
+    order of first appearance, so the two servers' answers compare."""
+
+    def __init__(self) -> None:
+        self.names: Dict[str, str] = {}
+
+    def __call__(self, text: str) -> str:
+        def name(match: re.Match) -> str:
+            found = match.group(0)
+            if found in _KNOWN:
+                return found
+            return self.names.setdefault(found, f"generated-{len(self.names)}")
+
+        return _UUID.sub(name, _REQUEST_ID.sub("req-*", text))
+
+
+def normalise(value: Any, generated: Generated) -> Any:
+    """Ids of requests and made-up UUIDs, timestamps and list order are not
+    part of the contract; error details are compared by :func:`details`."""
+    if isinstance(value, dict):
+        return {
+            generated(key): normalise(item, generated)
+            for key, item in value.items()
+            if key not in ("request_id", "created_at", "updated_at", "detail")
+        }
+    if isinstance(value, list):
+        items = [normalise(item, generated) for item in value]
+        return sorted(items, key=lambda item: json.dumps(item, sort_keys=True))
+    if isinstance(value, str):
+        return generated(value)
+    return value
+
+
+def details(body: Any) -> List[str]:
+    if not isinstance(body, dict) or not isinstance(body.get("errors"), list):
+        return []
+    return [" ".join(str(error.get("detail", "")).split()) for error in body["errors"]]
+
+
+def significant_headers(headers: Dict[str, str], generated: Generated) -> Dict[str, Any]:
+    """Headers clients read: the version, where a new thing is, caching, allowed methods."""
+    lowered = {key.lower(): value for key, value in headers.items()}
+    picked: Dict[str, Any] = {
+        "openstack-api-version": lowered.get("openstack-api-version"),
+        "location": generated((lowered.get("location") or "").replace("http://placement", "")) or None,
+        "last-modified": "last-modified" in lowered,
+        "cache-control": lowered.get("cache-control"),
+        "allow": ",".join(sorted(m.strip() for m in lowered["allow"].split(","))) if "allow" in lowered else None,
+    }
+    return picked
+
+
+@pytest.fixture(scope="module")
+def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tuple[httpx.Client, httpx.Client, Path, Store]]:
+    tmp = tmp_path_factory.mktemp("differential")
+    upstream_db = tmp / "upstream.sqlite"
+    upstream = httpx.Client(transport=httpx.WSGITransport(app=upstream_app(upstream_db)), base_url="http://placement")
+    store = Store(f"sqlite:///{tmp / 'ours.sqlite'}")
+    migrate.upgrade(store)
+    ours = httpx.Client(transport=httpx.WSGITransport(app=Placement(store).wsgi), base_url="http://placement")
+    yield ours, upstream, upstream_db, store
+    ours.close()
+    upstream.close()
+    store.dispose()
+
+
+def compare(services: Any, requests: List[Request]) -> None:
+    ours, upstream, upstream_db, store = services
+    clean(store)
+    reset(upstream_db)
+    our_ids, their_ids = Generated(), Generated()
+    for index, request in enumerate(requests):
+        got = send(ours, request)
+        want = send(upstream, request)
+        where = f"request {index}: {request.method} {request.path} at 1.{request.minor} body={request.body!r}"
+        assert got[0] == want[0], f"{where}\nstatus {got[0]} != upstream {want[0]}\nours {got[2]}\nupstream {want[2]}"
+        assert normalise(got[2], our_ids) == normalise(want[2], their_ids), (
+            f"{where}\nours     {got[2]}\nupstream {want[2]}"
+        )
+        # Upstream wraps its message in webob's text (and a schema dump); the
+        # message itself must be upstream's, word for word.
+        for mine, theirs in zip(details(got[2]), details(want[2])):
+            assert our_ids(mine) in their_ids(theirs), f"{where}\nours     {mine!r}\nupstream {theirs!r}"
+        assert significant_headers(got[1], our_ids) == significant_headers(want[1], their_ids), (
+            f"{where}\nours     {significant_headers(got[1], our_ids)}\n"
+            f"upstream {significant_headers(want[1], their_ids)}"
+        )
+
+
+EXAMPLES = int(os.environ.get("DEVTAG_DIFF_EXAMPLES", "300"))
+
+
+@pytest.mark.differential
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=not os.environ.get("DEVTAG_DIFF_RANDOM"),
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(requests=st.lists(any_request, min_size=1, max_size=12))
+def test_same_answers_as_upstream(services, requests):
+    compare(services, requests)

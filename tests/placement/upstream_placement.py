@@ -1,0 +1,93 @@
+"""OpenStack Placement itself (``openstack-placement`` from PyPI), for
+differential tests: in-process as a WSGI callable, or served over HTTP.
+
+Upstream configures its database engine once per process (oslo.db's global
+``placement_context_manager``), so a process holds one upstream database;
+:func:`reset` empties it between examples instead of making a new one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+from pathlib import Path
+from socketserver import ThreadingMixIn
+from typing import Callable, Iterator
+from wsgiref.simple_server import WSGIServer, make_server
+
+from sqlalchemy import create_engine, text
+
+from tests.support.services import free_port, wait_for_port
+
+# Children before parents; standard traits and resource classes stay.
+_TABLES = (
+    "allocations",
+    "consumers",
+    "projects",
+    "users",
+    "inventories",
+    "resource_provider_aggregates",
+    "placement_aggregates",
+    "resource_provider_traits",
+)
+
+
+def upstream_app(database: Path) -> Callable:
+    """openstack-placement's WSGI app as ``placement.direct`` builds it (noauth2)."""
+    # Imported here: upstream (oslo.*) is heavy and only the differential tests want it.
+    from oslo_config import cfg
+    from placement import conf as placement_conf
+    from placement import deploy
+
+    conf = cfg.ConfigOpts()
+    placement_conf.register_opts(conf)
+    conf.set_override("connection", f"sqlite:///{database}", group="placement_database")
+    conf.set_override("sync_on_startup", True, group="placement_database")
+    conf([], default_config_files=[])
+    conf.set_override("auth_strategy", "noauth2", group="api")
+    return deploy.loadapp(conf)
+
+
+def reset(database: Path) -> None:
+    """Empty upstream's database but for the standard traits and resource classes."""
+    engine = create_engine(f"sqlite:///{database}")
+    with engine.begin() as connection:
+        for table in _TABLES:
+            connection.execute(text(f"DELETE FROM {table}"))  # noqa: S608 - fixed table names
+        connection.execute(text("UPDATE resource_providers SET parent_provider_id = NULL, root_provider_id = NULL"))
+        connection.execute(text("DELETE FROM resource_providers"))
+        connection.execute(text("DELETE FROM traits WHERE name LIKE 'CUSTOM\\_%' ESCAPE '\\'"))
+        connection.execute(text("DELETE FROM resource_classes WHERE name LIKE 'CUSTOM\\_%' ESCAPE '\\'"))
+    engine.dispose()
+
+
+@contextlib.contextmanager
+def served_upstream(database: Path) -> Iterator[str]:
+    """Serve upstream over HTTP on a free loopback port (a child process); yield its URL."""
+    port = free_port()
+    log = database.parent / f"{database.name}.upstream.log"
+    with open(log, "ab") as output:
+        server = subprocess.Popen(
+            [sys.executable, "-m", __name__, str(database), str(port)],
+            cwd=Path(__file__).parents[2],  # the checkout: ``tests`` is a package there
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_for_port(port, timeout=60)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def _serve(database: Path, port: int) -> None:
+    class Threaded(ThreadingMixIn, WSGIServer):
+        daemon_threads = True
+
+    make_server("127.0.0.1", port, upstream_app(database), server_class=Threaded).serve_forever()
+
+
+if __name__ == "__main__":
+    _serve(Path(sys.argv[1]), int(sys.argv[2]))
