@@ -25,11 +25,12 @@ HOST = REPO / "host" / "devtag_host"
 LAYERS: Dict[str, Set[str]] = {
     "errors": set(),
     "locks": {"errors"},
+    "state": set(),  # where devtag keeps its state on this host (embedded libvirt root, databases, volumes)
     "db": set(),  # engines, transactions, Alembic upgrades (placement and attach)
     "metadata": {"errors"},  # what is published: device model, addresses, documents (pure)
     "inputs": {"errors"},  # the operator's files and --listen, for the transports' verbs
     "placement_client": {"errors"},  # token, microversion, error bodies
-    "virt": {"errors", "locks", "metadata"},  # the libvirt edge
+    "virt": {"errors", "locks", "metadata", "state"},  # the libvirt edge
     # The transports: each on metadata/ and virt.py, never on each other.
     "configdrive": {"errors", "inputs", "metadata", "virt"},
     "metadata_server": {"errors", "inputs", "metadata", "virt"},
@@ -38,11 +39,11 @@ LAYERS: Dict[str, Set[str]] = {
     "placement": {"errors", "db"},
     "compute": {"errors", "placement_client", "virt"},
     "scheduling": {"errors", "compute", "placement_client"},
-    "attach": {"db", "errors", "locks", "metadata", "virt"},
+    "attach": {"db", "errors", "locks", "metadata", "state", "virt"},
     "example": set(),
     "examples": set(),
     # The verbs register themselves: cli.py names their modules (COMMAND_MODULES), it does not import them.
-    "cli": {"devtag_host", "errors", "example", "fwcfg", "metadata", "virt"},
+    "cli": {"devtag_host", "errors", "example", "fwcfg", "metadata", "state", "virt"},
     "devtag_host": {"metadata", "virt"},  # the package's own __init__: the plain Python API
 }
 

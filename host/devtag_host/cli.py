@@ -13,7 +13,6 @@ import importlib
 import json
 import logging
 import sys
-from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import __version__
@@ -32,6 +31,7 @@ from .metadata import (
     remove_tags,
     tags_of,
 )
+from .state import state_dir
 
 log = logging.getLogger("devtag_host")
 _INPUT_ERRORS = (DomainXmlError, TagError, DeviceSelectionError, TooManyDevicesError)
@@ -243,7 +243,7 @@ def _cmd_demo(args: argparse.Namespace) -> None:
     virt, connection = _connect(args.connect)
     try:
         root = virt.embedded_root(connection.getURI())
-        images = (root or Path.home() / ".local/share/devtag") / "demo-images"
+        images = (root or state_dir()) / "demo-images"
         example.create_demo_images(images)
         try:
             handle = connection.defineXML(example.demo_domain_xml(images))
@@ -255,7 +255,10 @@ def _cmd_demo(args: argparse.Namespace) -> None:
         if not args.start:
             _print_document(devices_document(virt.read_domain(handle, inactive=True)))
             return
-        handle.create()
+        try:
+            handle.create()
+        except Exception as exc:  # libvirt.libvirtError
+            raise RuntimeFailure(f"cannot start the example domain: {exc}") from None
         try:
             _print_document(devices_document(virt.read_domain(handle)))
         finally:

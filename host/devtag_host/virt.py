@@ -7,14 +7,17 @@ the metadata logic stays pure and testable from XML alone.
 
 from __future__ import annotations
 
+import fcntl
 import io
 import logging
 import os
+import pwd
 import re
+import struct
 import threading
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, quote, urlsplit
 from xml.etree import ElementTree as ET
 
 import defusedxml.ElementTree as SafeET
@@ -30,46 +33,119 @@ from .metadata import (
     parse_domain_xml,
     tag_entries_xml,
 )
+from .state import SYSTEM_STATE_DIR, state_dir
 
 log = logging.getLogger(__name__)
 
 URI_ENVIRONMENT_VARIABLE = "DEVTAG_LIBVIRT_URI"
 _METADATA_KEY = "devtag"
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-?([0-9a-fA-F]{4}-?){3}[0-9a-fA-F]{12}$")
-_EMBEDDED_QEMU_CONF = 'stdio_handler = "file"\n'
+_EMBEDDED_QEMU_CONF = 'stdio_handler = "file"\nremember_owner = 0\n'
+_QEMU_USER_SETTING = re.compile(r"^\s*user\s*=", re.MULTILINE)
+QEMU_USER = "libvirt-qemu"  # what Debian's libvirt runs QEMU as when the driver runs as root
+_FLOCK = "hhqqi4x"  # struct flock on Linux: l_type, l_whence, l_start, l_len, l_pid
 _event_loop_started = False
 _event_loop_lock = threading.Lock()
 
 
 def default_uri() -> str:
-    """``$DEVTAG_LIBVIRT_URI``, else devtag's own embedded QEMU driver (no daemon)."""
+    """``$DEVTAG_LIBVIRT_URI``, else devtag's own embedded QEMU driver (no daemon)
+    rooted in ``libvirt/`` of devtag's state directory (/var/lib/devtag for root,
+    which QEMU running as libvirt-qemu can reach; ``$XDG_DATA_HOME/devtag`` otherwise)."""
     configured = os.environ.get(URI_ENVIRONMENT_VARIABLE)
     if configured:
         return configured
-    data_home = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
-    return f"qemu:///embed?root={os.path.join(data_home, 'devtag', 'libvirt')}"
+    return f"qemu:///embed?root={quote(str(state_dir() / 'libvirt'), safe='/')}"
 
 
 def embedded_root(uri: str) -> Optional[Path]:
-    """The root directory of a ``qemu:///embed?root=DIR`` URI, else None."""
+    """The root directory of a ``qemu:///embed?root=DIR`` URI (``~`` expanded), else None."""
     parts = urlsplit(uri)
     if parts.scheme != "qemu" or parts.path != "/embed":
         return None
     roots = parse_qs(parts.query).get("root")
-    if not roots or not os.path.isabs(roots[0]):
+    root = os.path.expanduser(roots[0]) if roots else ""
+    if not os.path.isabs(root):
         raise InputError(f"{uri!r}: the embedded driver needs an absolute root=DIR")
-    return Path(roots[0])
+    return Path(root)
+
+
+def expand_uri(uri: str) -> str:
+    """``uri`` as libvirt must get it: an embedded ``root=~/...`` made absolute
+    (libvirt refuses a relative root, and no shell expands ``~`` inside a URI)."""
+    root = embedded_root(uri)
+    if root is None or "~" not in uri:
+        return uri
+    others = [part for part in urlsplit(uri).query.split("&") if part and not part.startswith("root=")]
+    return "qemu:///embed?" + "&".join([f"root={quote(str(root), safe='/')}", *others])
 
 
 def prepare_embedded_root(root: Path) -> None:
     """Create the root and a qemu.conf that sends QEMU's output to log files.
 
-    An existing qemu.conf is left alone: it is the operator's.
+    An existing qemu.conf is left alone: it is the operator's.  As root, the
+    driver runs QEMU as libvirt-qemu (unless qemu.conf names another ``user``):
+    a root that user cannot enter fails at the first domain start with a raw
+    permission error on master-key.aes, so this says why in one warning (tags
+    and documents of defined domains still work there).
     """
     conf = root / "etc" / "qemu.conf"
     if not conf.exists():
         conf.parent.mkdir(parents=True, exist_ok=True)
         conf.write_text(_EMBEDDED_QEMU_CONF, encoding="utf-8")
+    if os.geteuid() != 0 or _QEMU_USER_SETTING.search(conf.read_text(encoding="utf-8", errors="replace")):
+        return
+    try:
+        qemu_user = pwd.getpwnam(QEMU_USER)
+    except KeyError:
+        return
+    closed = first_closed_directory(root.resolve(), qemu_user.pw_uid, qemu_user.pw_gid)
+    if closed is not None:
+        log.warning(
+            "QEMU runs as %s and cannot enter %s: domains of the embedded root %s will not start; "
+            "use a root below directories it may enter (root's default: %s)",
+            QEMU_USER,
+            closed,
+            root,
+            SYSTEM_STATE_DIR / "libvirt",
+        )
+
+
+def first_closed_directory(path: Path, uid: int, gid: int) -> Optional[Path]:
+    """The first directory from / down to ``path`` that user ``uid`` (group ``gid``) may not enter."""
+    for directory in [*reversed(path.parents), path]:
+        info = directory.stat()
+        bit = 0o100 if info.st_uid == uid else 0o010 if info.st_gid == gid else 0o001
+        if not info.st_mode & bit:
+            return directory
+    return None
+
+
+def driver_holder(root: Path) -> Optional[int]:
+    """The pid of another process holding the embedded driver of ``root``, else None.
+
+    libvirt's embedded QEMU driver takes a ``fcntl`` write lock on
+    ``run/qemu/driver.pid`` (and writes its pid there) for as long as
+    the process lives: one process per root.  ``F_GETLK`` only asks, it
+    takes nothing.  Must not be called by a process that has the root open
+    itself: closing any descriptor of the file would drop that process's lock.
+    """
+    pid_file = root / "run" / "qemu" / "driver.pid"
+    try:
+        descriptor = os.open(pid_file, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        answer = fcntl.fcntl(descriptor, fcntl.F_GETLK, struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0))
+        written = os.read(descriptor, 32).decode("ascii", "replace").strip()
+    except OSError:
+        return None
+    finally:
+        os.close(descriptor)
+    lock_type, _whence, _start, _length, pid = struct.unpack(_FLOCK, answer)
+    if lock_type == fcntl.F_UNLCK:
+        return None
+    return pid if pid > 0 else int(written) if written.isdigit() else -1
 
 
 def start_event_loop() -> None:
@@ -126,7 +202,7 @@ def open_connection(uri: Optional[str] = None) -> libvirt.virConnect:
     Embedded connections are opened once per process and shared (see
     :class:`_SharedConnection`); others are new connections the caller closes.
     """
-    uri = uri or default_uri()
+    uri = expand_uri(uri or default_uri())
     start_event_loop()
     libvirt.registerErrorHandler(_quiet_libvirt_errors, None)
     root = embedded_root(uri)
@@ -135,9 +211,20 @@ def open_connection(uri: Optional[str] = None) -> libvirt.virConnect:
     with _embedded_lock:
         shared = _embedded_connections.get(uri)
         if shared is None or not shared.isAlive():
+            if shared is None:  # never opened here: a lock on the root is another process's
+                _refuse_if_held(root)
             prepare_embedded_root(root)
             shared = _embedded_connections[uri] = _SharedConnection(_open(uri))
     return shared  # type: ignore[return-value]
+
+
+def _refuse_if_held(root: Path) -> None:
+    holder = driver_holder(root)
+    if holder is not None:
+        raise RuntimeFailure(
+            f"the embedded libvirt root {root} is in use by devtag process {holder} (one process per root): "
+            "stop it, or run both against a libvirt daemon (--connect qemu:///session or qemu:///system)"
+        )
 
 
 def _open(uri: str) -> libvirt.virConnect:

@@ -17,18 +17,27 @@ from .conftest import run_cli
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
+    """A metadata service: ``status`` and ``documents`` script the next answers
+    (one entry per request), then ``document`` forever.  The whole answer is
+    chosen under one lock, so what the n-th request gets never depends on
+    thread timing."""
+
     document: ClassVar[bytes] = b"{}"
+    documents: ClassVar[List[bytes]] = []
     status: ClassVar[List[int]] = []
     hits: ClassVar[List[str]] = []
     url: ClassVar[str] = ""
+    lock: ClassVar[threading.Lock] = threading.Lock()
 
     def do_GET(self):
-        self.hits.append(self.path)
-        code = self.status.pop(0) if self.status else 200
+        with self.lock:
+            self.hits.append(self.path)
+            code = self.status.pop(0) if self.status else 200
+            body = self.documents.pop(0) if self.documents else self.document
         self.send_response(code)
         self.end_headers()
         if code == 200:
-            self.wfile.write(self.document)
+            self.wfile.write(body)
 
     def log_message(self, *args):
         pass
@@ -36,7 +45,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def metadata_server() -> Iterator[type]:
-    _Handler.status, _Handler.hits = [], []
+    _Handler.status, _Handler.hits, _Handler.documents = [], [], []
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -201,19 +210,12 @@ def test_hotplug_waits_for_the_host_to_record_the_new_devices_tag(vm, metadata_s
         devices=[*document["devices"], {"type": "disk", "bus": "pci", "address": "0000:00:0d.0", "tags": ["late"]}],
     )
 
-    def tag_after_two_reads():
-        while len(metadata_server.hits) < 2:
-            time.sleep(0.01)
-        metadata_server.document = json.dumps(tagged).encode()
-
-    metadata_server.document = before
-    writer = threading.Thread(target=tag_after_two_reads)
-    writer.start()
+    metadata_server.documents = [before, before]  # the host records the tag after two reads
+    metadata_server.document = json.dumps(tagged).encode()
     syspath = f"{pci}/virtio10/block/vde".lstrip("/")  # as systemd's %I gives it
     args = ("--root", root, "apply", "--source", "metadata", "--metadata-url", metadata_server.url, "--no-trigger")
     assert run_cli(*args, "--wait-for-device", syspath, "--wait", "10") == 0
-    writer.join()
-    assert len(metadata_server.hits) >= 3
+    assert len(metadata_server.hits) == 3
     assert _tagged(machine.root)["vde"] == ["late"]
 
 

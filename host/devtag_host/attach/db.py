@@ -11,7 +11,6 @@ other's committed attachments: that is what makes the multiattach rule hold.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from sqlalchemy import (
     BigInteger,
@@ -29,9 +28,9 @@ from sqlalchemy import (
     func,
 )
 
+from ..state import state_dir
+
 DB_ENV = "DEVTAG_ATTACH_DB"
-STATE_DIR_ENV = "DEVTAG_STATE_DIR"
-SYSTEM_STATE_DIR = Path("/var/lib/devtag")
 
 metadata = MetaData()
 
@@ -105,21 +104,6 @@ journal = Table(
 
 # Operations that are still open have no row with this step.
 END_STEP = "end"
-
-
-def state_dir() -> Path:
-    """``$DEVTAG_STATE_DIR``, else /var/lib/devtag for root, else ``$XDG_DATA_HOME/devtag``.
-
-    Root's default is outside /root because QEMU (running as libvirt-qemu)
-    must reach the volume files kept under it.
-    """
-    configured = os.environ.get(STATE_DIR_ENV)
-    if configured:
-        return Path(configured)
-    if os.geteuid() == 0:
-        return SYSTEM_STATE_DIR
-    data_home = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
-    return Path(data_home) / "devtag"
 
 
 def default_url() -> str:

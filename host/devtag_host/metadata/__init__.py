@@ -3,7 +3,15 @@
 Pure functions only; the libvirt I/O lives in :mod:`devtag_host.virt`.
 """
 
-from .device_tags import CONFIG_DRIVE_ALIAS, DeviceSelectionError, add_tags, find_device, remove_tags, tags_of
+from .device_tags import (
+    CONFIG_DRIVE_ALIAS,
+    DeviceSelectionError,
+    MissingTagError,
+    add_tags,
+    find_device,
+    remove_tags,
+    tags_of,
+)
 from .document import TooManyDevicesError, device_entries, devices_document
 from .domain_xml import TAGS_NAMESPACE, DomainXmlError, parse_domain_xml, tag_entries_xml
 from .model import Domain, TagEntry
@@ -17,6 +25,7 @@ __all__ = [
     "Domain",
     "DomainXmlError",
     "InvalidDocumentError",
+    "MissingTagError",
     "TagEntry",
     "TagError",
     "TooManyDevicesError",

@@ -27,6 +27,14 @@ class DeviceSelectionError(InputError, LookupError):
     """No device, or more than one, matches what the user named."""
 
 
+class MissingTagError(DeviceSelectionError):
+    """The device does not carry a tag the user asked to remove.
+
+    A selection error too: on a running domain, :func:`devtag_host.virt.update_tags`
+    changes each definition that has the tag and fails only if none has it.
+    """
+
+
 def is_config_drive(disk: Disk) -> bool:
     if disk.alias == CONFIG_DRIVE_ALIAS:
         return True
@@ -148,9 +156,19 @@ def add_tags(domain: Domain, selector: str, new_tags: Sequence[str]) -> Tuple[Ta
 
 
 def remove_tags(domain: Domain, selector: str, tags: Iterable[str] = ()) -> Tuple[TagEntry, ...]:
-    """Tag entries after removing ``tags`` (all of them when empty) from a device."""
+    """Tag entries after removing ``tags`` (all of them when empty) from a device.
+
+    Naming a tag the device does not carry raises :class:`MissingTagError`: a
+    silent success would hide a typo in an operator's untag.
+    """
     device = find_device(domain, selector)
     doomed = set(tags)
+    absent = sorted(doomed - set(tags_of(domain, device)))
+    if absent:
+        carried = ", ".join(tags_of(domain, device)) or "none"
+        raise MissingTagError(
+            f"{_describe(device)} has no tag {', '.join(repr(t) for t in absent)} (its tags: {carried})"
+        )
     remaining = tuple(t for t in tags_of(domain, device) if doomed and t not in doomed)
     key = identity(device)
     entries = _without_device(domain, device)

@@ -1,0 +1,26 @@
+"""Where devtag keeps its state on this host (embedded libvirt root, databases, volumes).
+
+Root's default is /var/lib/devtag, not /root: QEMU runs as ``libvirt-qemu``
+and must enter the embedded libvirt root and the disk images kept under it,
+and /root is mode 0700.  An ordinary user's QEMU runs as that user, so the
+XDG data directory is fine there.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+STATE_DIR_ENV = "DEVTAG_STATE_DIR"
+SYSTEM_STATE_DIR = Path("/var/lib/devtag")
+
+
+def state_dir() -> Path:
+    """``$DEVTAG_STATE_DIR``, else /var/lib/devtag for root, else ``$XDG_DATA_HOME/devtag``."""
+    configured = os.environ.get(STATE_DIR_ENV)
+    if configured:
+        return Path(os.path.expanduser(configured))
+    if os.geteuid() == 0:
+        return SYSTEM_STATE_DIR
+    data_home = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(data_home) / "devtag"
