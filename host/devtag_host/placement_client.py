@@ -18,14 +18,21 @@ NOAUTH_TOKEN = "admin"  # noqa: S105 - not a secret
 
 
 def client_token(token_file: Optional[str]) -> str:
-    """The token a client sends: the first line of ``--token-file``, else the no-auth token."""
+    """The token a client sends: the first line of ``--token-file``, else the no-auth token.
+
+    An empty file is refused here: the server would refuse the empty token on
+    every request with a 401 that does not say which file was empty.
+    """
     if not token_file:
         return NOAUTH_TOKEN
     try:
         with open(token_file, encoding="utf-8") as handle:
-            return handle.read(4096).strip()
+            token = handle.read(4096).strip()
     except OSError as exc:
         raise InputError(f"--token-file: {exc.strerror}") from None
+    if not token:
+        raise InputError(f"--token-file {token_file} is empty")
+    return token
 
 
 class PlacementClient:

@@ -13,7 +13,7 @@ from ..errors import InputError, RuntimeFailure
 from ..placement_client import PlacementClient, client_token
 from .host_capabilities import DEFAULT_MACHINE_TYPES
 from .host_facts import GIB, pool_gb, read_host
-from .reporter import ReportError, Settings, report, report_shared_pool
+from .reporter import ReportError, Settings, add_aggregate, report, report_shared_pool
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ def _report_once(client: PlacementClient, settings: Settings, args: argparse.Nam
         try:
             summary = report(client, facts, settings)
             if args.aggregate:
-                _add_aggregate(client, facts.uuid, args.aggregate)
+                add_aggregate(client, facts.uuid, args.aggregate)
                 shared = _shared_capacity(connection, args)
                 if shared is not None:
                     report_shared_pool(client, aggregate=args.aggregate, **shared)
@@ -139,12 +139,6 @@ def parse_machine_types(values: List[str]) -> Optional[Dict[str, Tuple[Optional[
             raise InputError(f"--machine-type {value!r}: expected ARCH=TYPE[,TYPE...]")
         result[arch.strip()] = names
     return result
-
-
-def _add_aggregate(client: PlacementClient, provider: str, aggregate: str) -> None:
-    status, data = client.call("GET", f"/resource_providers/{provider}/aggregates")
-    if status == 200 and aggregate not in data["aggregates"]:
-        client.call("PUT", f"/resource_providers/{provider}/aggregates", sorted({*data["aggregates"], aggregate}))
 
 
 def _shared_capacity(connection: Any, args: argparse.Namespace) -> Optional[Dict[str, Any]]:

@@ -236,6 +236,22 @@ def report(client: PlacementClient, facts: HostFacts, settings: Settings) -> Rep
     return summary
 
 
+def add_aggregate(client: PlacementClient, provider: str, aggregate: str) -> bool:
+    """Put ``provider`` in ``aggregate``; whether it changed.  A refusal
+    (an aggregate that is no UUID, an unknown provider) is a ReportError, not
+    a provider silently left out of its aggregate."""
+    path = f"/resource_providers/{provider}/aggregates"
+    status, data = client.call("GET", path)
+    if status != 200:
+        raise ReportError(f"aggregates of provider {provider}: {status} {error_detail(data)}")
+    if aggregate in data["aggregates"]:
+        return False
+    status, data = client.call("PUT", path, sorted({*data["aggregates"], aggregate}))
+    if status >= 400:
+        raise ReportError(f"cannot add provider {provider} to aggregate {aggregate}: {status} {error_detail(data)}")
+    return True
+
+
 def report_shared_pool(
     client: PlacementClient,
     *,
@@ -253,9 +269,7 @@ def report_shared_pool(
     uuid = uuid or str(uuidlib.uuid5(uuidlib.NAMESPACE_URL, f"devtag-shared-pool:{name}"))
     provider = ensure_provider(client, uuid, name)
     summary = ReportSummary(provider["uuid"])
-    status, data = client.call("GET", f"/resource_providers/{uuid}/aggregates")
-    if status == 200 and aggregate not in data["aggregates"]:
-        client.call("PUT", f"/resource_providers/{uuid}/aggregates", sorted({*data["aggregates"], aggregate}))
+    if add_aggregate(client, uuid, aggregate):
         summary.changed.append("aggregates")
     status, usages = client.call("GET", f"/resource_providers/{uuid}/usages")
     accounted = usages.get("usages", {}).get("DISK_GB", 0) if status == 200 else 0

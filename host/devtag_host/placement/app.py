@@ -293,22 +293,7 @@ class Placement:
             chunks.append(chunk)
             more = message.get("more_body", False)
         if too_big:
-            response = Response(
-                413,
-                [("content-type", "application/json")],
-                json.dumps(
-                    {
-                        "errors": [
-                            {
-                                "status": 413,
-                                "title": errors.TITLES[413],
-                                "detail": "Request body too large.",
-                                "code": errors.DEFAULT,
-                            }
-                        ]
-                    }
-                ).encode(),
-            )
+            response = Response(413, [("content-type", "application/json")], _too_large_body())
         else:
             query_string = scope.get("query_string", b"").decode("latin-1")
             response = await run_in_threadpool(
@@ -336,12 +321,18 @@ class Placement:
             length = 0
         if length > MAX_BODY_BYTES:
             start_response("413 Request Entity Too Large", [("content-type", "application/json")])
-            return [b'{"errors": [{"status": 413, "title": "Request Entity Too Large", "detail": "too large"}]}']
+            return [_too_large_body()]
         body = environ["wsgi.input"].read(length) if length else b""
         path = environ.get("PATH_INFO", "") or "/"
         response = self.handle(environ["REQUEST_METHOD"], path, environ.get("QUERY_STRING", ""), headers, body)
         start_response(f"{response.status} {errors.TITLES.get(response.status, 'OK')}", response.headers)
         return [b"" if environ["REQUEST_METHOD"] == "HEAD" else response.body]
+
+
+def _too_large_body() -> bytes:
+    """The 413 document, the same for ASGI and WSGI (with ``code``, as every error has)."""
+    error = {"status": 413, "title": errors.TITLES[413], "detail": "Request body too large.", "code": errors.DEFAULT}
+    return json.dumps({"errors": [error]}).encode()
 
 
 def _is_retryable(exc: DBAPIError) -> bool:
