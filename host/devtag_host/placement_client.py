@@ -7,7 +7,8 @@ the scheduler reads it to know what the query may express.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Tuple
+import os
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 from .errors import InputError, RuntimeFailure
 
@@ -59,11 +60,30 @@ class PlacementClient:
         try:
             response = self.session.request(method, self.url + path, **kwargs)
         except Exception as exc:  # requests/httpx connection errors
-            raise RuntimeFailure(f"cannot reach placement at {self.url}: {exc}") from None
+            raise RuntimeFailure(f"cannot reach placement at {self.url}: {connection_failure(exc)}") from None
         if response.status_code >= 500:
             raise RuntimeFailure(f"placement failed: {method} {path}: {response.status_code} {response.text[:200]}")
         data = response.json() if response.content else None
         return response.status_code, data
+
+
+def connection_failure(exc: BaseException) -> str:
+    """Why a connection failed, in a few words (``connection refused``), not the
+    client library's nested repr of every retry and pool object."""
+    seen: Set[int] = set()
+    pending: List[Optional[BaseException]] = [exc]
+    while pending:
+        current = pending.pop(0)
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno:
+            return (current.strerror or os.strerror(current.errno)).lower()
+        if "timeout" in type(current).__name__.lower():
+            return "timed out"
+        pending.extend([current.__cause__, current.__context__, getattr(current, "reason", None)])
+        pending.extend(arg for arg in current.args if isinstance(arg, BaseException))
+    return type(exc).__name__
 
 
 def error_code(data: Any) -> str:

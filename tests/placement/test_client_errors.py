@@ -3,6 +3,7 @@ aggregate PUT answered 4xx, an empty token file; and the WSGI 413 document."""
 
 from __future__ import annotations
 
+import socket
 import uuid
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import httpx
 import pytest
 
 from devtag_host import placement_client
+from devtag_host.cli import main
 from devtag_host.compute import reporter
 from devtag_host.errors import InputError
 from devtag_host.placement.app import MAX_BODY_BYTES, Placement
@@ -61,3 +63,14 @@ def test_the_wsgi_413_document_has_a_code_like_every_error(wsgi_session):
         "detail": "Request body too large.",
         "code": "placement.undefined_code",
     }
+
+
+def test_schedule_with_placement_unreachable_says_so_in_one_short_line(tmp_path: Path, capsys):
+    flavor = tmp_path / "flavor.json"
+    flavor.write_text('{"vcpus": 1, "ram": 512, "disk": 1}')
+    with socket.socket() as closed:  # bound, never listening: the connection is refused
+        closed.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{closed.getsockname()[1]}"
+        assert main(["schedule", "--flavor", str(flavor), "--placement-url", url]) == 1
+    err = capsys.readouterr().err
+    assert err == f"devtag-host: error: cannot reach placement at {url}: connection refused\n"
