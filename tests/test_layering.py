@@ -30,13 +30,14 @@ LAYERS: Dict[str, Set[str]] = {
     "metadata": {"errors"},  # what is published: device model, addresses, documents (pure)
     "inputs": {"errors"},  # the operator's files and --listen, for the transports' verbs
     "placement_client": {"errors"},  # token, microversion, error bodies
+    "serving": {"errors"},  # the listening socket and start line of the long-running verbs
     "virt": {"errors", "locks", "metadata", "state"},  # the libvirt edge
     # The transports: each on metadata/ and virt.py, never on each other.
     "configdrive": {"errors", "inputs", "metadata", "virt"},
-    "metadata_server": {"errors", "inputs", "metadata", "virt"},
+    "metadata_server": {"errors", "inputs", "metadata", "serving", "virt"},
     "fwcfg": {"errors", "metadata", "virt"},
     # Placement's world: the service, the node reporting to it, the scheduler asking it.
-    "placement": {"errors", "db"},
+    "placement": {"errors", "db", "serving"},
     "compute": {"errors", "placement_client", "virt"},
     "scheduling": {"errors", "compute", "placement_client"},
     "attach": {"db", "errors", "locks", "metadata", "state", "virt"},
@@ -94,6 +95,7 @@ IN_FUNCTION_IMPORTS: Dict[Tuple[str, str], str] = {
     ("devtag_host.placement.commands", "devtag_host.placement.app"): SERVICE,
     ("devtag_host.placement.commands", "devtag_host.placement.db"): SERVICE,
     ("devtag_host.placement.commands", "devtag_host.placement.migrate"): SERVICE,
+    ("devtag_host.placement.commands", "sqlalchemy.engine"): SERVICE,
     ("devtag_host.placement.commands", "sqlalchemy.exc"): SERVICE,
     ("devtag_host.placement.commands", "uvicorn"): SERVICE,
     **{

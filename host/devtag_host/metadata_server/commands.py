@@ -1,7 +1,8 @@
 """``devtag-host metadata-server``: serve the OpenStack metadata API to the domains.
 
 Handlers raise :class:`~devtag_host.errors.InputError` (exit 2) or
-:class:`~devtag_host.errors.RuntimeFailure` (exit 1).
+:class:`~devtag_host.errors.RuntimeFailure` (exit 1); an address that cannot
+be listened on is :class:`~devtag_host.serving.ListenError` (exit 3).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any, Optional
 
 from ..errors import InputError, RuntimeFailure
 from ..inputs import parse_listen, read_file
+from ..serving import SERVE_EXIT_STATUS, announce, listening_socket
 from .instance_data import instance_data_reader
 
 DEFAULT_LISTEN = "127.0.0.1:8775"
@@ -26,7 +28,10 @@ def register(commands: Any) -> None:
         help="serve the OpenStack metadata API to the domains",
         description="Serve each domain its metadata (/openstack/..., EC2 paths), identified by source address "
         "(DHCP lease / neighbour table -> MAC) or, with --proxy-shared-secret-file, by Nova's signed "
-        "X-Instance-ID headers. Follows libvirt domain events. Access log: JSON lines on standard error.",
+        "X-Instance-ID headers. Follows libvirt domain events. Logs one start line (address, how instances "
+        "are identified, domains on the connection); access log: JSON lines on standard error.",
+        epilog=SERVE_EXIT_STATUS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     server.add_argument("-c", "--connect", metavar="URI", help="libvirt URI (default: embedded QEMU driver)")
     server.add_argument("--listen", metavar="ADDR:PORT", default=DEFAULT_LISTEN, help=f"default {DEFAULT_LISTEN}")
@@ -58,6 +63,7 @@ def _cmd_metadata_server(args: argparse.Namespace) -> None:
             raise InputError(f"{args.proxy_shared_secret_file} is empty")
     extras = instance_data_reader(Path(args.instance_data)) if args.instance_data else (lambda _uuid: {})
     access_log = None if args.no_access_log else BufferedStreamSink(sys.stderr)
+    listener = listening_socket(host, port)
     connection = virt.open_connection(args.connect)
     try:
         service = MetadataService(
@@ -68,9 +74,25 @@ def _cmd_metadata_server(args: argparse.Namespace) -> None:
             access_log=access_log,
             reconnect=lambda: virt.open_connection(args.connect),
         )
+        announce(
+            f"metadata server on http://{args.listen}",
+            "instances identified by Nova's signed proxy headers"
+            if secret
+            else "instances identified by source address",
+            f"{_domain_count(connection)} domain(s) on {connection.getURI()}",
+            "access log: JSON lines on standard error" if access_log else "no access log",
+        )
         try:
-            service.run(host=host, port=port)
+            service.run(fd=listener.fileno())
         except OSError as exc:
             raise RuntimeFailure(f"cannot serve on {args.listen}: {exc.strerror or exc}") from None
     finally:
+        listener.close()
         connection.close()
+
+
+def _domain_count(connection: Any) -> str:
+    try:
+        return str(len(connection.listAllDomains()))
+    except Exception:  # libvirt.libvirtError: the count is only informative
+        return "?"

@@ -10,6 +10,7 @@ from typing import Tuple
 
 from ..compute import commands as compute_commands
 from ..errors import InputError, RuntimeFailure
+from ..serving import SERVE_EXIT_STATUS, announce, listening_socket
 
 log = logging.getLogger(__name__)
 DEFAULT_LISTEN = "127.0.0.1:8778"
@@ -36,7 +37,13 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     verbs = placement.add_subparsers(dest="placement_command", metavar="VERB", required=True)
 
-    serve = verbs.add_parser("serve", help="serve the placement API (uvicorn)")
+    serve = verbs.add_parser(
+        "serve",
+        help="serve the placement API (uvicorn)",
+        description="Serve the placement API. Logs one start line (address, database, workers, authentication).",
+        epilog=SERVE_EXIT_STATUS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     serve.add_argument("--db", metavar="URL", help="SQLAlchemy URL (sqlite:///FILE or postgresql://...)")
     serve.add_argument("--listen", metavar="ADDR:PORT", default=DEFAULT_LISTEN, help=f"default {DEFAULT_LISTEN}")
     serve.add_argument("--auth-token-file", metavar="FILE", help="accept only the token in FILE")
@@ -97,7 +104,7 @@ def _cmd_serve(args: argparse.Namespace) -> None:
     import uvicorn
 
     from .app import TOKEN_FILE_ENV, create_app, read_token_file
-    from .db import DEFAULT_DB_ENV
+    from .db import DEFAULT_DB_ENV, default_url
 
     host, port = parse_listen(args.listen, args.auth_token_file)
     token = None
@@ -108,18 +115,37 @@ def _cmd_serve(args: argparse.Namespace) -> None:
             raise InputError(f"--auth-token-file: {exc}") from None
     if not args.no_db_sync:
         _sync(args.db)
-    if args.workers > 1:
-        if args.db:
-            os.environ[DEFAULT_DB_ENV] = args.db
-        if args.auth_token_file:
-            os.environ[TOKEN_FILE_ENV] = os.path.abspath(args.auth_token_file)
-        uvicorn.run(
-            "devtag_host.placement.app:create_app_from_env",
-            factory=True,
-            host=host,
-            port=port,
-            workers=args.workers,
-            log_level="warning",
-        )
-        return
-    uvicorn.run(create_app(args.db, token), host=host, port=port, log_level="warning")
+    listener = listening_socket(host, port)
+    announce(
+        f"placement API on http://{args.listen}",
+        f"database {redacted_url(args.db or default_url())}",
+        f"{args.workers} worker(s)",
+        "token from --auth-token-file" if token else "any token accepted (loopback only)",
+    )
+    try:
+        if args.workers > 1:
+            if args.db:
+                os.environ[DEFAULT_DB_ENV] = args.db
+            if args.auth_token_file:
+                os.environ[TOKEN_FILE_ENV] = os.path.abspath(args.auth_token_file)
+            uvicorn.run(
+                "devtag_host.placement.app:create_app_from_env",
+                factory=True,
+                fd=listener.fileno(),
+                workers=args.workers,
+                log_level="warning",
+            )
+            return
+        uvicorn.run(create_app(args.db, token), fd=listener.fileno(), log_level="warning")
+    finally:
+        listener.close()
+
+
+def redacted_url(url: str) -> str:
+    """A database URL fit for a log line: its password replaced by ``***``."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # sqlalchemy.exc.ArgumentError: log what cannot leak a password
+        return url.split("@")[-1]

@@ -1,0 +1,97 @@
+"""The two services at start: one INFO line saying what is served, one error
+line and exit status 3 when the address is taken, every exit status in --help."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Iterator, List
+
+import pytest
+
+from devtag_host.cli import build_parser
+from tests.support.services import free_port
+
+DEVTAG_HOST = [sys.executable, "-m", "devtag_host.cli"]
+
+
+@pytest.fixture
+def taken_port() -> Iterator[int]:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        yield holder.getsockname()[1]
+
+
+def _first_line_then_stop(command: List[str]) -> str:
+    server = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    try:
+        assert server.stderr is not None
+        return server.stderr.readline()
+    finally:
+        server.terminate()
+        server.communicate(timeout=30)
+
+
+@pytest.mark.parametrize("verb", [["metadata-server"], ["placement", "serve"]])
+def test_an_address_in_use_is_one_line_and_exit_3(verb: List[str], taken_port: int, tmp_path: Path) -> None:
+    options = ["--db", f"sqlite:///{tmp_path / 'p.sqlite'}"] if verb[0] == "placement" else []
+    options += ["--connect", f"qemu:///embed?root={tmp_path / 'unused'}"] if verb[0] != "placement" else []
+    done = subprocess.run(
+        [*DEVTAG_HOST, *verb, *options, "--listen", f"127.0.0.1:{taken_port}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 3
+    assert done.stderr == f"devtag-host: error: cannot listen on 127.0.0.1:{taken_port}: address already in use\n"
+    assert not (tmp_path / "unused").exists()  # refused before libvirt was touched
+
+
+def test_placement_serve_says_what_it_serves(tmp_path: Path) -> None:
+    port = free_port()
+    database = tmp_path / "p.sqlite"
+    line = _first_line_then_stop(
+        [*DEVTAG_HOST, "placement", "serve", "--db", f"sqlite:///{database}", "--listen", f"127.0.0.1:{port}"]
+    )
+    assert line == (
+        f"devtag-host: INFO: placement API on http://127.0.0.1:{port}; database sqlite:///{database}; "
+        "1 worker(s); any token accepted (loopback only)\n"
+    )
+
+
+def test_the_database_password_never_reaches_the_start_line() -> None:
+    from devtag_host.placement.commands import redacted_url
+
+    assert redacted_url("postgresql://nova:s3cret@db/placement") == "postgresql://nova:***@db/placement"
+
+
+@pytest.mark.libvirt
+def test_metadata_server_says_what_it_serves() -> None:
+    port = free_port()
+    root = Path(tempfile.mkdtemp(prefix="devtag-serve-"))
+    root.chmod(0o755)  # QEMU's user may enter it: no warning before the start line
+    uri = f"qemu:///embed?root={root / 'libvirt'}"
+    started = time.monotonic()
+    line = _first_line_then_stop([*DEVTAG_HOST, "metadata-server", "--connect", uri, "--listen", f"127.0.0.1:{port}"])
+    assert line == (
+        f"devtag-host: INFO: metadata server on http://127.0.0.1:{port}; instances identified by source address; "
+        f"0 domain(s) on {uri}; access log: JSON lines on standard error\n"
+    ), line
+    assert time.monotonic() - started < 60
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.parametrize("verb", [["metadata-server"], ["placement", "serve"]])
+def test_help_lists_every_exit_status(verb: List[str]) -> None:
+    parser = build_parser()
+    for name in verb:
+        parser = next(a for a in parser._actions if a.dest in ("command", "placement_command")).choices[name]
+    text = parser.format_help()
+    for status in ("0  stopped by SIGTERM", "1  runtime failure", "2  bad input", "3  cannot listen"):
+        assert status in text
