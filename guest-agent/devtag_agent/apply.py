@@ -35,6 +35,7 @@ class ApplyReport:
     triggered: List[str] = field(default_factory=list)
     generation: Optional[str] = None
     unchanged: bool = False  # keep_unchanged found the current state already right: nothing written
+    unresolved_tagged: int = 0  # unmatched entries that carry tags: a role the guest cannot find
 
     def to_dict(self) -> Dict[str, Any]:
         return {
@@ -161,6 +162,8 @@ def apply_document(
             else:
                 log.warning("unmatched: %s", message)
                 report.unmatched.append(message)
+                if entry.get("tags"):
+                    report.unresolved_tagged += 1
             continue
         for device in resolution.devices:
             record = records.get(device.key)

@@ -2,9 +2,12 @@
 
 Verbs and exit status:
 
-* ``apply``: 0 state written and published (unmatched or invalid entries are
-  warnings), 1 no usable metadata (previous state kept), 3 system error
-  (cannot write /run/devtag, udevadm failed, lock held too long).
+* ``apply``: 0 state written and published, 1 no usable metadata (previous
+  state kept), 3 system error (cannot write /run/devtag, udevadm failed, lock
+  held too long), 4 state written and published but some tagged entries
+  resolved to no device (each logged as ``unmatched``; invalid entries and
+  untagged ones are warnings only).  The boot units and cloud-init's bootcmd
+  count 4 as success: the tags that resolved are published.
 * ``lookup TAG`` / ``list``: 0 found, 1 nothing matches (or apply never ran).
 * ``prune``: 0 (drops detached devices from the state).
 * ``check``: 0 udev's properties and links match the state, 1 problems.
@@ -28,6 +31,7 @@ if TYPE_CHECKING:
     from .sysfs import System
 
 log = logging.getLogger("devtag_agent")
+UNRESOLVED = 4  # apply: published, but some tagged entries resolved to no device
 
 EPILOG = """\
 how tags reach applications:
@@ -52,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="devtag-agent",
         description="Guest agent of devtag: publishes the device role tags of this VM's NICs and disks "
         "through udev (properties, /dev/disk/by-tag links, interface altnames) and looks devices up by tag. "
-        "Exit status: 0 success, 1 nothing matches / no usable metadata, 2 usage, 3 system error.",
+        "Exit status: 0 success, 1 nothing matches / no usable metadata, 2 usage, 3 system error, "
+        "4 (apply) some tagged entries resolved to no device.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -75,7 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Read the devices metadata, validate it against the devtag schema (bad entries are "
         "skipped), find each device through sysfs, write the state database under /run/devtag atomically "
         "and re-trigger exactly the devices whose tags changed. Exit 0 applied, 1 no usable metadata "
-        "(previous state kept), 3 system error.",
+        "(previous state kept), 3 system error, 4 applied but some tagged entries resolved to no device "
+        "(logged as 'unmatched'; the rest is published).",
     )
     apply.add_argument(
         "--source",
@@ -252,15 +258,36 @@ def _apply(args: argparse.Namespace) -> int:
     if report.unchanged:
         return 0
     log.info(
-        "applied %s: %d device(s) tagged, %d entr%s unmatched, %d invalid, %d device(s) re-triggered",
+        "applied %s: %d device(s) tagged, %d entr%s unmatched, %d invalid, %s",
         source,
         len(report.tagged),
         len(report.unmatched),
         "y" if len(report.unmatched) == 1 else "ies",
         len(report.invalid),
-        len(report.triggered),
+        _triggered_text(len(report.triggered), publisher, args),
     )
+    if report.unresolved_tagged:
+        log.warning(
+            "%d tagged entr%s resolved to no device (exit status %d)",
+            report.unresolved_tagged,
+            "y" if report.unresolved_tagged == 1 else "ies",
+            UNRESOLVED,
+        )
+        return UNRESOLVED
     return 0
+
+
+def _triggered_text(count: int, publisher: object, args: argparse.Namespace) -> str:
+    """What happened to the changed devices: re-triggered, or why not (no udevadm ran)."""
+    if getattr(publisher, "trigger_enabled", False):
+        return f"{count} device(s) re-triggered"
+    if args.no_trigger:
+        why = "--no-trigger"
+    elif args.root != "/":
+        why = f"--root {args.root} is not the running system; DEVTAG_AGENT_UDEVADM names a udevadm to run there"
+    else:
+        why = "udevd is not running"
+    return f"{count} changed device(s) not re-triggered ({why}): state written only"
 
 
 def _device_path(system: System, given: str) -> str:

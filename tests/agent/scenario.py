@@ -39,7 +39,9 @@ UNMATCHED = 2  # entries that resolve to nothing
 INVALID = 2  # entries the schema rejects
 
 
-def build(root: Path) -> Tuple[FakeMachine, Dict[str, Any]]:
+def build(root: Path, *, ghosts: bool = False) -> Tuple[FakeMachine, Dict[str, Any]]:
+    """The machine and its document; ``ghosts`` adds the UNMATCHED tagged entries
+    that resolve to no device (apply then exits 4, not 0)."""
     m = FakeMachine(root)
     # NICs -------------------------------------------------------------------
     m.nic(m.pci("0000:00:03.0"), "eth0", "52:54:00:00:00:01")
@@ -162,11 +164,13 @@ def build(root: Path) -> Tuple[FakeMachine, Dict[str, Any]]:
         {"type": "nic", "bus": "xen", "address": "1", "mac": "00:16:3e:00:00:05", "tags": ["xen-nic"]},
         {"type": "disk", "bus": "pci", "address": "0000:00:0a.0", "tags": ["nvme"]},
         {"type": "nic", "bus": "none", "address": "none", "mac": "52:54:00:00:00:0A", "tags": ["container-mac"]},
-        # unmatched
-        {"type": "disk", "bus": "pci", "address": "0000:00:1e.0", "serial": "nope", "tags": ["ghost-disk"]},
-        {"type": "nic", "bus": "pci", "address": "0000:02:00.0", "mac": "52:54:00:ff:ff:ff", "tags": ["ghost-nic"]},
         # invalid
         {"type": "nic", "bus": "pci", "address": "0000:00:09.0", "tags": ["no-mac"]},
         {"type": "disk", "bus": "pci", "address": "xx0000:00:02.0yy", "tags": ["bad-address"]},
     ]
+    if ghosts:  # unmatched
+        devices += [
+            {"type": "disk", "bus": "pci", "address": "0000:00:1e.0", "serial": "nope", "tags": ["ghost-disk"]},
+            {"type": "nic", "bus": "pci", "address": "0000:02:00.0", "mac": "52:54:00:ff:ff:ff", "tags": ["ghost-nic"]},
+        ]
     return m, {"uuid": "83679162-1378-4288-a2d4-70e13ec132aa", "devices": devices}

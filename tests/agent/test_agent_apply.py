@@ -23,10 +23,14 @@ def _db(root: Path) -> dict:
     return {p.name: p.read_text() for p in db.iterdir()}
 
 
-def test_every_bus_resolves_to_the_right_device(vm, capsys):
-    machine, _ = vm
-    assert run_cli("--root", str(machine.root), "apply", "--source", "configdrive", "--json") == 0
-    report = json.loads(capsys.readouterr().out)
+def test_every_bus_resolves_to_the_right_device(tmp_path, capsys):
+    machine, document = scenario.build(tmp_path / "root", ghosts=True)
+    machine.config_drive(document)
+    # 4: published, but two tagged entries resolved to no device (said in one warning)
+    assert run_cli("--root", str(machine.root), "apply", "--source", "configdrive", "--json") == 4
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert "2 tagged entries resolved to no device (exit status 4)" in captured.err
     found = {d["name"]: (d["tags"], d["via"][0]) for d in report["tagged"]}
     assert found == scenario.EXPECTED
     assert len(report["unmatched"]) == scenario.UNMATCHED
@@ -152,6 +156,17 @@ def test_root_other_than_slash_never_runs_the_hosts_udevadm(vm, monkeypatch, tmp
     assert run_cli("--root", str(machine.root), "apply", "--source", "configdrive") == 0
 
 
+def test_under_a_root_the_summary_says_nothing_was_triggered(vm, monkeypatch, capsys):
+    machine, _ = vm
+    monkeypatch.delenv("DEVTAG_AGENT_UDEVADM", raising=False)
+    assert run_cli("--root", str(machine.root), "-v", "apply", "--source", "configdrive") == 0
+    [summary] = [line for line in capsys.readouterr().err.splitlines() if "applied configdrive:" in line]
+    assert "re-triggered" not in summary.replace("not re-triggered", "")
+    assert f"changed device(s) not re-triggered (--root {machine.root} is not the running system;" in summary
+    assert run_cli("--root", str(machine.root), "-v", "apply", "--source", "configdrive", "--no-trigger") == 0
+    assert "0 changed device(s) not re-triggered (--no-trigger): state written only" in capsys.readouterr().err
+
+
 def test_failed_trigger_is_exit_3(vm, recorder, monkeypatch):
     machine, _ = vm
     monkeypatch.setenv("DEVTAG_AGENT_UDEVADM", "false")
@@ -205,7 +220,9 @@ def test_serial_truncation_ambiguity_is_reported_not_guessed(tmp_path):
             ]
         }
     )
-    assert run_cli("--root", str(tmp_path), "apply", "--source", "configdrive", "--no-trigger") == 0
+    assert (
+        run_cli("--root", str(tmp_path), "apply", "--source", "configdrive", "--no-trigger") == 4
+    )  # "one" resolves to nothing
     index = json.loads((tmp_path / "run/devtag/current/devices.json").read_text())
     assert index["unmatched"] and "only when truncated" in index["unmatched"][0]
     # the exact serial matches both disks, which both show it: one tag on several devices

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import configparser
 import shlex
+import subprocess
 from pathlib import Path
+
+import pytest
 
 from devtag_agent import cli
 
@@ -73,4 +76,21 @@ def test_cloud_init_integration():
     assert dropin["Unit"]["After"] == "devtag-agent.service"
     assert dropin["Unit"]["Wants"].split() == ["devtag-agent.service", "devtag-agent-network.service"]
     cfg = (REPO / "packaging/cloud-init/99-devtag.cfg").read_text()
-    assert "bootcmd:" in cfg and "[devtag-agent, apply, --source" in cfg
+    assert "bootcmd:" in cfg and "devtag-agent apply --source" in cfg
+
+
+@pytest.mark.parametrize(("agent_status", "boot_ok"), [(0, True), (4, True), (1, False), (3, False)])
+def test_bootcmd_and_units_count_unresolved_entries_as_success(tmp_path, agent_status, boot_ok):
+    """cloud-init runs the bootcmd entry as given (a list: no shell of its own);
+    exit 4 (some tagged entries resolved to no device) must not fail the boot."""
+    import yaml
+
+    [command] = yaml.safe_load((REPO / "packaging/cloud-init/99-devtag.cfg").read_text())["bootcmd"]
+    fake = tmp_path / "devtag-agent"
+    fake.write_text(f'#!/bin/sh\necho "devtag-agent: WARNING: unmatched: devices/3" >&2\nexit {agent_status}\n')
+    fake.chmod(0o755)
+    done = subprocess.run(command, env={"PATH": f"{tmp_path}:/usr/bin:/bin"}, capture_output=True, text=True)
+    assert (done.returncode == 0) is boot_ok
+    assert "unmatched: devices/3" in done.stderr  # what cloud-init-output.log shows
+    for name in ("devtag-agent.service", "devtag-agent-network.service", "devtag-agent-hotplug@.service"):
+        assert _unit(name)["Service"]["SuccessExitStatus"].split() == ["1", "4"]
