@@ -52,7 +52,7 @@ Public API (stable; the migration/lifecycle flows build on it):
 detach_timeout=..., detach_attempts=...)`` -- the flows on one libvirt connection
     ``create_volume(name, size_bytes, backend=, multiattach=)``, ``delete_volume(name)``,
     ``attach_volume(domain, volume, tag=None, bus="virtio") -> Attachment``,
-    ``detach_volume(domain, volume)``, ``attach_interface(domain, network=|bridge=, model=,
+    ``detach_volume(domain, volume)``, ``attach_interface(domain, network=|bridge=|user=, model_name=,
     tag=) -> InterfaceAttachment``, ``detach_interface(domain, mac)``, ``reconcile() -> list``;
     building blocks for other flows: ``connector()``, ``backend(name)``,
     ``operation(flow, **ids) -> Operation`` (``Operation.step(name, **detail)`` journals the step
