@@ -6,8 +6,10 @@
 # --agent-only builds just devtag-agent (Architecture: all), without vendoring
 # the host libraries: what the end-to-end test installs into its guest.
 #
-# Needs the build dependencies (setup.sh installs them) and the project's
-# .venv (to vendor the host libraries).  Runs lintian on the result.
+# On a clean clone run ./setup.sh first: it installs the build dependencies
+# and makes the project's .venv, which vendors the host libraries (without it
+# this stops with one line saying so; --agent-only needs no .venv).  Runs
+# lintian on the result.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 build=binary

@@ -10,6 +10,12 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 source_tree=$1
 target=$2
+if [ ! -x "$repo/.venv/bin/python" ]; then
+    echo "$(basename "$0"): $repo/.venv is missing: run ./setup.sh first (it installs the build" \
+        "dependencies and makes .venv, whose pip and Python vendor the host libraries);" \
+        "build-debs.sh --agent-only needs neither" >&2
+    exit 1
+fi
 requirements=$("$repo/.venv/bin/python" - <<'PY'
 from importlib.metadata import requires
 from packaging.requirements import Requirement

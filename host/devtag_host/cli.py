@@ -55,7 +55,11 @@ Tag the NICs and disks of libvirt domains with roles, and print the
 OpenStack-compatible devices metadata the guest reads.
 
 Without --connect, devtag uses $DEVTAG_LIBVIRT_URI, else its own embedded QEMU
-driver (qemu:///embed?root=~/.local/share/devtag/libvirt; no daemon needed).
+driver (no daemon needed): qemu:///embed?root=/var/lib/devtag/libvirt for root
+(QEMU runs as libvirt-qemu and cannot enter /root), else
+qemu:///embed?root=~/.local/share/devtag/libvirt (~ is expanded). One process
+per embedded root: while one devtag-host (e.g. metadata-server) holds it, use
+a libvirt daemon (--connect qemu:///system or qemu:///session) for the rest.
 """
 
 _EPILOG = """\
@@ -67,7 +71,10 @@ examples:
   devtag-host devices web1
   devtag-host devices --xml web1.xml --tag sdb=oracledb
 
-exit status: 0 success, 2 bad input, 1 runtime failure
+exit status: 0 success, 2 bad input (also: untag of a tag the device does not
+carry), 1 runtime failure (also: the embedded root is held by another process),
+3 refused (no host fits, a rebuild refused, a volume still attached; for
+metadata-server / placement serve: cannot listen, see their --help)
 """
 
 

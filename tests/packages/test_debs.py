@@ -144,3 +144,34 @@ def test_agent_installs_into_debian_12_and_purges_cleanly(debs: Path, tmp_path: 
     chroot_apt("purge", "--auto-remove", "devtag-agent")
     leftovers = snapshot() - before
     assert leftovers == set(), leftovers
+
+
+def test_both_packages_carry_a_man_page_generated_from_the_parsers(debs: Path, tmp_path: Path) -> None:
+    for name, verb in (("devtag-agent", "lookup"), ("devtag-host", "metadata-server")):
+        package = deb(debs, name)
+        assert f"/usr/share/man/man1/{name}.1.gz" in contents(package)
+        subprocess.run(["dpkg-deb", "-x", str(package), str(tmp_path / name)], check=True)
+        page = subprocess.run(
+            ["man", "-l", str(tmp_path / name / f"usr/share/man/man1/{name}.1.gz")],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={"MANWIDTH": "200", "PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"},
+        ).stdout
+        assert f"{name} {verb}" in page and "exit status" in page.lower()
+    lintian = subprocess.run(
+        ["lintian", "--tags", "no-manual-page", str(deb(debs, "devtag-agent")), str(deb(debs, "devtag-host"))],
+        capture_output=True,
+        text=True,
+    )
+    assert "no-manual-page" not in lintian.stdout
+
+
+def test_the_vendoring_step_says_when_setup_sh_has_not_run(tmp_path: Path) -> None:
+    """On a clean clone (no .venv) the build stops with one line naming ./setup.sh."""
+    (tmp_path / "packaging").mkdir()
+    script = tmp_path / "packaging" / "vendor-host-libraries.sh"
+    shutil.copy(REPO / "packaging" / "vendor-host-libraries.sh", script)
+    done = subprocess.run([str(script), str(REPO), str(tmp_path / "vendor")], capture_output=True, text=True)
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1 and "run ./setup.sh first" in done.stderr

@@ -47,6 +47,7 @@ def test_agent_rpm(rpms: Path) -> None:
         "/usr/lib/systemd/system/devtag-agent-hotplug@.service",
     ):
         assert expected in files, expected
+    assert [f for f in files if f.startswith("/usr/share/man/man1/devtag-agent.1")]
     assert any(f.endswith("/devtag_schema/device-role-tagging-1.json") for f in files)
     assert not [f for f in files if "devtag_host" in f]
 
@@ -58,4 +59,5 @@ def test_host_rpm(rpms: Path) -> None:
     assert "/usr/bin/devtag-host" in files
     assert "/usr/lib/devtag-host/vendor/devtag_host/cli.py" in files
     assert "/usr/lib/systemd/system/devtag-metadata-server.service" in files
+    assert [f for f in files if f.startswith("/usr/share/man/man1/devtag-host.1")]
     assert not [f for f in files if "/vendor/libvirt" in f]
