@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 URI_ENVIRONMENT_VARIABLE = "DEVTAG_LIBVIRT_URI"
 _METADATA_KEY = "devtag"
-_UUID = re.compile(r"^[0-9a-fA-F]{8}-?([0-9a-fA-F]{4}-?){3}[0-9a-fA-F]{12}$")
+_UUID = re.compile(r"^[0-9a-fA-F]{8}-?([0-9a-fA-F]{4}-?){3}[0-9a-fA-F]{12}\Z")
 _EMBEDDED_QEMU_CONF = 'stdio_handler = "file"\n'
 _event_loop_started = False
 _event_loop_lock = threading.Lock()
