@@ -106,7 +106,7 @@ def test_the_installed_units_run_what_the_packages_install(debs: Path, tmp_path:
                 assert installed.is_file() and installed.stat().st_mode & 0o111, (unit.name, path)
             else:  # the distribution's (kmod's modprobe)
                 assert Path(path).exists(), (unit.name, path)
-        if _offline_security_supported() and "agent" not in unit.name:  # agent units: see test_units.py
+        if _offline_security_supported():
             assert exposure(unit) <= LIMITS[unit.name], unit.name
 
 
