@@ -14,6 +14,8 @@ from typing import Iterator, List
 
 import pytest
 
+from ..test_units import LIMITS, _offline_security_supported, exec_paths, exposure
+
 pytestmark = [pytest.mark.packaging, pytest.mark.timeout(1800)]
 REPO = Path(__file__).resolve().parents[2]
 
@@ -93,8 +95,6 @@ def test_host_package_vendors_its_libraries_and_runs(debs: Path, tmp_path: Path)
 
 def test_the_installed_units_run_what_the_packages_install(debs: Path, tmp_path: Path) -> None:
     """Issue 14: the packaged metadata-server unit ran /usr/local/bin/devtag-host and could not start."""
-    from test_units import LIMITS, _offline_security_supported, exec_paths, exposure
-
     for name in ("devtag-agent", "devtag-host"):
         subprocess.run(["dpkg-deb", "-x", str(deb(debs, name)), str(tmp_path)], check=True)
     units = sorted((tmp_path / "lib/systemd/system").glob("*.service"))
