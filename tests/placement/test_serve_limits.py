@@ -18,7 +18,7 @@ from typing import Iterator, List
 
 import pytest
 
-from devtag_host.placement.testing import free_port, wait_for_port
+from tests.support.services import free_port, wait_for_port
 
 HEAD_TIMEOUT = 3.0
 PARTIAL_HEAD = b"GET /resource_providers HTTP/1.1\r\nHost: placement\r\nX-Auth-Token: admin\r\n"
