@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, Iterator, List
 
 SCHEMA_VERSION = 1
 SCHEMA_PATH = Path(__file__).with_name("device-role-tagging-1.json")
@@ -26,8 +27,39 @@ __all__ = [
     "SCHEMA_VERSION",
     "describe_errors",
     "load_schema",
+    "pattern_keyword",
+    "python_pattern",
     "reference_validator",
+    "validator_class",
 ]
+
+
+def python_pattern(pattern: str) -> str:
+    """The schema's ECMA-262 ``pattern`` as a Python regular expression with the same meaning.
+
+    In ECMA-262 (and in the Rust validator the host uses) ``$`` matches only at
+    the very end of the string; Python's ``$`` also matches before a trailing
+    newline, so ``"nic\\n"`` would pass ``^[a-z]+$`` in Python alone.  Every
+    ``$`` outside a character class becomes ``\\Z`` (the end, full stop).
+    """
+    out = []
+    in_class = False
+    index = 0
+    while index < len(pattern):
+        char = pattern[index]
+        if char == "\\":
+            out.append(pattern[index : index + 2])
+            index += 2
+            continue
+        if in_class:
+            in_class = char != "]"
+        elif char == "[":
+            in_class = True
+        elif char == "$":
+            char = "\\Z"
+        out.append(char)
+        index += 1
+    return "".join(out)
 
 
 @functools.cache
@@ -47,10 +79,32 @@ def reference_validator() -> Any:
     Uses the 2020-12 validator where the installed ``jsonschema`` has it and
     draft 7 otherwise; the schema means the same under both (see module doc).
     """
+    return validator_class()(load_schema())
+
+
+def validator_class() -> Any:
+    """The ``jsonschema`` validator class for the schema (2020-12, else draft 7), whose
+    ``pattern`` reads ``$`` as ECMA-262 does (:func:`python_pattern`)."""
     import jsonschema  # imported lazily: the host may never need it
 
     cls = getattr(jsonschema, "Draft202012Validator", None) or jsonschema.Draft7Validator
-    return cls(load_schema())
+    return jsonschema.validators.extend(cls, {"pattern": pattern_keyword})
+
+
+_compiled: Dict[str, Any] = {}
+
+
+def pattern_keyword(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[Any]:
+    """jsonschema's ``pattern`` keyword with ECMA-262's ``$`` (see :func:`python_pattern`)."""
+    import jsonschema
+
+    if not isinstance(instance, str):
+        return
+    compiled = _compiled.get(pattern)
+    if compiled is None:
+        compiled = _compiled[pattern] = re.compile(python_pattern(pattern))
+    if not compiled.search(instance):
+        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
 
 
 def describe_errors(document: Any, limit: int = 5) -> List[str]:

@@ -98,6 +98,8 @@ IN_FUNCTION_IMPORTS: Dict[Tuple[str, str], str] = {
     ("devtag_host.placement.commands", "sqlalchemy.engine"): SERVICE,
     ("devtag_host.placement.commands", "sqlalchemy.exc"): SERVICE,
     ("devtag_host.placement.commands", "uvicorn"): SERVICE,
+    ("devtag_host.placement.commands", "devtag_host.placement.serve_limits"): SERVICE + " (a uvicorn protocol)",
+    ("devtag_host.placement.commands", "sqlalchemy.engine"): SERVICE + " (--db URL check)",
     **{
         (importer, imported): ATTACH
         for importer, names in {

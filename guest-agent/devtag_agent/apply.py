@@ -18,7 +18,7 @@ from .publish import Publisher
 from .resolve import resolve_entries
 from .state import Database, db_file_text
 from .sysfs import Device, System
-from .validation import split_document
+from .validation import split_document, tags_per_device_limit
 
 log = logging.getLogger("devtag_agent")
 
@@ -133,6 +133,33 @@ def _same_outcome(
     return all(old_index.get(key) == getattr(report, key) for key in ("unmatched", "ignored", "invalid"))
 
 
+def _merge_tags(record: Dict[str, Any], tags: List[str], index: int, limit: int) -> None:
+    """Add ``tags`` of entry ``index`` to the device's record, at most ``limit`` in all.
+
+    Several entries may name one device (a document listing it twice, or once
+    per bus it is reachable on); their tags are merged.  The schema allows 64
+    tags per entry and the udev rule has 64 link slots: the tags of 64 entries
+    must not pile up to 4,096 on one device, so the rest are dropped, with a warning.
+    """
+    dropped = 0
+    for tag in tags:
+        if tag in record["tags"]:
+            continue
+        if len(record["tags"]) >= limit:
+            dropped += 1
+        else:
+            record["tags"].append(tag)
+    if dropped:
+        log.warning(
+            "%s %s: devices/%d adds %d more tag(s) beyond the limit of %d per device; dropped",
+            record["type"],
+            record["name"],
+            index,
+            dropped,
+            limit,
+        )
+
+
 def apply_document(
     system: System,
     document: Any,
@@ -150,6 +177,7 @@ def apply_document(
     for problem in report.invalid:
         log.warning("skipping invalid entry: %s", problem)
     resolutions = resolve_entries(system, entries)
+    limit = tags_per_device_limit()
     records: Dict[str, Dict[str, Any]] = {}
     for resolution in resolutions:
         entry = resolution.entry
@@ -169,11 +197,10 @@ def apply_document(
             record = records.get(device.key)
             if record is None:
                 record = records[device.key] = _device_record(device, [], [], [])
-            for tag in entry.get("tags", []):
-                if tag not in record["tags"]:
-                    record["tags"].append(tag)
+            _merge_tags(record, entry.get("tags", []), resolution.index, limit)
             record["entries"].append(resolution.index)
-            record["via"].append(resolution.via)
+            if resolution.via not in record["via"]:
+                record["via"].append(resolution.via)
     tagged = {key: record for key, record in records.items() if record["tags"]}
     new_db = {key: db_file_text(record["tags"], record["type"]) for key, record in tagged.items()}
     database = Database(system)

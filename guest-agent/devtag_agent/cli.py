@@ -169,13 +169,12 @@ def build_parser() -> argparse.ArgumentParser:
 def _validate(name: str) -> int:
     import devtag_schema
 
+    from .sources import SourceError, load_json, read_bounded
+
     try:
-        if name == "-":
-            document = json.load(sys.stdin)
-        else:
-            with open(name, encoding="utf-8") as handle:
-                document = json.load(handle)
-    except (OSError, ValueError) as exc:
+        data = read_bounded(name, sys.stdin.fileno()) if name == "-" else read_bounded(name)
+        document = load_json(data, name)
+    except (OSError, SourceError) as exc:
         sys.stderr.write(f"devtag-agent: error: cannot read {name}: {exc}\n")
         return 2
     reasons = devtag_schema.describe_errors(document)
@@ -209,6 +208,15 @@ def _apply(args: argparse.Namespace) -> int:
         sys.stderr.write(f"devtag-agent: error: {exc}\n")
         return 2
     system = System(args.root)
+    explicit_url = args.metadata_url or os.environ.get("DEVTAG_AGENT_METADATA_URL")
+    url = explicit_url or DEFAULT_METADATA_URL
+    if system.root != "/" and not explicit_url and "metadata" in sources:
+        # An image builder's --root: 169.254.169.254 would be the build host's own metadata.
+        log.info("metadata: skipped under --root %s (give --metadata-url to ask one)", system.root)
+        sources.remove("metadata")
+        if not sources:
+            sys.stderr.write("devtag-agent: error: --source metadata under --root needs --metadata-url\n")
+            return 2
     database = Database(system)
     # Tags already published this boot: the second pass only looks for a changed local copy.
     refresh_only = args.second_pass and database.read_index() is not None
@@ -219,7 +227,6 @@ def _apply(args: argparse.Namespace) -> int:
     except OSError as exc:
         log.error("%s", exc)
         return 3
-    url = args.metadata_url or os.environ.get("DEVTAG_AGENT_METADATA_URL") or DEFAULT_METADATA_URL
     publisher = Publisher(enabled=not args.no_trigger, root=system.root)
     waited_for = _device_path(system, args.wait_for_device) if args.wait_for_device else None
     deadline = time.monotonic() + max(0.0, args.wait)

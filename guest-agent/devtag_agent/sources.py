@@ -32,6 +32,7 @@ import binascii
 import json
 import logging
 import os
+import stat
 import subprocess
 import tempfile
 import time
@@ -42,7 +43,17 @@ from .sysfs import System
 
 log = logging.getLogger("devtag_agent")
 
-__all__ = ["DEFAULT_METADATA_URL", "NETWORK_SOURCES", "SOURCES", "SourceError", "fetch_document", "local_sources"]
+__all__ = [
+    "DEFAULT_METADATA_URL",
+    "NETWORK_SOURCES",
+    "SOURCES",
+    "CorruptSourceError",
+    "SourceError",
+    "fetch_document",
+    "load_json",
+    "local_sources",
+    "read_bounded",
+]
 
 DEFAULT_METADATA_URL = "http://169.254.169.254/openstack/latest/meta_data.json"
 SOURCES = ("fwcfg", "configdrive", "metadata", "instance-data")
@@ -60,14 +71,78 @@ class SourceError(RuntimeError):
     """This source has no usable document (the message says why)."""
 
 
-def _parse(text: str, where: str) -> Dict[str, Any]:
+class CorruptSourceError(SourceError):
+    """This source answered, but with something unusable (too big, not UTF-8, not JSON,
+    nested too deep): worth a warning, and the next source is tried."""
+
+
+_MAX_DEPTH = 64  # meta_data.json nests 4 deep, instance-data.json about 10
+
+
+def _depth_ok(document: Any) -> bool:
+    """Whether ``document`` nests at most ``_MAX_DEPTH`` levels (iteratively: no recursion to exhaust)."""
+    pending = [(document, 1)]
+    while pending:
+        value, depth = pending.pop()
+        if isinstance(value, dict):
+            value = list(value.values())
+        if isinstance(value, list):
+            if depth > _MAX_DEPTH:
+                return False
+            pending.extend((item, depth + 1) for item in value if isinstance(item, (dict, list)))
+    return True
+
+
+def load_json(data: bytes, where: str) -> Any:
+    """The JSON value in ``data``: strict UTF-8, at most 16 MiB, nested at most 64 deep."""
+    if len(data) > _MAX_DOCUMENT_BYTES:
+        raise CorruptSourceError(f"{where}: larger than {_MAX_DOCUMENT_BYTES // (1024 * 1024)} MiB")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CorruptSourceError(f"{where}: not UTF-8: {exc}") from None
     try:
         document = json.loads(text)
     except ValueError as exc:
-        raise SourceError(f"{where}: not JSON: {exc}") from None
-    if not isinstance(document, dict):
-        raise SourceError(f"{where}: not a JSON object")
+        raise CorruptSourceError(f"{where}: not JSON: {exc}") from None
+    except RecursionError:
+        raise CorruptSourceError(f"{where}: JSON nested too deep") from None
+    if not _depth_ok(document):
+        raise CorruptSourceError(f"{where}: JSON nested deeper than {_MAX_DEPTH} levels")
     return document
+
+
+def _parse(data: bytes, where: str) -> Dict[str, Any]:
+    document = load_json(data, where)
+    if not isinstance(document, dict):
+        raise CorruptSourceError(f"{where}: not a JSON object")
+    return document
+
+
+def read_bounded(path: str, fd: Optional[int] = None) -> bytes:
+    """At most one byte more than the document cap of the regular file ``path`` (a FIFO or
+    /dev/zero cannot hang us), or of the already open ``fd`` (stdin: a pipe is fine there)."""
+    if fd is None:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise OSError(f"{path}: not a regular file")
+        opened = True
+    else:
+        opened = False
+    try:
+        chunks = []
+        size = 0
+        while size <= _MAX_DOCUMENT_BYTES:
+            chunk = os.read(fd, min(1024 * 1024, _MAX_DOCUMENT_BYTES + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+    finally:
+        if opened:
+            os.close(fd)
 
 
 def probe_label(path: str) -> Optional[str]:
@@ -121,8 +196,7 @@ def read_config_drive(system: System) -> Dict[str, Any]:
     if os.path.isdir(real):  # a test root: the directory stands in for the filesystem
         path = os.path.join(real, _META_DATA)
         try:
-            with open(path, encoding="utf-8") as handle:
-                return _parse(handle.read(), "configdrive")
+            return _parse(read_bounded(path), "configdrive")
         except OSError as exc:
             raise SourceError(f"configdrive: {exc}") from None
     if system.root != "/":
@@ -141,8 +215,7 @@ def read_config_drive(system: System) -> Dict[str, Any]:
         else:
             raise SourceError(f"configdrive: cannot mount {device}: {done.stderr.strip()}")
         try:
-            with open(os.path.join(mountpoint, _META_DATA), encoding="utf-8") as handle:
-                return _parse(handle.read(), "configdrive")
+            return _parse(read_bounded(os.path.join(mountpoint, _META_DATA)), "configdrive")
         except OSError as exc:
             raise SourceError(f"configdrive: {exc}") from None
         finally:
@@ -166,9 +239,9 @@ def read_metadata_service(url: str, total_timeout: float = 10.0, tries: int = 3)
         if remaining <= 0:
             break
         try:
-            response = session.get(url, timeout=(min(2.0, remaining), min(5.0, remaining)))
-            if response.status_code == 200:
-                return _parse(response.text, "metadata")
+            with session.get(url, timeout=(min(2.0, remaining), min(5.0, remaining)), stream=True) as response:
+                if response.status_code == 200:
+                    return _parse(_bounded_body(response), "metadata")
             last = f"HTTP {response.status_code}"
             if 400 <= response.status_code < 500:
                 break  # will not change by asking again
@@ -179,20 +252,32 @@ def read_metadata_service(url: str, total_timeout: float = 10.0, tries: int = 3)
     raise SourceError(f"metadata: {url}: {last}")
 
 
+def _bounded_body(response: Any) -> bytes:
+    """The body of a streamed ``requests`` response, read up to one byte past the cap."""
+    chunks = []
+    size = 0
+    for chunk in response.iter_content(64 * 1024):
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > _MAX_DOCUMENT_BYTES:
+            break
+    return b"".join(chunks)
+
+
 def decode_fw_cfg(data: bytes) -> Dict[str, Any]:
     """The document in a devtag fw_cfg payload (bounded: no decompression bombs)."""
     if len(data) > _MAX_FW_CFG_BYTES:
-        raise SourceError(f"fwcfg: entry of {len(data)} bytes is larger than any devtag writes")
+        raise CorruptSourceError(f"fwcfg: entry of {len(data)} bytes is larger than any devtag writes")
     if not data.startswith(FW_CFG_PAYLOAD_PREFIX):
-        raise SourceError("fwcfg: not a devtag payload")
+        raise CorruptSourceError("fwcfg: not a devtag payload")
     try:
         compressed = base64.b64decode(data[len(FW_CFG_PAYLOAD_PREFIX) :].strip(), validate=True)
         raw = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(compressed, _MAX_DOCUMENT_BYTES + 1)
     except (binascii.Error, zlib.error) as exc:
-        raise SourceError(f"fwcfg: corrupt payload: {exc}") from None
+        raise CorruptSourceError(f"fwcfg: corrupt payload: {exc}") from None
     if len(raw) > _MAX_DOCUMENT_BYTES:
-        raise SourceError("fwcfg: payload expands beyond 16 MiB")
-    return _parse(raw.decode("utf-8", "replace"), "fwcfg")
+        raise CorruptSourceError("fwcfg: payload expands beyond 16 MiB")
+    return _parse(raw, "fwcfg")
 
 
 def read_fw_cfg(system: System) -> Dict[str, Any]:
@@ -206,21 +291,17 @@ def read_fw_cfg(system: System) -> Dict[str, Any]:
     data = system.read_bytes(raw_path)
     if data is None:
         raise SourceError(f"fwcfg: no entry {FW_CFG_NAME} (not enabled for this domain, or not QEMU)")
-    try:
-        return decode_fw_cfg(data)
-    except SourceError as exc:
-        log.warning("%s", exc)  # present but unusable: worth an operator's look
-        raise
+    return decode_fw_cfg(data)  # present but unusable: CorruptSourceError, a warning
 
 
 def read_instance_data(system: System) -> Dict[str, Any]:
     path = system.path("/run/cloud-init/instance-data.json")
     try:
-        with open(path, encoding="utf-8") as handle:
-            document = _parse(handle.read(), "instance-data")
+        document = _parse(read_bounded(path), "instance-data")
     except OSError as exc:
         raise SourceError(f"instance-data: {exc}") from None
-    meta = (document.get("ds") or {}).get("meta_data")
+    ds = document.get("ds")
+    meta = ds.get("meta_data") if isinstance(ds, dict) else None
     if not isinstance(meta, dict) or "devices" not in meta:
         raise SourceError("instance-data: no ds.meta_data.devices")
     return meta
@@ -228,8 +309,7 @@ def read_instance_data(system: System) -> Dict[str, Any]:
 
 def read_file(path: str) -> Dict[str, Any]:
     try:
-        with open(path, encoding="utf-8") as handle:
-            return _parse(handle.read(), path)
+        return _parse(read_bounded(path), path)
     except OSError as exc:
         raise SourceError(f"{path}: {exc}") from None
 
@@ -260,7 +340,8 @@ def fetch_document(system: System, sources: List[str], metadata_url: str) -> Tup
             else:
                 raise SourceError(f"unknown source {source!r}")
         except SourceError as exc:
-            log.info("%s", exc)
+            # Absent is routine (no config drive on this cloud); present but broken is worth a look.
+            log.log(logging.WARNING if isinstance(exc, CorruptSourceError) else logging.INFO, "%s", exc)
             failures.append(str(exc))
             continue
         log.info("metadata from %s", source)

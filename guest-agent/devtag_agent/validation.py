@@ -8,7 +8,9 @@ boot (100-170 ms on a small VM), so the checks are done by a small evaluator of
 exactly the keywords the schema uses (``type``, ``required``, ``properties``,
 ``items``, ``maxItems``, ``uniqueItems``, ``pattern``, ``minLength``,
 ``maxLength``, ``minimum``, ``maximum``, ``const``, ``allOf``,
-``if``/``then``, local ``$ref``).  If a later schema version uses any other
+``if``/``then``, local ``$ref``); ``pattern`` with ECMA-262's ``$`` (end of
+the string, as the host's validator reads it, not Python's "before a final
+newline": :func:`devtag_schema.python_pattern`).  If a later schema version uses any other
 keyword, :func:`entry_checker` falls back to ``jsonschema`` itself.  The tests
 check that both give the same answer on generated documents.
 """
@@ -21,7 +23,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import devtag_schema
 
-__all__ = ["entry_checker", "split_document"]
+__all__ = ["entry_checker", "split_document", "tags_per_device_limit"]
 
 _KNOWN = frozenset(
     {
@@ -115,7 +117,7 @@ class _Evaluator:
             if pattern is not None:
                 compiled = self._patterns.get(pattern)
                 if compiled is None:
-                    compiled = self._patterns[pattern] = re.compile(pattern)
+                    compiled = self._patterns[pattern] = re.compile(devtag_schema.python_pattern(pattern))
                 if not compiled.search(value):
                     out.append(f"{where}: {value!r:.80} does not match {pattern!r}")
         if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -163,16 +165,18 @@ def entry_checker() -> EntryChecker:
             return evaluator.errors(entry, device, where)
 
     else:  # a schema version with keywords we do not evaluate ourselves
-        import jsonschema
-
-        cls = getattr(jsonschema, "Draft202012Validator", None) or jsonschema.Draft7Validator
-        validator = cls({"$defs": schema["$defs"], "$ref": "#/$defs/device"})
+        validator = devtag_schema.validator_class()({"$defs": schema["$defs"], "$ref": "#/$defs/device"})
 
         def check(entry: Any, where: str) -> List[str]:
             return [f"{where}/{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(entry)]
 
     _checker = check
     return check
+
+
+def tags_per_device_limit() -> int:
+    """The schema's ``maxItems`` of one entry's tags: also the most one device carries in all."""
+    return int(devtag_schema.load_schema()["$defs"]["device"]["properties"]["tags"].get("maxItems", 64))
 
 
 def split_document(document: Any) -> Tuple[List[Tuple[int, Dict[str, Any]]], List[str]]:

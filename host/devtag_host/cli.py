@@ -224,6 +224,12 @@ def _cmd_devices(args: argparse.Namespace) -> None:
         domain = parse_domain_xml(_read_xml_file(args.xml))
         for device, tag in _parse_tag_options(args.tag):
             domain = _with_entries(domain, add_tags(domain, device, [tag]))
+        try:
+            document = devices_document(domain)
+        except InvalidDocumentError as exc:  # e.g. a <serial> the schema refuses: the file is the bad input
+            raise InputError(str(exc)) from None
+        _print_document(document, compact=args.compact)
+        return
     else:
         if not args.domain:
             raise InputError("name a DOMAIN or give --xml FILE")

@@ -10,25 +10,50 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import re
+import stat
 from typing import Any, Dict, List, Tuple
 
 from .errors import InputError
 
 # No single input can be larger than the largest config drive (configdrive.iso.MAX_IMAGE_BYTES).
 MAX_INPUT_BYTES = 64 * 1024 * 1024
-_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
+MAX_JSON_DEPTH = 64  # Nova's documents nest a handful of levels; deeper ones break json.dumps later
 
 
 def read_file(name: str, what: str, limit: int = MAX_INPUT_BYTES) -> bytes:
+    """The content of the regular file ``name`` (a FIFO or a device would block or never end)."""
     try:
-        with open(name, "rb") as handle:
-            data = handle.read(limit + 1)
+        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         raise InputError(f"cannot read {what} {name}: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise InputError(f"{what} {name} is not a regular file")
+        try:
+            data = handle.read(limit + 1)
+        except OSError as exc:
+            raise InputError(f"cannot read {what} {name}: {exc.strerror}") from None
     if len(data) > limit:
         raise InputError(f"{what} {name} is larger than {limit} bytes")
     return data
+
+
+def _nesting_depth(value: Any) -> int:
+    """How deep ``value`` nests objects and arrays, counted without recursion."""
+    deepest = 0
+    pending = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, depth)
+        if depth <= MAX_JSON_DEPTH:
+            pending.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 def read_json_object(name: str, what: str) -> Dict[str, Any]:
@@ -36,8 +61,12 @@ def read_json_object(name: str, what: str) -> Dict[str, Any]:
         value = json.loads(read_file(name, what))
     except ValueError as exc:
         raise InputError(f"{what} {name} is not JSON: {exc}") from None
+    except RecursionError:
+        raise InputError(f"{what} {name}: JSON nested too deep") from None
     if not isinstance(value, dict):
         raise InputError(f"{what} {name} must hold a JSON object")
+    if _nesting_depth(value) > MAX_JSON_DEPTH:
+        raise InputError(f"{what} {name}: JSON nested deeper than {MAX_JSON_DEPTH} levels")
     return value
 
 

@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 
 URI_ENVIRONMENT_VARIABLE = "DEVTAG_LIBVIRT_URI"
 _METADATA_KEY = "devtag"
-_UUID = re.compile(r"^[0-9a-fA-F]{8}-?([0-9a-fA-F]{4}-?){3}[0-9a-fA-F]{12}$")
+_UUID = re.compile(r"^[0-9a-fA-F]{8}-?([0-9a-fA-F]{4}-?){3}[0-9a-fA-F]{12}\Z")
 _EMBEDDED_QEMU_CONF = 'stdio_handler = "file"\nremember_owner = 0\n'
 _QEMU_USER_SETTING = re.compile(r"^\s*user\s*=", re.MULTILINE)
 QEMU_USER = "libvirt-qemu"  # what Debian's libvirt runs QEMU as when the driver runs as root
@@ -196,18 +196,21 @@ _embedded_connections: Dict[str, _SharedConnection] = {}
 _embedded_lock = threading.Lock()
 
 
-def open_connection(uri: Optional[str] = None) -> libvirt.virConnect:
+def open_connection(uri: Optional[str] = None, read_only: bool = False) -> libvirt.virConnect:
     """Open ``uri`` (default: :func:`default_uri`), preparing an embedded root if needed.
 
     Embedded connections are opened once per process and shared (see
     :class:`_SharedConnection`); others are new connections the caller closes.
+    ``read_only`` opens a daemon's read-only socket, which libvirt grants every
+    local user: a reader (the metadata server) needs no ``libvirt`` group.  An
+    embedded driver lives in this process, so there is no socket to restrict.
     """
     uri = expand_uri(uri or default_uri())
     start_event_loop()
     libvirt.registerErrorHandler(_quiet_libvirt_errors, None)
     root = embedded_root(uri)
     if root is None:
-        return _open(uri)
+        return _open(uri, read_only)
     with _embedded_lock:
         shared = _embedded_connections.get(uri)
         if shared is None or not shared.isAlive():
@@ -227,12 +230,12 @@ def _refuse_if_held(root: Path) -> None:
         )
 
 
-def _open(uri: str) -> libvirt.virConnect:
+def _open(uri: str, read_only: bool = False) -> libvirt.virConnect:
     try:
-        connection = libvirt.open(uri)
+        connection = libvirt.openReadOnly(uri) if read_only else libvirt.open(uri)
     except libvirt.libvirtError as exc:
         raise RuntimeFailure(f"cannot connect to libvirt at {uri}: {exc.get_error_message()}") from None
-    log.debug("connected to %s", uri)
+    log.debug("connected to %s%s", uri, " (read-only)" if read_only else "")
     return connection
 
 

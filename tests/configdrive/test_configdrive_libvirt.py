@@ -93,14 +93,18 @@ def test_q35_gets_a_sata_cdrom(libvirt_conn: Any, define_domain: Callable, image
     assert drive[0].target_bus == "sata"
 
 
+# ssh-keygen -t ed25519 -C me@host (the public half only)
+KEY_LINE = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKRY9ttPII8g84PgSgu/BUjs1e2qlIIs27NQfkClXrPZ me@host"
+
+
 def test_cli_writes_the_drive_and_maps_errors_to_exit_codes(
     libvirt_uri: str, define_domain: Callable, image_dir: Path, capsys: pytest.CaptureFixture
 ) -> None:
     make_domain(define_domain, image_dir, "cd-cli")
     user_data = image_dir / "user-data"
     user_data.write_text("#cloud-config\n")
-    key = image_dir / "id_ed25519.pub"
-    key.write_text("ssh-ed25519 AAAAC3Nza me@host\n")
+    key = image_dir / "id_ed25519.pub"  # a real one: --public-key refuses anything else (issue 14)
+    key.write_text(KEY_LINE + "\n")
     out = image_dir / "cli.iso"
     args = ["configdrive", "--connect", libvirt_uri, "cd-cli", "-o", str(out)]
     code = main([*args, "--user-data", str(user_data), "--meta", "role=db", "--public-key", str(key)])
@@ -111,9 +115,7 @@ def test_cli_writes_the_drive_and_maps_errors_to_exit_codes(
         ["isoinfo", "-R", "-i", str(out), "-x", "/openstack/latest/meta_data.json"], capture_output=True
     ).stdout
     document = json.loads(meta)
-    assert document["meta"] == {"role": "db"} and document["public_keys"] == {
-        "id_ed25519": "ssh-ed25519 AAAAC3Nza me@host"
-    }
+    assert document["meta"] == {"role": "db"} and document["public_keys"] == {"id_ed25519": KEY_LINE}
     capsys.readouterr()
 
     assert main(["configdrive", "--connect", libvirt_uri, "no-such", "-o", str(out)]) == 2

@@ -14,6 +14,8 @@ from typing import Iterator, List
 
 import pytest
 
+from ..test_units import LIMITS, SYSTEM_TOOLS, _offline_security_supported, exec_paths, exposure
+
 pytestmark = [pytest.mark.packaging, pytest.mark.timeout(1800)]
 REPO = Path(__file__).resolve().parents[2]
 
@@ -89,6 +91,23 @@ def test_host_package_vendors_its_libraries_and_runs(debs: Path, tmp_path: Path)
     )
     assert result.returncode == 0, result.stderr
     assert '"address":"0000:00:04.0"' in result.stdout and '"tags":["db"]' in result.stdout
+
+
+def test_the_installed_units_run_what_the_packages_install(debs: Path, tmp_path: Path) -> None:
+    """Issue 14: the packaged metadata-server unit ran /usr/local/bin/devtag-host and could not start."""
+    for name in ("devtag-agent", "devtag-host"):
+        subprocess.run(["dpkg-deb", "-x", str(deb(debs, name)), str(tmp_path)], check=True)
+    units = sorted((tmp_path / "lib/systemd/system").glob("*.service"))
+    assert sorted(u.name for u in units) == sorted(LIMITS)
+    for unit in units:
+        for path in exec_paths(unit):
+            installed = tmp_path / path.lstrip("/")
+            if path.startswith("/usr/bin/devtag-"):
+                assert installed.is_file() and installed.stat().st_mode & 0o111, (unit.name, path)
+            else:  # the distribution's
+                assert path in SYSTEM_TOOLS, (unit.name, path)
+        if _offline_security_supported() and "agent" not in unit.name:  # agent units: see test_units.py
+            assert exposure(unit) <= LIMITS[unit.name], unit.name
 
 
 def new_packages(apt_output: str) -> set:

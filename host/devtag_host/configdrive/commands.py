@@ -17,6 +17,7 @@ from ..errors import InputError, RuntimeFailure
 from ..inputs import key_value_pairs, public_keys_from_text, read_file, read_json_object
 from . import write_config_drive_for_domain
 from .iso import ImageTooLargeError
+from .ssh_keys import PRIVATE_KEY_MARKERS, openssh_public_key_problem
 
 
 def register(commands: Any) -> None:
@@ -53,11 +54,37 @@ def register(commands: Any) -> None:
     configdrive.set_defaults(handler=_cmd_configdrive)
 
 
+def checked_public_keys(text: str, default_name: str, where: str) -> List[Tuple[str, str]]:
+    """:func:`~devtag_host.inputs.public_keys_from_text`, raising :class:`InputError` unless every
+    line is an OpenSSH public key (a private key must never reach ``meta_data.json``) and there is one."""
+    if any(marker in text for marker in PRIVATE_KEY_MARKERS):
+        raise InputError(f"{where} holds a PRIVATE key; give the public one (the .pub file)")
+    keys = []
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        problem = openssh_public_key_problem(line)
+        if problem:
+            raise InputError(f"{where}, line {number}: not an OpenSSH public key ({problem})")
+        keys.append(line)
+    if not keys:
+        raise InputError(f"{where} holds no public key")
+    return public_keys_from_text("\n".join(keys), default_name)
+
+
+def _text(data: bytes, name: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"{name} is not UTF-8 text") from None
+
+
 def _cmd_configdrive(args: argparse.Namespace) -> None:
     keys: List[Tuple[str, str]] = []
     for name in args.public_key:
         stem = Path(name).name.removesuffix(".pub") or "key"
-        keys.extend(public_keys_from_text(read_file(name, "public key", 1 << 20).decode("utf-8", "replace"), stem))
+        keys.extend(checked_public_keys(_text(read_file(name, "public key", 1 << 20), name), stem, name))
     files = [(guest, read_file(local, "file")) for guest, local in key_value_pairs(args.file, "--file")]
     for guest, _ in files:
         if not guest.startswith("/"):

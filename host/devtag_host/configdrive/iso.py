@@ -134,11 +134,28 @@ def build_iso(
     return image
 
 
-def write_atomically(path: Path | str, data: bytes, *, mode: int = 0o644) -> Path:
+def current_umask() -> int:
+    """The process umask, read without changing it (``os.umask`` sets it, racing other threads)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):  # pragma: no cover - Linux < 4.7 or no /proc
+        pass
+    return 0o022  # pragma: no cover
+
+
+def write_atomically(path: Path | str, data: bytes, *, mode: Optional[int] = None) -> Path:
     """Write ``data`` to ``path`` via a temporary file in the same directory and a rename.
 
     Readers see the old file or the complete new one, never a partial image.
+    Without ``mode`` the file gets what ``open()`` would give it: 0666 less the
+    umask.  A config drive may hold passwords in its user data: under
+    ``umask 077`` it is 0600 (libvirt's DAC labelling still gives QEMU access).
     """
+    if mode is None:
+        mode = 0o666 & ~current_umask()
     target = Path(path)
     directory = target.parent if str(target.parent) else Path(".")
     handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)

@@ -19,7 +19,7 @@ from .model import Disk, Domain, Nic
 from .validation import validate_document
 
 MAX_DEVICES = 4096
-_SAFE_DEV_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,14}$")
+_SAFE_DEV_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,14}\Z")
 
 
 class TooManyDevicesError(InputError, ValueError):

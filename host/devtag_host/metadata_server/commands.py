@@ -64,7 +64,7 @@ def _cmd_metadata_server(args: argparse.Namespace) -> None:
     extras = instance_data_reader(Path(args.instance_data)) if args.instance_data else (lambda _uuid: {})
     access_log = None if args.no_access_log else BufferedStreamSink(sys.stderr)
     listener = listening_socket(host, port)
-    connection = virt.open_connection(args.connect)
+    connection = virt.open_connection(args.connect, read_only=True)  # it only reads libvirt
     try:
         service = MetadataService(
             connection,
@@ -72,7 +72,7 @@ def _cmd_metadata_server(args: argparse.Namespace) -> None:
             extras=extras,
             log_requests=access_log is not None,
             access_log=access_log,
-            reconnect=lambda: virt.open_connection(args.connect),
+            reconnect=lambda: virt.open_connection(args.connect, read_only=True),
         )
         announce(
             f"metadata server on http://{args.listen}",

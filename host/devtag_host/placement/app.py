@@ -115,7 +115,7 @@ ROUTES: Dict[str, Dict[str, Tuple[int, Handler, bool]]] = {
 
 
 def _compile(template: str) -> re.Pattern[str]:
-    return re.compile("^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", template) + "$")
+    return re.compile("^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", template) + r"\Z")
 
 
 _COMPILED = [(_compile(template), methods) for template, methods in ROUTES.items()]

@@ -14,6 +14,7 @@ from ..serving import SERVE_EXIT_STATUS, announce, listening_socket
 
 log = logging.getLogger(__name__)
 DEFAULT_LISTEN = "127.0.0.1:8778"
+DEFAULT_HEAD_TIMEOUT = 10.0
 
 _DESCRIPTION = """\
 An OpenStack-Placement-compatible service (API microversions 1.0-1.17).
@@ -49,6 +50,14 @@ def register(commands: argparse._SubParsersAction) -> None:
     serve.add_argument("--auth-token-file", metavar="FILE", help="accept only the token in FILE")
     serve.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (PostgreSQL)")
     serve.add_argument("--no-db-sync", action="store_true", help="do not create/upgrade the schema on start")
+    serve.add_argument(
+        "--request-head-timeout",
+        type=float,
+        default=DEFAULT_HEAD_TIMEOUT,
+        metavar="SECONDS",
+        help="close a connection whose request line and headers take longer than this "
+        f"(default: {DEFAULT_HEAD_TIMEOUT:.0f})",
+    )
     serve.set_defaults(handler=_cmd_serve)
 
     sync = verbs.add_parser("db-sync", help="create or upgrade the database schema")
@@ -80,12 +89,30 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def check_database_url(url: str | None) -> None:
+    """Refuse, as bad input, a --db that is not a URL of a database placement supports."""
+    if url is None:
+        return
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        backend = make_url(url).get_backend_name()
+    except (ArgumentError, ValueError):
+        backend = None
+    if backend not in ("sqlite", "postgresql", "postgres"):
+        raise InputError(
+            f"--db {url!r} is not a database URL: give sqlite:////ABSOLUTE/PATH.sqlite or postgresql://USER@HOST/DB"
+        )
+
+
 def _sync(url: str | None) -> None:
     from sqlalchemy.exc import SQLAlchemyError
 
     from . import migrate
     from .db import Store
 
+    check_database_url(url)
     store = Store(url)
     try:
         migrate.upgrade(store)
@@ -105,8 +132,14 @@ def _cmd_serve(args: argparse.Namespace) -> None:
 
     from .app import TOKEN_FILE_ENV, create_app, read_token_file
     from .db import DEFAULT_DB_ENV, default_url
+    from .serve_limits import HeadTimeoutProtocol, configure_head_timeout, raise_open_files_limit
 
     host, port = parse_listen(args.listen, args.auth_token_file)
+    check_database_url(args.db)
+    if not args.request_head_timeout > 0:
+        raise InputError("--request-head-timeout must be positive")
+    configure_head_timeout(args.request_head_timeout)
+    raise_open_files_limit()
     token = None
     if args.auth_token_file:
         try:
@@ -134,9 +167,10 @@ def _cmd_serve(args: argparse.Namespace) -> None:
                 fd=listener.fileno(),
                 workers=args.workers,
                 log_level="warning",
+                http=HeadTimeoutProtocol,
             )
             return
-        uvicorn.run(create_app(args.db, token), fd=listener.fileno(), log_level="warning")
+        uvicorn.run(create_app(args.db, token), fd=listener.fileno(), log_level="warning", http=HeadTimeoutProtocol)
     finally:
         listener.close()
 

@@ -34,7 +34,7 @@ SERVICE_TYPE = "placement"
 HEADER = "openstack-api-version"
 MIN_VERSION = (1, 0)
 MAX_VERSION = (1, 39)
-_VERSION = re.compile(r"^(\d{1,4})\.(\d{1,4})$")
+_VERSION = re.compile(r"^([0-9]{1,4})\.([0-9]{1,4})\Z")
 
 
 class Version(NamedTuple):

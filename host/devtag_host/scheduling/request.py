@@ -36,8 +36,8 @@ from .prefilter import prefilter_traits
 TRAIT_PREFIX = "trait:"
 RESOURCES_PREFIX = "resources:"
 FORBIDDEN_TRAITS_MICROVERSION = (1, 22)
-_CUSTOM = re.compile(r"^CUSTOM_[A-Z0-9_]{1,248}$")
-_NUMBERED = re.compile(r"^(resources|trait|member_of)[0-9_A-Za-z-]+:|^group_policy$")
+_CUSTOM = re.compile(r"^CUSTOM_[A-Z0-9_]{1,248}\Z")
+_NUMBERED = re.compile(r"^(resources|trait|member_of)[0-9_A-Za-z-]+:|^group_policy\Z")
 _STANDARD_TRAITS = frozenset(os_traits.get_traits())
 _STANDARD_CLASSES = frozenset(os_resource_classes.STANDARDS)
 

@@ -10,7 +10,7 @@ from ..objects import resource_class
 from ..schemas import resource_class as schema
 from ..web import Call, Reply, cache_headers, validate
 
-_CUSTOM = re.compile(r"^CUSTOM_[A-Z0-9_]+$")
+_CUSTOM = re.compile(r"^CUSTOM_[A-Z0-9_]+\Z")
 
 
 def _represent(name: str) -> Dict[str, Any]:

@@ -11,7 +11,7 @@ from ..objects.resource_provider import check_generation
 from ..schemas import trait as schema
 from ..web import Call, Reply, cache_headers, validate
 
-_CUSTOM = re.compile(r"^CUSTOM_[A-Z0-9_]+$")
+_CUSTOM = re.compile(r"^CUSTOM_[A-Z0-9_]+\Z")
 
 
 def list_traits(call: Call) -> Reply:

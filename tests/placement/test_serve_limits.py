@@ -1,0 +1,107 @@
+"""`placement serve` against slow clients, with real sockets on loopback (issue 14, "Units").
+
+Before: a partial request head held its connection for as long as the client
+liked (25 s+), and 1,100 such connections exhausted the 1,024 descriptors
+systemd gives a service by default: every legitimate request was reset.
+"""
+
+from __future__ import annotations
+
+import resource
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Iterator, List
+
+import pytest
+
+from tests.support.services import free_port, wait_for_port
+
+HEAD_TIMEOUT = 3.0
+PARTIAL_HEAD = b"GET /resource_providers HTTP/1.1\r\nHost: placement\r\nX-Auth-Token: admin\r\n"
+
+
+def _systemd_default_limits() -> None:  # in the child: soft 1,024 as systemd's default LimitNOFILE
+    resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 4096))
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[int]:
+    port = free_port()
+    command = [str(Path(sys.executable).parent / "devtag-host"), "placement", "serve"]
+    command += ["--db", f"sqlite:///{tmp_path / 'placement.sqlite'}", "--listen", f"127.0.0.1:{port}"]
+    command += ["--request-head-timeout", str(HEAD_TIMEOUT)]
+    with open(tmp_path / "serve.log", "ab") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_systemd_default_limits)
+    try:
+        wait_for_port(port, timeout=60)
+        yield port
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def _get(port: int, timeout: float = 10.0) -> int:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/", headers={"X-Auth-Token": "admin"})
+    with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - loopback
+        return response.status
+
+
+def _read_response(sock: socket.socket) -> bytes:
+    """One whole HTTP/1.1 response from a kept-alive connection (placement answers chunked)."""
+    sock.settimeout(10)
+    data = b""
+    while not data.endswith(b"\r\n0\r\n\r\n"):
+        chunk = sock.recv(65536)
+        assert chunk, data
+        data += chunk
+    return data
+
+
+def _closed_by_peer(sock: socket.socket, within: float) -> bool:
+    sock.settimeout(within)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+def test_a_partial_head_is_closed_after_the_timeout(server: int) -> None:
+    with socket.create_connection(("127.0.0.1", server)) as sock:
+        sock.sendall(PARTIAL_HEAD)
+        started = time.monotonic()
+        assert _closed_by_peer(sock, HEAD_TIMEOUT + 10)
+        held = time.monotonic() - started
+    assert HEAD_TIMEOUT - 0.5 < held < HEAD_TIMEOUT + 5, held
+
+
+def test_a_partial_second_head_on_a_kept_alive_connection_is_closed_too(server: int) -> None:
+    with socket.create_connection(("127.0.0.1", server)) as sock:
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: placement\r\n\r\n")
+        assert _read_response(sock).startswith(b"HTTP/1.1 200")
+        sock.sendall(PARTIAL_HEAD)
+        assert _closed_by_peer(sock, HEAD_TIMEOUT + 10)
+
+
+def test_1100_slow_clients_do_not_starve_a_legitimate_one(server: int) -> None:
+    slow: List[socket.socket] = []
+    try:
+        for _ in range(1100):
+            sock = socket.create_connection(("127.0.0.1", server), timeout=10)
+            sock.sendall(PARTIAL_HEAD)
+            slow.append(sock)
+        time.sleep(0.5)  # let the server accept them all
+        started = time.monotonic()
+        assert _get(server) == 200
+        assert time.monotonic() - started < 5
+        # ... and the slow ones are gone after the head timeout.
+        assert all(_closed_by_peer(sock, HEAD_TIMEOUT + 15) for sock in slow[:50])
+    finally:
+        for sock in slow:
+            sock.close()
+    assert _get(server) == 200
