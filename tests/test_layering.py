@@ -95,11 +95,10 @@ IN_FUNCTION_IMPORTS: Dict[Tuple[str, str], str] = {
     ("devtag_host.placement.commands", "devtag_host.placement.app"): SERVICE,
     ("devtag_host.placement.commands", "devtag_host.placement.db"): SERVICE,
     ("devtag_host.placement.commands", "devtag_host.placement.migrate"): SERVICE,
-    ("devtag_host.placement.commands", "sqlalchemy.engine"): SERVICE,
     ("devtag_host.placement.commands", "sqlalchemy.exc"): SERVICE,
     ("devtag_host.placement.commands", "uvicorn"): SERVICE,
     ("devtag_host.placement.commands", "devtag_host.placement.serve_limits"): SERVICE + " (a uvicorn protocol)",
-    ("devtag_host.placement.commands", "sqlalchemy.engine"): SERVICE + " (--db URL check)",
+    ("devtag_host.placement.commands", "sqlalchemy.engine"): SERVICE + " (--db URL check, redacted start line)",
     **{
         (importer, imported): ATTACH
         for importer, names in {
