@@ -1,13 +1,18 @@
-"""Build, and cache, the Debian 12 guest the end-to-end tests boot.
+"""Build, and cache, the Debian guests (11, 12 and 13) the end-to-end tests boot.
 
-The expensive part (debootstrap of bookworm with systemd, udev, cloud-init and
-Debian's generic kernel, ~2 minutes) is cached as a tarball under
+The expensive part (debootstrap of the release with systemd, udev, cloud-init
+and Debian's generic kernel, then ``apt-get update`` and a download-only
+install of the agent's dependencies: 13-16 minutes per release cold, on the
+2-core machine with other suites running) is cached as a tarball under
 ``$DEVTAG_CACHE`` (default ``~/.cache/devtag``), keyed by everything that goes
 into it.  Each test run then unpacks it, installs the ``devtag-agent`` package
-built from this checkout with ``dpkg -i`` (offline: its dependencies are in the
-base), adds the in-guest report service, and writes an ext4 image with
-``mkfs.ext4 -d`` (~15 s).  The kernel is booted directly (``<kernel>``), so
-the image needs no boot loader.
+built from this checkout with that release's ``apt-get install
+./devtag-agent.deb`` (apt resolves the package's dependencies against the
+release's own package lists and takes them from the cached downloads, so
+nothing but the release's archive can satisfy them), adds the in-guest report
+service and the NIC-by-tag files (systemd-networkd, ifupdown), and writes an
+ext4 image with ``mkfs.ext4 -d`` (~15 s).
+The kernel is booted directly (``<kernel>``), so the image needs no boot loader.
 
 The generic ``linux-image-amd64`` is used on purpose: the ``-cloud`` kernel
 lacks the e1000, AHCI, LSI and USB-storage drivers, so those devices would
@@ -24,24 +29,47 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Tuple
 
 MIRROR = "http://deb.debian.org/debian"
-SUITE = "bookworm"
 PACKAGES = (
     "systemd,systemd-sysv,udev,dbus,kmod,iproute2,e2fsprogs,netbase,ifupdown,isc-dhcp-client,"
-    "cloud-init,python3-cffi-backend,python3-pyudev,python3-jsonschema,python3-requests,"
-    "linux-image-amd64,initramfs-tools"
+    "cloud-init,python3-cffi-backend,linux-image-amd64,initramfs-tools"
 )
+# What packaging/debian/control makes devtag-agent depend on: downloaded (not
+# installed) into the cached base, so that the agent's own install resolves
+# them offline.  A new dependency that is missing here fails that install.
+AGENT_DEPENDENCIES = ("python3", "python3-pyudev", "python3-jsonschema", "python3-requests", "udev")
 ROOT_FS_UUID = "6b3f7a4e-0000-4e0a-9a57-3c1d2f0e8b11"
 # Bump when the base configuration below changes: it is part of the cache key.
-BASE_RECIPE_VERSION = "1"
+BASE_RECIPE_VERSION = "2"
+
+
+@dataclass(frozen=True)
+class Release:
+    """One Debian release the end-to-end guests run."""
+
+    version: int
+    suite: str
+    # Packages this release needs beyond PACKAGES (e.g. one split out of systemd).
+    extra_packages: Tuple[str, ...] = ()
+
+    @property
+    def packages(self) -> str:
+        return ",".join([PACKAGES, *self.extra_packages])
+
+
+BULLSEYE = Release(11, "bullseye")  # Python 3.9, jsonschema 3.2, systemd/udev 247
+BOOKWORM = Release(12, "bookworm")  # Python 3.11, jsonschema 4.10, systemd 252
+TRIXIE = Release(13, "trixie")  # Python 3.13, jsonschema 4.19, systemd 257
+RELEASES = {release.version: release for release in (BULLSEYE, BOOKWORM, TRIXIE)}
 IMAGE_SIZE = "3G"
 REPORT_SCRIPT = Path(__file__).with_name("guest_report.py")
 REPORT_UNIT = """\
 [Unit]
 Description=devtag end-to-end test: report what devtag published
-After=devtag-agent.service devtag-agent-network.service cloud-init.service systemd-udev-settle.service
+After=devtag-agent.service devtag-agent-network.service cloud-init.service cloud-init-network.service
+After=systemd-udev-settle.service systemd-networkd.service
 Wants=devtag-agent.service
 
 [Service]
@@ -72,6 +100,27 @@ allow-hotplug enp0s30
 iface enp0s30 inet dhcp
 """
 
+# NICs configured by tag (docs/agent.md "Configure a NIC by tag"): one file
+# selects its NIC by the udev property the agent published, the other by the
+# altname; neither names a MAC or a kernel name.  The addresses never leave
+# the guest (TEST-NET-1).  Written into every image; test_releases checks them.
+NIC_BY_TAG_NETWORKS = {
+    "50-devtag-nfvfunc1.network": "[Match]\nProperty=DEVTAG_TAG_nfvfunc1=1\n\n[Network]\nAddress=192.0.2.1/26\n",
+    "50-devtag-nfvfunc2.network": "[Match]\nName=nfvfunc2\n\n[Network]\nAddress=192.0.2.65/26\n",
+}
+# The metadata NIC also gets a fixed address from networkd, the one QEMU's DHCP
+# hands out first (169.254.0.15; 169.254.169.254 is on-link): the hot-plug
+# unit's metadata request then does not depend on a DHCP client having
+# finished (on a loaded machine Debian 11's did not, within the test's wait).
+METADATA_NIC_NETWORK = "[Match]\nMACAddress=52:54:00:e2:e0:99\n\n[Network]\nAddress=169.254.0.15/16\n"
+NIC_BY_TAG_ADDRESSES = {"nfvfunc1": "192.0.2.1/26", "nfvfunc2": "192.0.2.65/26"}
+# ifupdown names interfaces, it matches no properties: the altname is its only
+# handle on a tag, and only `auto` stanzas (networking.service, ordered after
+# the agent) use it; `allow-hotplug` is keyed by the kernel name udev reports.
+# Only test_releases' domains have this NIC; elsewhere `ifup -a` reports it missing.
+IFUPDOWN_BY_TAG = ("legacyif", "192.0.2.129/26")
+IFUPDOWN_BY_TAG_STANZA = "auto {0}\niface {0} inet static\n    address {1}\n".format(*IFUPDOWN_BY_TAG)
+
 
 def cache_dir() -> Path:
     path = Path(os.environ.get("DEVTAG_CACHE") or Path.home() / ".cache" / "devtag")
@@ -79,12 +128,35 @@ def cache_dir() -> Path:
     return path
 
 
-def _base_key() -> str:
-    return hashlib.sha256(f"{SUITE}|{MIRROR}|{PACKAGES}|{BASE_RECIPE_VERSION}".encode()).hexdigest()[:16]
+def _base_key(release: Release) -> str:
+    recipe = f"{release.suite}|{MIRROR}|{release.packages}|{AGENT_DEPENDENCIES}|{BASE_RECIPE_VERSION}"
+    return hashlib.sha256(recipe.encode()).hexdigest()[:16]
 
 
 def _run(*command: str) -> None:
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=1800)
+    done = subprocess.run(command, check=False, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=1800)
+    if done.returncode != 0:
+        tail = done.stdout.decode(errors="replace")[-3000:]
+        raise RuntimeError(f"{' '.join(command[:6])} ... exited {done.returncode}:\n{tail}")
+
+
+def _chroot_apt(root: Path, *arguments: str) -> None:
+    """apt-get inside the guest's root, non-interactive (no service is started: no systemd runs there)."""
+    _run("chroot", str(root), "env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "-q", "-y", *arguments)
+
+
+def _download_agent_dependencies(root: Path) -> None:
+    """The release's package lists, and its .debs of the agent's dependencies, kept in the base."""
+    resolv = root / "etc/resolv.conf"
+    had_resolv = resolv.exists() or resolv.is_symlink()
+    if not had_resolv:
+        shutil.copy("/etc/resolv.conf", resolv)
+    try:
+        _chroot_apt(root, "update")
+        _chroot_apt(root, "install", "--download-only", *AGENT_DEPENDENCIES)
+    finally:
+        if not had_resolv:
+            resolv.unlink()
 
 
 def _configure_base(root: Path) -> None:
@@ -100,17 +172,19 @@ def _configure_base(root: Path) -> None:
     (root / "etc/modules-load.d/devtag-e2e.conf").write_text("qemu_fw_cfg\n")
 
 
-def base_tarball() -> Path:
-    """The cached base system, building it on first use (serialised by a lock)."""
+def base_tarball(release: Release = BOOKWORM) -> Path:
+    """The cached base system of ``release``, building it on first use (serialised by a lock per release)."""
     cache = cache_dir()
-    tarball = cache / f"{SUITE}-base-{_base_key()}.tar"
-    with open(cache / "base.lock", "w") as lock:
+    tarball = cache / f"{release.suite}-base-{_base_key(release)}.tar"
+    with open(cache / f"base-{release.suite}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if tarball.exists():
             return tarball
         with tempfile.TemporaryDirectory(dir=cache) as scratch:
             root = Path(scratch) / "rootfs"
-            _run("debootstrap", "--variant=minbase", f"--include={PACKAGES}", SUITE, str(root), MIRROR)
+            debootstrap = ("debootstrap", "--variant=minbase", f"--include={release.packages}")
+            _run(*debootstrap, release.suite, str(root), MIRROR)
+            _download_agent_dependencies(root)
             _configure_base(root)
             partial = tarball.with_suffix(".partial")
             _run("tar", "--numeric-owner", "--xattrs", "-C", str(root), "-cf", str(partial), ".")
@@ -126,20 +200,27 @@ class GuestImage:
     cmdline: str = f"root=UUID={ROOT_FS_UUID} rw console=ttyS0 systemd.show_status=1"
 
 
-def build_guest_image(agent_deb: Path, workdir: Path) -> GuestImage:
-    """A bootable ext4 image with ``agent_deb`` installed, kernel and initrd beside it."""
+def build_guest_image(agent_deb: Path, workdir: Path, release: Release = BOOKWORM) -> GuestImage:
+    """A bootable ext4 image of ``release`` with ``agent_deb`` installed, kernel and initrd beside it."""
     root = workdir / "rootfs"
     root.mkdir(parents=True)
-    _run("tar", "--numeric-owner", "--xattrs", "-C", str(root), "-xf", str(base_tarball()))
+    _run("tar", "--numeric-owner", "--xattrs", "-C", str(root), "-xf", str(base_tarball(release)))
     shutil.copy(agent_deb, root / "tmp" / agent_deb.name)
-    _run("chroot", str(root), "dpkg", "-i", f"/tmp/{agent_deb.name}")
+    # Not --no-download: bullseye's apt (2.2) then refuses the local .deb ("Pathname to
+    # install is not absolute").  Nothing is fetched either way: the dependencies are in
+    # the base's archive cache.
+    _chroot_apt(root, "install", f"/tmp/{agent_deb.name}")
     (root / "tmp" / agent_deb.name).unlink()
+    for download in (root / "var/cache/apt/archives").glob("*.deb"):
+        download.unlink()  # installed now; the guest does not need them
     shutil.copy(REPORT_SCRIPT, root / "usr/local/sbin/devtag-e2e-report")
     # cloud-init fetches the metadata (OpenStack datasource, ephemeral DHCP) but
     # configures no network: the test NICs have no DHCP server worth waiting for.
     (root / "etc/cloud/cloud.cfg.d/91-devtag-e2e-network.cfg").write_text("network: {config: disabled}\n")
     # Debian's /etc/network/interfaces sources interfaces.d/*.
     (root / "etc/network/interfaces.d/devtag-e2e-metadata").write_text(METADATA_NIC_STANZA)
+    (root / "etc/network/interfaces.d/devtag-e2e-by-tag").write_text(IFUPDOWN_BY_TAG_STANZA)
+    _configure_networkd(root)
     wants = root / "etc/systemd/system/multi-user.target.wants"
     wants.mkdir(parents=True, exist_ok=True)
     for name, text in (("devtag-e2e-report.service", REPORT_UNIT), ("devtag-e2e-watch.service", WATCH_UNIT)):
@@ -155,6 +236,15 @@ def build_guest_image(agent_deb: Path, workdir: Path) -> GuestImage:
     for path in (workdir, image.disk, image.kernel, image.initrd):
         path.chmod(0o755 if path.is_dir() else 0o644)
     return image
+
+
+def _configure_networkd(root: Path) -> None:
+    """systemd-networkd with the NIC-by-tag files; it manages only the NICs they match."""
+    for name, text in {**NIC_BY_TAG_NETWORKS, "60-devtag-e2e-metadata.network": METADATA_NIC_NETWORK}.items():
+        (root / "etc/systemd/network" / name).write_text(text)
+    _run("chroot", str(root), "systemctl", "enable", "systemd-networkd.service")
+    # Nothing here waits for the network; a wait-online timeout would only slow every boot.
+    _run("chroot", str(root), "systemctl", "mask", "systemd-networkd-wait-online.service")
 
 
 def iter_report_lines(path: Path) -> Iterator[str]:

@@ -23,6 +23,7 @@ import sys
 import time
 
 MARKER = "/var/lib/devtag-e2e-mkfs-done"
+RULES = "/usr/lib/udev/rules.d/70-devtag.rules"
 
 
 def run(*command):
@@ -53,6 +54,59 @@ def nics():
     code, out, _ = run("ip", "-j", "link", "show")
     links = json.loads(out) if code == 0 else []
     return {link["ifname"]: {"mac": link.get("address"), "altnames": link.get("altnames", [])} for link in links}
+
+
+def addresses():
+    """IPv4 addresses per interface: the NIC-by-tag check (systemd-networkd files matching tags)."""
+    code, out, _ = run("ip", "-j", "-4", "addr", "show")
+    links = json.loads(out) if code == 0 else []
+    return {
+        link["ifname"]: [f"{a['local']}/{a['prefixlen']}" for a in link.get("addr_info", []) if "local" in a]
+        for link in links
+    }
+
+
+def release():
+    """Which guest this is: the versions the agent runs on."""
+    info = dict(line.split("=", 1) for line in open("/etc/os-release").read().splitlines() if "=" in line)
+    versions = run(
+        "python3",
+        "-c",
+        "import sys, jsonschema, pyudev; print(sys.version.split()[0], jsonschema.__version__, pyudev.__version__)",
+    )[1].split()
+    udev = run("udevadm", "--version")[1].strip()
+    return {"version_id": info.get("VERSION_ID", "").strip('"'), "python_jsonschema_pyudev": versions, "udev": udev}
+
+
+def udev_verify():
+    """``udevadm verify`` of the agent's rules file, or None where udevadm has no such verb (systemd < 253)."""
+    if run("udevadm", "verify", "--help")[0] != 0:
+        return None
+    code, out, err = run("udevadm", "verify", RULES)
+    return [code, (out + err)[-2000:]]
+
+
+def seconds(*command, repeat=3):
+    """The fastest of ``repeat`` runs of ``command``, in seconds: the baseline the agent's boot run is compared to."""
+    best = None
+    for _ in range(repeat):
+        started = time.monotonic()
+        run(*command)
+        elapsed = time.monotonic() - started
+        best = elapsed if best is None else min(best, elapsed)
+    return best
+
+
+def boot_cost(devices):
+    """What the agent's boot run costs next to the floor any agent pays: start Python, trigger the devices."""
+    syspaths = sorted({device["syspath"] for device in devices})
+    return {
+        "agent": unit_times("devtag-agent.service"),
+        "python_pass": seconds("python3", "-c", "pass"),
+        "python_import_agent": seconds("python3", "-c", "import devtag_agent.cli"),
+        "trigger_settle": seconds("udevadm", "trigger", "--action=change", "--settle", *syspaths),
+        "devices": len(syspaths),
+    }
 
 
 def unit_times(unit):
@@ -115,6 +169,9 @@ def main():
     report["block"] = block_devices()
     report["nics"] = nics()
     report["agent_unit"] = unit_times("devtag-agent.service")
+    report["addresses"] = addresses()
+    report["release"] = release()
+    report["udev_verify"] = udev_verify()
     report["journal"] = run("journalctl", "-b", "-u", "devtag-agent.service", "--no-pager", "-o", "cat")[1][-6000:]
     # The second pass (after cloud-init's network stage), when this boot pulled it in.
     report["second_pass_unit"] = unit_times("devtag-agent-network.service")
@@ -129,6 +186,8 @@ def main():
         run("udevadm", "settle", "--timeout=30")
         report["after_mkfs"] = by_tag_links()
         open(MARKER, "w").close()
+    if "devtag_e2e_timing" in cmdline:
+        report["boot_cost"] = boot_cost(devices)
     with open("/dev/ttyS1", "w") as port:
         port.write("DEVTAG-E2E-REPORT " + json.dumps(report) + "\n")
         port.flush()

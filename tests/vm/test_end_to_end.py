@@ -28,13 +28,13 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import pytest
 
 from devtag_host.cli import main as devtag_host
 
-from .guest_image import GuestImage, build_guest_image
+from .guest_image import BOOKWORM, GuestImage, Release
 
 pytestmark = [pytest.mark.vm, pytest.mark.timeout(2400)]
 REPO = Path(__file__).resolve().parents[2]
@@ -79,26 +79,8 @@ HOTPLUG_TIMEOUT = 120
 
 
 @pytest.fixture(scope="session")
-def vm_dir() -> Iterator[Path]:
-    directory = Path(tempfile.mkdtemp(prefix="devtag-e2e-"))
-    directory.chmod(0o755)
-    yield directory
-    if os.environ.get("DEVTAG_E2E_KEEP"):
-        print(f"\nkept the end-to-end VM files in {directory}")
-    else:
-        shutil.rmtree(directory, ignore_errors=True)
-
-
-@pytest.fixture(scope="session")
-def agent_deb(vm_dir: Path) -> Path:
-    out = vm_dir / "debs"
-    subprocess.run([str(REPO / "packaging/build-debs.sh"), "--agent-only", str(out)], check=True, timeout=900)
-    return next(out.glob("devtag-agent_*.deb"))
-
-
-@pytest.fixture(scope="session")
-def guest_image(agent_deb: Path, vm_dir: Path) -> GuestImage:
-    return build_guest_image(agent_deb, vm_dir / "image")
+def guest_image(guest_images: Callable[[Release], GuestImage]) -> GuestImage:
+    return guest_images(BOOKWORM)
 
 
 def disk_xml(directory: Path, dev: str, bus: str, serial: str, address: str, device: str) -> str:

@@ -1,0 +1,48 @@
+"""Fixtures every VM test shares: one scratch directory, one agent package per session."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Callable, Dict, Iterator
+
+import pytest
+
+from .guest_image import GuestImage, Release, build_guest_image
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def vm_dir() -> Iterator[Path]:
+    directory = Path(tempfile.mkdtemp(prefix="devtag-e2e-"))
+    directory.chmod(0o755)
+    yield directory
+    if os.environ.get("DEVTAG_E2E_KEEP"):
+        print(f"\nkept the end-to-end VM files in {directory}")
+    else:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def agent_deb(vm_dir: Path) -> Path:
+    """devtag-agent built from this checkout: the one .deb every release's guest installs."""
+    out = vm_dir / "debs"
+    subprocess.run([str(REPO / "packaging/build-debs.sh"), "--agent-only", str(out)], check=True, timeout=900)
+    return next(out.glob("devtag-agent_*.deb"))
+
+
+@pytest.fixture(scope="session")
+def guest_images(agent_deb: Path, vm_dir: Path) -> Callable[[Release], GuestImage]:
+    """The guest image of a release, built on first use and shared by every test of the session."""
+    built: Dict[int, GuestImage] = {}
+
+    def image_of(release: Release) -> GuestImage:
+        if release.version not in built:
+            built[release.version] = build_guest_image(agent_deb, vm_dir / f"image-{release.suite}", release)
+        return built[release.version]
+
+    return image_of
