@@ -31,13 +31,13 @@ from devtag_host.attach.lifecycle import (
     swap_volume,
     unshelve,
 )
-from devtag_host.attach.migration_testing import (
+from devtag_host.metadata import find_device, tags_of
+from tests.support.migration_testing import (
     LibvirtHost,
     TwoHostCluster,
     throwaway_libvirt_host,
     two_host_cluster,
 )
-from devtag_host.metadata import find_device, tags_of
 
 libvirt = pytest.importorskip("libvirt")
 pytestmark = pytest.mark.libvirt
