@@ -6,7 +6,7 @@
 Starts two session ``libvirtd`` ("node1", "node2", see
 tests/support/migration_testing.py), a TCG domain without a guest OS with
 ``--volumes`` tagged NBD volumes attached through devtag's attach flow, and
-migrates it back and forth with :func:`devtag_host.attach.migration.live_migrate`
+migrates it back and forth with :func:`devtag_host.attach.live_migration.live_migrate`
 over loopback.  Per run it reports the whole flow (destination attachments,
 exports, migration, clean-up) and libvirt's migration alone (between the
 journal's ``migrate`` and ``complete-destination`` steps).
@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Dict, List
 
-from devtag_host.attach.migration import MigrationOptions, live_migrate
+from devtag_host.attach.live_migration import MigrationOptions, live_migrate
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))

@@ -306,11 +306,13 @@ def _cmd_detach_interface(args: argparse.Namespace) -> None:
 
 
 def _cmd_reconcile(args: argparse.Namespace) -> None:
-    from . import lifecycle, migration
+    from . import lifecycle, live_migration
 
     with _host(args) as host, contextlib.ExitStack() as peers:
         lifecycle.register(host)
-        migration.register(host, [peers.enter_context(migration.peer_host(spec, host.store)) for spec in args.peer])
+        live_migration.register(
+            host, [peers.enter_context(live_migration.peer_host(spec, host.store)) for spec in args.peer]
+        )
         report = host.reconcile()
     if args.json:
         json.dump(report, sys.stdout, indent=2, default=str)

@@ -57,7 +57,7 @@ from ..metadata.model import Domain, TagEntry
 from . import devices, model
 from .flows import ComputeHost, FlowFailed, Operation
 from .guest import Guest
-from .migration import (
+from .live_migration import (
     MovedVolume,
     complete_destination,
     destroy_and_undefine,

@@ -1,7 +1,7 @@
 """``devtag-host live-migrate``, ``evacuate``, ``shelve-offload``, ``unshelve`` and ``swap-volume``.
 
 Thin: parse, build the :class:`ComputeHost` objects on one attachment store,
-call :mod:`devtag_host.attach.migration` or :mod:`devtag_host.attach.lifecycle`,
+call :mod:`devtag_host.attach.live_migration` or :mod:`devtag_host.attach.lifecycle`,
 print one line.  Errors map as for the other attach verbs (input 2, failure 1).
 """
 
@@ -71,7 +71,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 def _hosts(args: argparse.Namespace, peer: str = "") -> Iterator[Any]:
     """This host, with every flow's reconciler registered (and the peer ``NAME=URI``, if any)."""
     from .. import virt
-    from . import lifecycle, migration
+    from . import lifecycle, live_migration
     from .commands import open_store, translated_errors
     from .flows import ComputeHost
 
@@ -82,8 +82,8 @@ def _hosts(args: argparse.Namespace, peer: str = "") -> Iterator[Any]:
             host = ComputeHost(connection, store, host=args.host)
             lifecycle.register(host)
             if peer:
-                other = stack.enter_context(migration.peer_host(peer, store))
-                migration.register(host, [other])
+                other = stack.enter_context(live_migration.peer_host(peer, store))
+                live_migration.register(host, [other])
                 yield host, other
             else:
                 yield host, None
@@ -93,7 +93,7 @@ def _hosts(args: argparse.Namespace, peer: str = "") -> Iterator[Any]:
 
 
 def _cmd_live_migrate(args: argparse.Namespace) -> None:
-    from .migration import MigrationOptions, live_migrate
+    from .live_migration import MigrationOptions, live_migrate
 
     peer_uri = args.to.partition("=")[2]
     options = MigrationOptions(

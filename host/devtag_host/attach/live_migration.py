@@ -2,7 +2,7 @@
 
 Example::
 
-    from devtag_host.attach.migration import MigrationOptions, live_migrate
+    from devtag_host.attach.live_migration import MigrationOptions, live_migrate
 
     source = ComputeHost(virt.open_connection("qemu+tls://node1/system"), store, host="node1")
     destination = ComputeHost(virt.open_connection("qemu+tls://node2/system"), store, host="node2")
