@@ -26,11 +26,11 @@ from devtag_host.attach.lifecycle import (
     SWAP_STEPS,
     UNSHELVE_STEPS,
     evacuate,
-    recover_evacuated,
     shelve_offload,
     swap_volume,
     unshelve,
 )
+from devtag_host.attach.reconcile import recover_evacuated
 from devtag_host.metadata import find_device, tags_of
 from tests.support.migration_testing import (
     LibvirtHost,
@@ -345,6 +345,21 @@ def test_devtag_host_attachments_reconcile_finishes_a_swap(
     argv = ["attachments", "reconcile", "--connect", two_hosts[0].uri, "--db", cluster.store.url, "--host", "node1"]
     assert cli.main(argv) == 0
     assert_runs_on(cluster, cluster.node1, domain.UUIDString(), {"new": "cli"})
+
+
+def test_reconcile_from_the_python_api_finishes_the_lifecycle_flows(cluster: TwoHostCluster) -> None:
+    """Issue 15: only the CLI registered the lifecycle reconcilers; from the API a crash stayed pending."""
+    domain = cluster.start("swap-api")
+    attach(cluster, "swap-api", "old", "api")
+    cluster.node1.create_volume("new", 1 << 20, backend="nbd")
+    inject(cluster, "swap-volume", "disconnect-old", "crash")
+    with pytest.raises(SimulatedCrash):
+        swap_volume(cluster.node1, "swap-api", "old", "new")
+    cluster.hooks.clear()
+    plain = ComputeHost(cluster.node1.connection, cluster.store, host="node1", backends=cluster.node1.backends)
+    report = plain.reconcile()
+    assert [(item["flow"], item["outcome"]) for item in report if "flow" in item] == [("swap-volume", "rolled-forward")]
+    assert_runs_on(cluster, cluster.node1, domain.UUIDString(), {"new": "api"})
 
 
 def test_devtag_host_swap_shelve_unshelve_verbs(

@@ -122,6 +122,20 @@ def test_journal_keeps_open_operations(store: AttachmentStore) -> None:
     assert open_op[1]["detail"] == {"host": "h1"}
 
 
+def test_journal_records_are_typed(store: AttachmentStore) -> None:
+    store.journal_step("op1", "attach-volume", "end", mac="52:54:00:AA:BB:CC", detail={"outcome": "completed"})
+    (record,) = store.journal()
+    assert (record.operation, record.flow, record.step, record.mac, record.outcome) == (
+        "op1",
+        "attach-volume",
+        "end",
+        "52:54:00:aa:bb:cc",
+        "completed",
+    )
+    assert record["detail"] == {"outcome": "completed"}  # the rows' old dict shape still reads
+    assert store.journal_ids().macs == {"52:54:00:aa:bb:cc"}
+
+
 def test_schema_has_its_own_alembic_version_table(store: AttachmentStore) -> None:
     assert current_revision(store) == "0002"
     from sqlalchemy import inspect

@@ -33,7 +33,6 @@ from typing import Any, Callable, Iterator, List, Optional, Tuple
 import libvirt
 
 from devtag_host import virt
-from devtag_host.attach import lifecycle, live_migration
 from devtag_host.attach.backends.nbd import NbdBackend
 from devtag_host.attach.flows import ComputeHost
 from devtag_host.attach.invariants import check_invariants
@@ -251,8 +250,7 @@ def two_host_cluster(node1: LibvirtHost, node2: LibvirtHost, store_url: str) -> 
         for name, node in (("node1", node1), ("node2", node2))
     ]
     for host, peer in ((hosts[0], hosts[1]), (hosts[1], hosts[0])):
-        live_migration.register(host, [peer])
-        lifecycle.register(host)
+        host.add_peer(peer)  # reconcile finishes a migration to the peer
     try:
         yield TwoHostCluster(hosts[0], hosts[1], store, state, cluster_hooks)
     finally:

@@ -28,11 +28,15 @@ from .model import (
     Attachment,
     Conflict,
     InterfaceAttachment,
+    JournalIds,
+    JournalRecord,
     NotFound,
     Volume,
     from_json,
     to_json,
 )
+
+FORWARD_OUTCOMES = ("completed", "rolled-forward")
 
 
 class AttachmentStore:
@@ -196,6 +200,14 @@ class AttachmentStore:
             )
         return self.get_attachment(attachment_id)
 
+    def mark_attached(self, attachment_id: str, **fields: Any) -> Attachment:
+        """``attached`` whatever the state was: reconcile found the device in every definition of the guest."""
+        with self.db.write() as conn:
+            _lock_volume(conn, _read_attachment(conn, attachment_id).volume_id)
+            values = {"status": ATTACHED, **_checked_fields(fields)}
+            conn.execute(update(attachments).where(attachments.c.id == attachment_id).values(**values))
+        return self.get_attachment(attachment_id)
+
     def set_fields(self, attachment_id: str, **fields: Any) -> Attachment:
         """Record tag, bus, alias, address or detail without a state change."""
         with self.db.write() as conn:
@@ -326,22 +338,59 @@ class AttachmentStore:
                 )
             )
 
-    def journal(self, operation: Optional[str] = None) -> List[Dict[str, Any]]:
+    def journal(self, operation: Optional[str] = None) -> List[JournalRecord]:
+        """The rows of one operation, or (tests, operators) the whole retained history, oldest first."""
         query = select(journal).order_by(journal.c.id)
         if operation is not None:
             query = query.where(journal.c.operation == operation)
         with self.db.read() as conn:
             return [_journal_row(row) for row in conn.execute(query)]
 
-    def open_operations(self) -> List[List[Dict[str, Any]]]:
+    def open_operations(self) -> List[List[JournalRecord]]:
         """The journal rows of each operation without an ``end`` row, oldest operation first."""
         ended = select(journal.c.operation).where(journal.c.step == END_STEP)
         query = select(journal).where(journal.c.operation.not_in(ended)).order_by(journal.c.id)
-        operations: Dict[str, List[Dict[str, Any]]] = {}
+        operations: Dict[str, List[JournalRecord]] = {}
         with self.db.read() as conn:
             for row in conn.execute(query):
                 operations.setdefault(row.operation, []).append(_journal_row(row))
         return list(operations.values())
+
+    def finished(self, flow: str, *, instance_uuid: Optional[str] = None) -> List[JournalRecord]:
+        """The ``end`` rows of ``flow``'s operations that finished forward (completed or rolled forward)."""
+        query = select(journal).where(journal.c.flow == flow, journal.c.step == END_STEP).order_by(journal.c.id)
+        if instance_uuid is not None:
+            query = query.where(journal.c.instance_uuid == instance_uuid)
+        with self.db.read() as conn:
+            rows = [_journal_row(row) for row in conn.execute(query)]
+        return [row for row in rows if row.outcome in FORWARD_OUTCOMES]
+
+    def plan(self, operation: str) -> JournalRecord:
+        """An operation's first row (a flow journals its plan there)."""
+        query = select(journal).where(journal.c.operation == operation).order_by(journal.c.id).limit(1)
+        with self.db.read() as conn:
+            row = conn.execute(query).first()
+        if row is None:
+            raise NotFound(f"no operation {operation} in the journal")
+        return _journal_row(row)
+
+    def journal_ids(self) -> JournalIds:
+        """The volume ids, MACs and instances the retained journal names (distinct values only)."""
+        with self.db.read() as conn:
+            found = [
+                frozenset(value for (value,) in conn.execute(select(column).distinct().where(column.is_not(None))))
+                for column in (journal.c.volume_id, journal.c.mac, journal.c.instance_uuid)
+            ]
+        return JournalIds(volume_ids=found[0], macs=found[1], instance_uuids=found[2])
+
+    def evacuated_from(self, host: str) -> List[str]:
+        """Instances a finished evacuate took away from ``host`` (its plan names ``host`` as the source)."""
+        instances = []
+        for end in self.finished("evacuate"):
+            plan = self.plan(end.operation)
+            if plan.step == "validate" and plan.detail.get("source") == host and plan.instance_uuid:
+                instances.append(plan.instance_uuid)
+        return instances
 
 
 _ATTACHMENT_FIELDS = frozenset({"tag", "bus", "alias", "address", "detail", "host"})
@@ -455,16 +504,16 @@ def _interface(row: Row) -> InterfaceAttachment:
     )
 
 
-def _journal_row(row: Row) -> Dict[str, Any]:
-    return {
-        "id": row.id,
-        "operation": row.operation,
-        "flow": row.flow,
-        "step": row.step,
-        "instance_uuid": row.instance_uuid,
-        "volume_id": row.volume_id,
-        "attachment_id": row.attachment_id,
-        "mac": row.mac,
-        "detail": from_json(row.detail) or {},
-        "at": row.at,
-    }
+def _journal_row(row: Row) -> JournalRecord:
+    return JournalRecord(
+        id=row.id,
+        operation=row.operation,
+        flow=row.flow,
+        step=row.step,
+        instance_uuid=row.instance_uuid,
+        volume_id=row.volume_id,
+        attachment_id=row.attachment_id,
+        mac=row.mac,
+        detail=from_json(row.detail) or {},
+        at=row.at,
+    )
