@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import Dict, Iterator, Optional, Tuple
 
 import pytest
+from sqlalchemy import text
 
 from devtag_host import cli, virt
-from devtag_host.attach import ATTACHED, IN_USE, RESERVED, InvalidInput, VolumeInUse
+from devtag_host.attach import ATTACHED, IN_USE, RESERVED, Conflict, InvalidInput, VolumeInUse
+from devtag_host.attach.display_secrets import SECRETS_DIR_ENV
 from devtag_host.attach.flows import ComputeHost, FlowFailed, SimulatedCrash
 from devtag_host.attach.lifecycle import (
     EVACUATE_STEPS,
@@ -209,6 +211,70 @@ def test_an_unshelved_instance_takes_its_nic_attachments_along(cluster: TwoHostC
     unshelve(cluster.node2, instance)
     assert cluster.store.get_interface(nic.mac).host == "node2"
     assert_runs_on(cluster, cluster.node2, instance, {"sh-nic-vol": "disk"})
+
+
+DISPLAY_PASSWORD = "Pw-47x11"  # VNC takes 8 characters at most
+WITH_DISPLAY = """<domain type='qemu'><name>{name}</name><memory unit='MiB'>64</memory><vcpu>1</vcpu>
+  <os><type arch='x86_64' machine='pc'>hvm</type></os><devices>
+  <controller type='scsi' index='0' model='virtio-scsi'/>
+  <graphics type='vnc' autoport='yes' passwd='{password}'><listen type='address' address='127.0.0.1'/></graphics>
+  <serial type='null'/><memballoon model='none'/>
+</devices></domain>"""
+
+
+def stored_text(cluster: TwoHostCluster) -> str:
+    """Everything the attachment database holds, as text."""
+    with cluster.store.db.read() as connection:
+        rows = [
+            repr(tuple(row))
+            for table in ("journal", "attachments", "interface_attachments", "volumes")
+            for row in connection.execute(text(f"SELECT * FROM {table}"))  # noqa: S608 - fixed table names
+        ]
+    return "\n".join(rows)
+
+
+def test_shelve_offload_keeps_display_passwords_out_of_the_database(
+    cluster: TwoHostCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 14: the journal held XMLDesc(VIR_DOMAIN_XML_SECURE), VNC password included."""
+    vault = tmp_path / "secrets"
+    monkeypatch.setenv(SECRETS_DIR_ENV, str(vault))
+    domain = cluster.node1.connection.defineXML(WITH_DISPLAY.format(name="sh-vnc", password=DISPLAY_PASSWORD))
+    domain.create()
+    instance = domain.UUIDString()
+    attach(cluster, "sh-vnc", "sh-vnc-db", "database")
+
+    shelve_offload(cluster.node1, "sh-vnc")
+
+    assert DISPLAY_PASSWORD not in stored_text(cluster)
+    (kept,) = vault.iterdir()
+    assert (kept.stat().st_mode & 0o777, vault.stat().st_mode & 0o777) == (0o600, 0o700)
+    monkeypatch.setenv(SECRETS_DIR_ENV, str(tmp_path / "elsewhere"))  # a host that does not share them
+    with pytest.raises(Conflict, match="display passwords"):
+        unshelve(cluster.node2, instance)
+    assert cluster.where(instance) == []
+    monkeypatch.setenv(SECRETS_DIR_ENV, str(vault))
+
+    unshelve(cluster.node2, instance)
+
+    handle = cluster.node2.connection.lookupByUUIDString(instance)
+    assert f"passwd='{DISPLAY_PASSWORD}'" in handle.XMLDesc(libvirt.VIR_DOMAIN_XML_SECURE)
+    assert list(vault.iterdir()) == []  # libvirt keeps it again
+    assert DISPLAY_PASSWORD not in stored_text(cluster)
+    assert_runs_on(cluster, cluster.node2, instance, {"sh-vnc-db": "database"})
+
+
+def test_evacuate_does_not_journal_the_definition_with_its_passwords(cluster: TwoHostCluster) -> None:
+    domain = cluster.node1.connection.defineXML(WITH_DISPLAY.format(name="ev-vnc", password=DISPLAY_PASSWORD))
+    definition = domain.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE | libvirt.VIR_DOMAIN_XML_SECURE)
+    assert DISPLAY_PASSWORD in definition
+    domain.undefine()  # node1 "died" with it
+
+    evacuate(cluster.node2, definition, source_host="node1")
+
+    assert DISPLAY_PASSWORD not in stored_text(cluster)
+    handle = cluster.node2.connection.lookupByUUIDString(domain.UUIDString())
+    assert f"passwd='{DISPLAY_PASSWORD}'" in handle.XMLDesc(libvirt.VIR_DOMAIN_XML_SECURE)
 
 
 @pytest.mark.parametrize("failure", ["error", "crash"])

@@ -42,7 +42,7 @@ Public API (stable; the migration/lifecycle flows build on it):
     journal: ``journal_step(operation, flow, step, instance_uuid=, volume_id=, attachment_id=,
     mac=, detail=)``, ``journal(operation=None)``, ``open_operations()`` (rows are
     ``model.JournalRecord``), ``finished(flow, instance_uuid=)``, ``plan(operation)``,
-    ``journal_ids()``.
+    ``journal_ids()``, ``prune_journal(keep=1000)`` (finished operations beyond a bounded history).
 
 ``backends`` -- ``VolumeBackend`` protocol: ``create_volume(volume_id, name, size_bytes) ->
     location``, ``location_for(volume_id)``, ``delete_volume(location)``, ``volume_exists(location)``,

@@ -214,6 +214,7 @@ class Operation:
             self.id, self.flow, "end", detail={"host": self._host.host_name, "outcome": outcome, **detail}, **self.ids
         )
         self.ended = True
+        self._host.store.prune_journal()  # a bounded history: finished operations beyond it go
         if self._lock is not None:
             operation_lock_path(self.id).unlink(missing_ok=True)
             os.close(self._lock)

@@ -54,7 +54,7 @@ import libvirt
 
 from .. import virt
 from ..metadata.model import Domain, TagEntry
-from . import devices, model
+from . import devices, display_secrets, model
 from .guest import Guest
 from .kernel import (
     FlowFailed,
@@ -134,9 +134,8 @@ def evacuate(destination: Host, definition: str, *, source_host: str, start: boo
     moved: List[MovedVolume] = []
     try:
         moved = [MovedVolume.of(a) for a in store.attachments(instance_uuid=identity["uuid"], host=source_host)]
-        operation.step(
-            "validate", source=source_host, volumes=[m.to_dict() for m in moved], definition=definition, start=start
-        )
+        # The definition is not journalled: reconcile does not need it, and it may hold display passwords.
+        operation.step("validate", source=source_host, volumes=[m.to_dict() for m in moved], start=start)
         if destination.lookup(identity["uuid"]) is not None:
             raise model.Conflict(f"domain {identity['name']!r} already exists on {destination.host_name}")
         for volume in moved:
@@ -228,7 +227,8 @@ class ShelvedVolume:
 def shelve_offload(host: Host, domain: str) -> str:
     """Power the domain off, keep its volumes reserved for it without a host, undefine it.
 
-    Returns the saved definition (also kept in the journal for :func:`unshelve`).
+    Returns the saved definition; the journal keeps it without its display
+    passwords, which stay in a root-only file (:mod:`devtag_host.attach.display_secrets`).
     """
     guest = host.guest(domain)
     store = host.store
@@ -237,11 +237,12 @@ def shelve_offload(host: Host, domain: str) -> str:
     shelved: List[ShelvedVolume] = []
     with host.domain_attach_lock(guest):
         try:
-            secure = libvirt.VIR_DOMAIN_XML_SECURE
-            if guest.handle.isPersistent():
-                definition = guest.handle.XMLDesc(secure | libvirt.VIR_DOMAIN_XML_INACTIVE)
-            else:
-                definition = guest.handle.XMLDesc(secure | libvirt.VIR_DOMAIN_XML_MIGRATABLE)
+            flags = (
+                libvirt.VIR_DOMAIN_XML_INACTIVE if guest.handle.isPersistent() else libvirt.VIR_DOMAIN_XML_MIGRATABLE
+            )
+            definition = guest.handle.XMLDesc(flags)  # without its secrets: this goes to the journal
+            secure_definition = guest.handle.XMLDesc(flags | libvirt.VIR_DOMAIN_XML_SECURE)
+            passwords = display_secrets.display_passwords(secure_definition)
             for attachment in settled_attachments(host, guest.uuid, "reconcile first"):
                 shelved.append(
                     ShelvedVolume(
@@ -256,8 +257,14 @@ def shelve_offload(host: Host, domain: str) -> str:
                     )
                 )
             was_running = guest.running
+            if any(passwords):
+                display_secrets.keep(guest.uuid, passwords)
             operation.step(
-                "validate", definition=definition, volumes=[s.to_dict() for s in shelved], running=was_running
+                "validate",
+                definition=definition,
+                display_passwords=sum(1 for p in passwords if p is not None),
+                volumes=[s.to_dict() for s in shelved],
+                running=was_running,
             )
             operation.step("stop")
             if was_running:
@@ -275,6 +282,7 @@ def shelve_offload(host: Host, domain: str) -> str:
                 undo.push("disconnect", lambda o=old: host.reconnect(o))
                 host.disconnect(old)
         except Exception as exc:
+            display_secrets.forget(guest.uuid)
             roll_back_and_raise(
                 operation, undo, exc, store, [s.shelved_attachment for s in shelved], error=as_flow_failed
             )
@@ -283,7 +291,7 @@ def shelve_offload(host: Host, domain: str) -> str:
         except Exception as exc:
             raise left_open(operation, exc, f"domain {domain!r} is powered off and its volumes reserved") from None
         operation.end("completed")
-    return definition
+    return secure_definition
 
 
 def _reserve_shelved(host: Host, instance_uuid: str, volume: ShelvedVolume) -> None:
@@ -333,6 +341,7 @@ def finish_shelve_offload(host: Host, rows: List[JournalRecord]) -> str:
         host.store.delete_attachment(volume.shelved_attachment)
     if handle is not None and plan["detail"].get("running") and not handle.isActive():
         handle.create()
+    display_secrets.forget(plan.instance_uuid or "")
     return "rolled-back"
 
 
@@ -341,7 +350,11 @@ def shelved_definition(host: Host, instance_uuid: str) -> str:
     shelved = host.store.finished("shelve-offload", instance_uuid=instance_uuid)
     if not shelved:
         raise model.NotFound(f"instance {instance_uuid} was not shelved")
-    return host.store.plan(shelved[-1].operation).detail["definition"]
+    plan = host.store.plan(shelved[-1].operation)
+    if not plan.detail.get("display_passwords"):
+        return plan.detail["definition"]
+    passwords = display_secrets.recall(instance_uuid, plan.detail.get("host"))
+    return display_secrets.with_display_passwords(plan.detail["definition"], passwords)
 
 
 def unshelve(host: Host, instance_uuid: str, *, start: bool = True) -> Any:
@@ -394,6 +407,7 @@ def unshelve(host: Host, instance_uuid: str, *, start: bool = True) -> Any:
         store.move_interfaces(instance_uuid, host.host_name)
     except Exception as exc:
         raise left_open(operation, exc, f"domain {identity['name']!r} is defined on {host.host_name}") from None
+    display_secrets.forget(instance_uuid)  # libvirt keeps the passwords again
     operation.end("completed")
     return handle
 
@@ -436,6 +450,7 @@ def finish_unshelve(host: Host, rows: List[JournalRecord]) -> str:
             if attachment is not None:
                 host.reconnect(attachment)
                 _complete(host, Guest(handle), attachment.id)
+        display_secrets.forget(plan.instance_uuid or "")
         return "rolled-forward"
     destroy_and_undefine(handle)
     for attachment in attachments:

@@ -83,6 +83,7 @@ def reconcile(host: Host) -> List[Dict[str, Any]]:
             {"operation": first.operation, "flow": first.flow, "outcome": outcome, "last_step": rows[-1].step}
         )
     report.extend(_sweep(host))
+    host.store.prune_journal()
     return report
 
 

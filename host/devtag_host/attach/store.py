@@ -10,7 +10,7 @@ and on PostgreSQL alike.
 from __future__ import annotations
 
 import uuid
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 from sqlalchemy import delete, insert, or_, select, update
 from sqlalchemy.engine import Connection, Row
@@ -37,6 +37,7 @@ from .model import (
 )
 
 FORWARD_OUTCOMES = ("completed", "rolled-forward")
+JOURNAL_HISTORY = 1000  # finished operations kept for operators (and the stale-tag sweep)
 
 
 class AttachmentStore:
@@ -391,6 +392,58 @@ class AttachmentStore:
             if plan.step == "validate" and plan.detail.get("source") == host and plan.instance_uuid:
                 instances.append(plan.instance_uuid)
         return instances
+
+    def prune_journal(self, keep: int = JOURNAL_HISTORY) -> int:
+        """Delete the rows of finished operations but the newest ``keep``; returns how many operations went.
+
+        Kept whatever their age: open operations (reconcile needs them), a
+        shelve-offload whose instance has not been unshelved since (unshelve
+        reads its plan) and finished evacuations (``recover-evacuated`` on
+        the dead host when it returns).
+        """
+        query = select(journal.c.operation, journal.c.flow, journal.c.instance_uuid, journal.c.detail).where(
+            journal.c.step == END_STEP
+        )
+        with self.db.write() as conn:
+            ends = [_journal_row_of(row) for row in conn.execute(query.order_by(journal.c.id))]
+            doomed = _prunable(ends, keep)
+            for chunk in _chunks(doomed, 500):
+                conn.execute(delete(journal).where(journal.c.operation.in_(chunk)))
+        return len(doomed)
+
+
+def _journal_row_of(row: Row) -> JournalRecord:
+    return JournalRecord(
+        id=0,
+        operation=row.operation,
+        flow=row.flow,
+        step=END_STEP,
+        instance_uuid=row.instance_uuid,
+        detail=from_json(row.detail) or {},
+    )
+
+
+def _prunable(ends: Sequence[JournalRecord], keep: int) -> List[str]:
+    """Operations (ids) to delete: finished ones beyond the newest ``keep``, but for those still needed."""
+    needed = set()
+    shelved: Dict[str, str] = {}  # instance -> its last forward shelve-offload still to be unshelved
+    for end in ends:
+        if end.outcome not in FORWARD_OUTCOMES or not end.instance_uuid:
+            continue
+        if end.flow == "shelve-offload":
+            shelved[end.instance_uuid] = end.operation
+        elif end.flow == "unshelve":
+            shelved.pop(end.instance_uuid, None)
+        elif end.flow == "evacuate":
+            needed.add(end.operation)
+    needed |= set(shelved.values())
+    finished = [end.operation for end in ends if end.operation not in needed]
+    return finished[: max(0, len(finished) - keep)]
+
+
+def _chunks(values: Sequence[str], size: int) -> Iterable[Sequence[str]]:
+    for start in range(0, len(values), size):
+        yield values[start : start + size]
 
 
 _ATTACHMENT_FIELDS = frozenset({"tag", "bus", "alias", "address", "detail", "host"})
