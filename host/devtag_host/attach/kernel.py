@@ -33,7 +33,7 @@ import os
 import socket
 import uuid
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Dict, Iterable, List, Mapping, NoReturn, Optional, Tuple
+from typing import Any, Callable, ContextManager, Dict, Iterable, List, Mapping, NoReturn, Optional, Tuple, Union
 
 import libvirt
 
@@ -225,6 +225,24 @@ class Operation:
         if lock is not None:
             with contextlib.suppress(OSError):
                 os.close(lock)
+
+
+class Replay:
+    """What a flow's tail journals through when reconcile rolls the flow forward: nothing.
+
+    Past the point of no return a flow's steps are idempotent, so reconcile
+    runs the flow's own tail again (the same code as the flow, not a copy)
+    with this in place of the :class:`Operation`: no journal row, no step hook.
+    """
+
+    def __init__(self, **ids: Optional[str]) -> None:
+        self.ids: Dict[str, Optional[str]] = dict(ids)
+
+    def step(self, step: str, /, **detail: Any) -> None:
+        """Nothing to journal: reconcile ends the operation itself."""
+
+
+Journal = Union[Operation, Replay]
 
 
 def operation_lock_path(operation_id: str) -> Path:

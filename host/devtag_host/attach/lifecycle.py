@@ -59,7 +59,8 @@ from .guest import Guest
 from .kernel import (
     FlowFailed,
     Host,
-    Operation,
+    Journal,
+    Replay,
     Rollback,
     as_flow_failed,
     destroy_and_undefine,
@@ -159,7 +160,7 @@ def evacuate(destination: Host, definition: str, *, source_host: str, start: boo
     return [store.get_attachment(m.destination_attachment) for m in moved]
 
 
-def _finish_evacuation(destination: Host, operation: Operation, moved: Sequence[MovedVolume], guest: Guest) -> None:
+def _finish_evacuation(destination: Host, operation: Journal, moved: Sequence[MovedVolume], guest: Guest) -> None:
     for volume in moved:
         operation.ids.update(volume_id=volume.volume_id, attachment_id=volume.destination_attachment)
         operation.step("complete-destination")
@@ -182,7 +183,7 @@ def finish_evacuate(host: Host, rows: List[JournalRecord]) -> str:
     handle = host.lookup(plan["instance_uuid"])
     started = "start" in steps and handle is not None and (handle.isActive() or not plan["detail"].get("start"))
     if started and not any(step.startswith("undo-") for step in steps):
-        _finish_evacuation_again(host, moved, Guest(handle))
+        _finish_evacuation(host, Replay(), moved, Guest(handle))
         return "rolled-forward"
     destroy_and_undefine(handle)
     for volume in moved:
@@ -191,15 +192,6 @@ def finish_evacuate(host: Host, rows: List[JournalRecord]) -> str:
             host.disconnect(attachment)
             host.store.delete_attachment(attachment.id)
     return "rolled-back"
-
-
-def _finish_evacuation_again(host: Host, moved: Sequence[MovedVolume], guest: Guest) -> None:
-    for volume in moved:
-        complete_destination(host, guest, volume)
-    for volume in moved:
-        host.store.delete_attachment(volume.source_attachment)
-    host.store.move_interfaces(guest.uuid, host.host_name)
-    ensure_tags(guest, moved)
 
 
 # -- shelve-offload / unshelve -----------------------------------------------------------
@@ -308,7 +300,7 @@ def _reserve_shelved(host: Host, instance_uuid: str, volume: ShelvedVolume) -> N
     )
 
 
-def _finish_shelve(host: Host, operation: Operation, guest: Guest, shelved: Sequence[ShelvedVolume]) -> None:
+def _finish_shelve(host: Host, operation: Journal, guest: Guest, shelved: Sequence[ShelvedVolume]) -> None:
     for volume in shelved:
         operation.ids.update(volume_id=volume.volume_id, attachment_id=volume.old_attachment)
         operation.step("delete-old")
@@ -512,7 +504,7 @@ def swap_volume(host: Host, domain: str, old_volume: str, new_volume: str) -> At
         except Exception as exc:
             roll_back_and_raise(operation, undo, exc, store, [new_id], error=as_flow_failed)
         try:
-            _finish_swap(host, operation, guest, old, new_id, alias)
+            _finish_swap(host, operation, guest, old.id, new_id, alias, serial)
         except Exception as exc:
             raise left_open(operation, exc, f"domain {domain!r} now uses volume {new_record.name!r}") from None
         operation.end("completed")
@@ -572,21 +564,25 @@ def _pivot(guest: Guest, target: str) -> None:
         raise FlowFailed(f"libvirt could not pivot {target} to the new volume: {exc.get_error_message()}") from None
 
 
-def _finish_swap(host: Host, operation: Operation, guest: Guest, old: Attachment, new_id: str, alias: str) -> None:
+def _finish_swap(
+    host: Host, operation: Journal, guest: Guest, old_id: str, new_id: str, alias: str, serial: str
+) -> None:
+    """After the pivot (also reconcile's roll forward, through :class:`Replay`)."""
     store = host.store
     new = store.get_attachment(new_id)
     operation.step("update-config")
     _point_config_at(guest, alias, new)
     operation.step("rekey-tag")
-    _rekey_tag(guest, alias, new.detail.get("serial", old.volume_id))
-    operation.ids.update(volume_id=old.volume_id, attachment_id=old.id)
+    _rekey_tag(guest, alias, serial)
+    old = store.find_attachment(old_id)
+    operation.ids.update(volume_id=old.volume_id if old else None, attachment_id=old_id)
     operation.step("disconnect-old")
-    if store.find_attachment(old.id) is not None:
-        if store.get_attachment(old.id).status == model.ATTACHED:
-            store.begin_detaching(old.id)
+    if old is not None:
+        if old.status == model.ATTACHED:
+            store.begin_detaching(old_id)
         host.disconnect(old)
     operation.step("delete-old")
-    store.delete_attachment(old.id)
+    store.delete_attachment(old_id)
     operation.ids.update(volume_id=new.volume_id, attachment_id=new_id)
     operation.step("complete")
     _complete(host, guest, new_id)
@@ -647,13 +643,7 @@ def finish_swap_volume(host: Host, rows: List[JournalRecord]) -> str:
     pivoted = guest is not None and new is not None and _live_source_is(guest, alias, new)
     if pivoted and not any(step.startswith("undo-") for step in steps):
         assert guest is not None
-        old = host.store.find_attachment(old_id)
-        _point_config_at(guest, alias, new)
-        _rekey_tag(guest, alias, plan["detail"]["serial"])
-        if old is not None:
-            host.disconnect(old)
-            host.store.delete_attachment(old_id)
-        _complete(host, guest, new_id)
+        _finish_swap(host, Replay(), guest, old_id, new_id, alias, plan.detail["serial"])
         return "rolled-forward"
     target = next((row["detail"].get("target") for row in rows if row["step"] == "copy"), None)
     if guest is not None and target:

@@ -55,8 +55,10 @@ from .kernel import (
     RECONCILE_ADVICE,
     FlowFailed,
     Host,
+    Journal,
     Operation,
     Pending,
+    Replay,
     Rollback,
     as_flow_failed,
     destroy_and_undefine,
@@ -308,8 +310,11 @@ def _migrate(
         raise FlowFailed(f"libvirt could not migrate {guest.name!r}: {exc.get_error_message()}") from None
 
 
-def _finish_on_destination(source: Host, destination: Host, operation: Operation, moved: Sequence[MovedVolume]) -> None:
-    """Step 4: the destination attachments complete, the source's go away, the tags are there."""
+def _finish_on_destination(source: Host, destination: Host, operation: Journal, moved: Sequence[MovedVolume]) -> None:
+    """Step 4: the destination attachments complete, the source's go away, the tags are there.
+
+    Reconcile rolls forward through it too (with a :class:`Replay`).
+    """
     migrated = lookup_running(destination, operation.ids["instance_uuid"] or "")
     if migrated is None:
         raise FlowFailed("the domain is not running on the destination")
@@ -406,13 +411,7 @@ def finish_live_migration(source: Host, rows: List[JournalRecord]) -> str:
     still_here = lookup_running(source, instance_uuid)
     if migrated is not None and still_here is None:
         _discard_leftover(source, instance_uuid)
-        for volume in moved:
-            complete_destination(destination, Guest(migrated), volume)
-        for volume in moved:
-            _disconnect_source(source, volume)
-            source.store.delete_attachment(volume.source_attachment)
-        destination.store.move_interfaces(instance_uuid, destination.host_name)
-        ensure_tags(Guest(migrated), moved)
+        _finish_on_destination(source, destination, Replay(instance_uuid=instance_uuid), moved)
         return "rolled-forward"
     if still_here is not None:
         _discard_leftover(destination, instance_uuid)
