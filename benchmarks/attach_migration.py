@@ -4,9 +4,9 @@
     .venv/bin/python benchmarks/attach_migration.py --runs 20 --volumes 4 --memory 256
 
 Starts two session ``libvirtd`` ("node1", "node2", see
-devtag_host.attach.migration_testing), a TCG domain without a guest OS with
+tests/support/migration_testing.py), a TCG domain without a guest OS with
 ``--volumes`` tagged NBD volumes attached through devtag's attach flow, and
-migrates it back and forth with :func:`devtag_host.attach.migration.live_migrate`
+migrates it back and forth with :func:`devtag_host.attach.live_migration.live_migrate`
 over loopback.  Per run it reports the whole flow (destination attachments,
 exports, migration, clean-up) and libvirt's migration alone (between the
 journal's ``migrate`` and ``complete-destination`` steps).
@@ -16,12 +16,18 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Dict, List
 
-from devtag_host.attach.migration import MigrationOptions, live_migrate
-from devtag_host.attach.migration_testing import free_port, throwaway_libvirt_host, two_host_cluster
+from devtag_host.attach.live_migration import MigrationOptions, live_migrate
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from tests.support.migration_testing import free_port, throwaway_libvirt_host, two_host_cluster  # noqa: E402
 
 
 def main() -> None:

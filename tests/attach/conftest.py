@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import text
 
 from devtag_host.attach import AttachmentStore
-from devtag_host.attach.migration_testing import (
+from tests.support.migration_testing import (
     LibvirtHost,
     TwoHostCluster,
     throwaway_libvirt_host,

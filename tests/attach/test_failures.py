@@ -22,6 +22,7 @@ import uuid
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import pytest
+from sqlalchemy import event
 
 from devtag_host.attach import (
     AVAILABLE,
@@ -364,3 +365,26 @@ def test_reconcile_leaves_an_operation_of_a_live_process_alone(compute_host: Com
     report = fresh_host(compute_host).reconcile()
     assert [item["outcome"] for item in report if "flow" in item] == ["rolled-back"]
     assert_converged(compute_host, handle)
+
+
+def test_reconcile_does_not_read_the_whole_journal(compute_host: ComputeHost, define_domain: Any) -> None:
+    """Issue 14: every reconcile read every journal row ever written (three times over)."""
+    handle = domain(define_domain, running=True)
+    compute_host.create_volume("history", 1 << 20)
+    compute_host.attach_volume(handle.name(), "history", tag="db", bus="scsi")  # no guest OS: SCSI unplugs
+    compute_host.detach_volume(handle.name(), "history")
+    statements: List[str] = []
+
+    def seen(_connection: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        statements.append(" ".join(statement.split()))
+
+    engines = {compute_host.store.db.reader, compute_host.store.db.writer}
+    for engine in engines:
+        event.listen(engine, "before_cursor_execute", seen)
+    try:
+        compute_host.reconcile()
+    finally:
+        for engine in engines:
+            event.remove(engine, "before_cursor_execute", seen)
+    assert any("FROM journal" in statement for statement in statements)
+    assert [s for s in statements if "FROM journal" in s and "WHERE" not in s] == []

@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import Dict, Iterator, Optional, Tuple
 
 import pytest
+from sqlalchemy import text
 
 from devtag_host import cli, virt
-from devtag_host.attach import ATTACHED, IN_USE, RESERVED, InvalidInput, VolumeInUse
+from devtag_host.attach import ATTACHED, IN_USE, RESERVED, Conflict, InvalidInput, VolumeInUse
+from devtag_host.attach.display_secrets import SECRETS_DIR_ENV
 from devtag_host.attach.flows import ComputeHost, FlowFailed, SimulatedCrash
 from devtag_host.attach.lifecycle import (
     EVACUATE_STEPS,
@@ -26,18 +28,18 @@ from devtag_host.attach.lifecycle import (
     SWAP_STEPS,
     UNSHELVE_STEPS,
     evacuate,
-    recover_evacuated,
     shelve_offload,
     swap_volume,
     unshelve,
 )
-from devtag_host.attach.migration_testing import (
+from devtag_host.attach.reconcile import recover_evacuated
+from devtag_host.metadata import find_device, tags_of
+from tests.support.migration_testing import (
     LibvirtHost,
     TwoHostCluster,
     throwaway_libvirt_host,
     two_host_cluster,
 )
-from devtag_host.metadata import find_device, tags_of
 
 libvirt = pytest.importorskip("libvirt")
 pytestmark = pytest.mark.libvirt
@@ -211,6 +213,70 @@ def test_an_unshelved_instance_takes_its_nic_attachments_along(cluster: TwoHostC
     assert_runs_on(cluster, cluster.node2, instance, {"sh-nic-vol": "disk"})
 
 
+DISPLAY_PASSWORD = "Pw-47x11"  # VNC takes 8 characters at most
+WITH_DISPLAY = """<domain type='qemu'><name>{name}</name><memory unit='MiB'>64</memory><vcpu>1</vcpu>
+  <os><type arch='x86_64' machine='pc'>hvm</type></os><devices>
+  <controller type='scsi' index='0' model='virtio-scsi'/>
+  <graphics type='vnc' autoport='yes' passwd='{password}'><listen type='address' address='127.0.0.1'/></graphics>
+  <serial type='null'/><memballoon model='none'/>
+</devices></domain>"""
+
+
+def stored_text(cluster: TwoHostCluster) -> str:
+    """Everything the attachment database holds, as text."""
+    with cluster.store.db.read() as connection:
+        rows = [
+            repr(tuple(row))
+            for table in ("journal", "attachments", "interface_attachments", "volumes")
+            for row in connection.execute(text(f"SELECT * FROM {table}"))  # noqa: S608 - fixed table names
+        ]
+    return "\n".join(rows)
+
+
+def test_shelve_offload_keeps_display_passwords_out_of_the_database(
+    cluster: TwoHostCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 14: the journal held XMLDesc(VIR_DOMAIN_XML_SECURE), VNC password included."""
+    vault = tmp_path / "secrets"
+    monkeypatch.setenv(SECRETS_DIR_ENV, str(vault))
+    domain = cluster.node1.connection.defineXML(WITH_DISPLAY.format(name="sh-vnc", password=DISPLAY_PASSWORD))
+    domain.create()
+    instance = domain.UUIDString()
+    attach(cluster, "sh-vnc", "sh-vnc-db", "database")
+
+    shelve_offload(cluster.node1, "sh-vnc")
+
+    assert DISPLAY_PASSWORD not in stored_text(cluster)
+    (kept,) = vault.iterdir()
+    assert (kept.stat().st_mode & 0o777, vault.stat().st_mode & 0o777) == (0o600, 0o700)
+    monkeypatch.setenv(SECRETS_DIR_ENV, str(tmp_path / "elsewhere"))  # a host that does not share them
+    with pytest.raises(Conflict, match="display passwords"):
+        unshelve(cluster.node2, instance)
+    assert cluster.where(instance) == []
+    monkeypatch.setenv(SECRETS_DIR_ENV, str(vault))
+
+    unshelve(cluster.node2, instance)
+
+    handle = cluster.node2.connection.lookupByUUIDString(instance)
+    assert f"passwd='{DISPLAY_PASSWORD}'" in handle.XMLDesc(libvirt.VIR_DOMAIN_XML_SECURE)
+    assert list(vault.iterdir()) == []  # libvirt keeps it again
+    assert DISPLAY_PASSWORD not in stored_text(cluster)
+    assert_runs_on(cluster, cluster.node2, instance, {"sh-vnc-db": "database"})
+
+
+def test_evacuate_does_not_journal_the_definition_with_its_passwords(cluster: TwoHostCluster) -> None:
+    domain = cluster.node1.connection.defineXML(WITH_DISPLAY.format(name="ev-vnc", password=DISPLAY_PASSWORD))
+    definition = domain.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE | libvirt.VIR_DOMAIN_XML_SECURE)
+    assert DISPLAY_PASSWORD in definition
+    domain.undefine()  # node1 "died" with it
+
+    evacuate(cluster.node2, definition, source_host="node1")
+
+    assert DISPLAY_PASSWORD not in stored_text(cluster)
+    handle = cluster.node2.connection.lookupByUUIDString(domain.UUIDString())
+    assert f"passwd='{DISPLAY_PASSWORD}'" in handle.XMLDesc(libvirt.VIR_DOMAIN_XML_SECURE)
+
+
 @pytest.mark.parametrize("failure", ["error", "crash"])
 @pytest.mark.parametrize("step", SHELVE_STEPS)
 def test_shelve_failure_at_every_step_converges(cluster: TwoHostCluster, step: str, failure: str) -> None:
@@ -345,6 +411,21 @@ def test_devtag_host_attachments_reconcile_finishes_a_swap(
     argv = ["attachments", "reconcile", "--connect", two_hosts[0].uri, "--db", cluster.store.url, "--host", "node1"]
     assert cli.main(argv) == 0
     assert_runs_on(cluster, cluster.node1, domain.UUIDString(), {"new": "cli"})
+
+
+def test_reconcile_from_the_python_api_finishes_the_lifecycle_flows(cluster: TwoHostCluster) -> None:
+    """Issue 15: only the CLI registered the lifecycle reconcilers; from the API a crash stayed pending."""
+    domain = cluster.start("swap-api")
+    attach(cluster, "swap-api", "old", "api")
+    cluster.node1.create_volume("new", 1 << 20, backend="nbd")
+    inject(cluster, "swap-volume", "disconnect-old", "crash")
+    with pytest.raises(SimulatedCrash):
+        swap_volume(cluster.node1, "swap-api", "old", "new")
+    cluster.hooks.clear()
+    plain = ComputeHost(cluster.node1.connection, cluster.store, host="node1", backends=cluster.node1.backends)
+    report = plain.reconcile()
+    assert [(item["flow"], item["outcome"]) for item in report if "flow" in item] == [("swap-volume", "rolled-forward")]
+    assert_runs_on(cluster, cluster.node1, domain.UUIDString(), {"new": "api"})
 
 
 def test_devtag_host_swap_shelve_unshelve_verbs(

@@ -1,7 +1,7 @@
 """Live migration with volume attachments between two real libvirt daemons on this machine.
 
 The hosts are throw-away session ``libvirtd`` (see
-:mod:`devtag_host.attach.migration_testing` and docs/attach-migration.md);
+:mod:`tests.support.migration_testing` (tests/support/) and docs/attach-migration.md);
 both share one attachment store and the NBD backend's volume directory (shared
 storage: each host's attachment gets its own ``qemu-nbd`` export of the same
 file).  Domains have no guest OS and 64 MiB of RAM: a migration takes 1-3 s.
@@ -19,14 +19,14 @@ from devtag_host import cli, virt
 from devtag_host.attach import ATTACHED, ATTACHING, IN_USE, VolumeInUse
 from devtag_host.attach.flows import ComputeHost, FlowFailed, SimulatedCrash
 from devtag_host.attach.guest import Guest
-from devtag_host.attach.migration import STEPS, MigrationOptions, live_migrate
-from devtag_host.attach.migration_testing import (
+from devtag_host.attach.live_migration import STEPS, MigrationOptions, live_migrate
+from devtag_host.metadata import find_device, tags_of
+from tests.support.migration_testing import (
     LibvirtHost,
     TwoHostCluster,
     free_port,
     two_host_cluster,
 )
-from devtag_host.metadata import find_device, tags_of
 
 libvirt = pytest.importorskip("libvirt")
 pytestmark = pytest.mark.libvirt

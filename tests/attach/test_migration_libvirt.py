@@ -1,7 +1,7 @@
 """What devtag's migration flow relies on, checked on a real libvirt-to-libvirt migration.
 
 Two throw-away libvirt daemons on this machine (see
-:mod:`devtag_host.attach.migration_testing`), a TCG domain whose disk is an
+:mod:`tests.support.migration_testing` (tests/support/)), a TCG domain whose disk is an
 NBD export from ``qemu-nbd`` on loopback (shared storage: both hosts reach the
 same export).  These are facts about libvirt, not about devtag, but the flow
 is only right if they hold: tags ride along in the domain's ``<metadata>``,
@@ -21,8 +21,8 @@ from typing import Iterator, Tuple
 
 import pytest
 
-from devtag_host.attach.migration_testing import LibvirtHost, free_port, throwaway_libvirt_host
 from devtag_host.cli import main as devtag_host
+from tests.support.migration_testing import LibvirtHost, free_port, throwaway_libvirt_host
 
 libvirt = pytest.importorskip("libvirt")
 pytestmark = pytest.mark.libvirt

@@ -122,6 +122,43 @@ def test_journal_keeps_open_operations(store: AttachmentStore) -> None:
     assert open_op[1]["detail"] == {"host": "h1"}
 
 
+def finished_operation(store: AttachmentStore, operation: str, flow: str = "attach-volume", **ids: str) -> None:
+    store.journal_step(operation, flow, "validate", detail={"host": "h1"}, **ids)
+    store.journal_step(operation, flow, "end", detail={"host": "h1", "outcome": "completed"}, **ids)
+
+
+def test_prune_keeps_a_bounded_history_and_what_is_still_needed(store: AttachmentStore) -> None:
+    """Issue 14: the journal grew forever (and every reconcile read all of it)."""
+    finished_operation(store, "shelved", "shelve-offload", instance_uuid=INSTANCE_A)  # not unshelved: kept
+    finished_operation(store, "evacuated", "evacuate", instance_uuid=INSTANCE_B)  # recover-evacuated needs it
+    finished_operation(store, "shelved-then-back", "shelve-offload", instance_uuid=INSTANCE_B)
+    finished_operation(store, "unshelved", "unshelve", instance_uuid=INSTANCE_B)
+    for number in range(6):
+        finished_operation(store, f"op{number}")
+    store.journal_step("open", "attach-volume", "reserve")
+
+    assert store.prune_journal(keep=3) == 5  # the oldest finished ones, the shelve that was unshelved
+
+    remaining = {row.operation for row in store.journal()}
+    assert remaining == {"shelved", "evacuated", "op3", "op4", "op5", "open"}
+    assert [rows[0].operation for rows in store.open_operations()] == ["open"]
+    assert store.prune_journal(keep=3) == 0
+
+
+def test_journal_records_are_typed(store: AttachmentStore) -> None:
+    store.journal_step("op1", "attach-volume", "end", mac="52:54:00:AA:BB:CC", detail={"outcome": "completed"})
+    (record,) = store.journal()
+    assert (record.operation, record.flow, record.step, record.mac, record.outcome) == (
+        "op1",
+        "attach-volume",
+        "end",
+        "52:54:00:aa:bb:cc",
+        "completed",
+    )
+    assert record["detail"] == {"outcome": "completed"}  # the rows' old dict shape still reads
+    assert store.journal_ids().macs == {"52:54:00:aa:bb:cc"}
+
+
 def test_schema_has_its_own_alembic_version_table(store: AttachmentStore) -> None:
     assert current_revision(store) == "0002"
     from sqlalchemy import inspect

@@ -40,7 +40,9 @@ Public API (stable; the migration/lifecycle flows build on it):
     NICs: ``add_interface``, ``set_interface``, ``remove_interface``, ``get_interface``,
     ``find_interface``, ``interfaces(instance_uuid=)``;
     journal: ``journal_step(operation, flow, step, instance_uuid=, volume_id=, attachment_id=,
-    mac=, detail=)``, ``journal(operation=None)``, ``open_operations()``.
+    mac=, detail=)``, ``journal(operation=None)``, ``open_operations()`` (rows are
+    ``model.JournalRecord``), ``finished(flow, instance_uuid=)``, ``plan(operation)``,
+    ``journal_ids()``, ``prune_journal(keep=1000)`` (finished operations beyond a bounded history).
 
 ``backends`` -- ``VolumeBackend`` protocol: ``create_volume(volume_id, name, size_bytes) ->
     location``, ``location_for(volume_id)``, ``delete_volume(location)``, ``volume_exists(location)``,
@@ -53,8 +55,10 @@ detach_timeout=..., detach_attempts=...)`` -- the flows on one libvirt connectio
     ``create_volume(name, size_bytes, backend=, multiattach=)``, ``delete_volume(name)``,
     ``attach_volume(domain, volume, tag=None, bus="virtio") -> Attachment``,
     ``detach_volume(domain, volume)``, ``attach_interface(domain, network=|bridge=|user=, model_name=,
-    tag=) -> InterfaceAttachment``, ``detach_interface(domain, mac)``, ``reconcile() -> list``;
-    building blocks for other flows: ``connector()``, ``backend(name)``,
+    tag=) -> InterfaceAttachment``, ``detach_interface(domain, mac)``, ``reconcile() -> list``
+    (every flow, lifecycle and live migration included; ``add_peer(host)`` for a migration's
+    destination);
+    building blocks for other flows (:class:`~devtag_host.attach.kernel.Host`): ``connector()``, ``backend(name)``,
     ``operation(flow, **ids) -> Operation`` (``Operation.step(name, **detail)`` journals the step
     *before* it runs and calls ``step_hook(flow, step)``; ``Operation.end(outcome)``),
     ``guest`` (:class:`~devtag_host.attach.guest.Guest`: live+config attach, detach waiting for
@@ -65,6 +69,8 @@ no device in a guest without an attachment or vice versa, no stale tag.
 """
 
 from __future__ import annotations
+
+import importlib
 
 from .backends import BackendError, VolumeBackend, host_connector
 from .model import (
@@ -99,8 +105,6 @@ _LAZY = {
 
 def __getattr__(name: str) -> object:
     if name in _LAZY:
-        import importlib
-
         return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

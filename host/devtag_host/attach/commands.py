@@ -10,7 +10,18 @@ import sys
 from dataclasses import asdict
 from typing import Any, Dict, Iterator, List
 
+from sqlalchemy.exc import SQLAlchemyError
+
+from .. import virt
 from ..errors import DevtagError, InputError, RuntimeFailure
+from . import model
+from .backends import BackendError
+from .flows import ComputeHost, DetachTimeout
+from .invariants import check_invariants
+from .live_migration import peer_host
+from .model import parse_size
+from .storage_daemon import StorageDaemonError
+from .store import AttachmentStore
 
 DETACH_TIMEOUT_EXIT = 3
 
@@ -151,12 +162,6 @@ def register(commands: argparse._SubParsersAction) -> None:
 @contextlib.contextmanager
 def translated_errors() -> Iterator[None]:
     """The package's errors as the CLI's two (three) exit statuses."""
-    from sqlalchemy.exc import SQLAlchemyError
-
-    from . import model
-    from .backends import BackendError
-    from .storage_daemon import StorageDaemonError
-
     try:
         yield
     except DevtagError:
@@ -170,17 +175,12 @@ def translated_errors() -> Iterator[None]:
 
 
 def open_store(args: argparse.Namespace) -> Any:
-    from .store import AttachmentStore
-
     with translated_errors():
         return AttachmentStore(args.db)
 
 
 @contextlib.contextmanager
 def _host(args: argparse.Namespace, **options: Any) -> Iterator[Any]:
-    from .. import virt
-    from .flows import ComputeHost
-
     store = open_store(args)
     connection = virt.open_connection(getattr(args, "connect", None))
     try:
@@ -212,8 +212,6 @@ def _attachment_json(attachment: Any) -> Dict[str, Any]:
 
 
 def _cmd_volume_create(args: argparse.Namespace) -> None:
-    from .model import parse_size
-
     with translated_errors():
         size = parse_size(args.size)
     with _host(args) as host:
@@ -269,8 +267,6 @@ def _cmd_attach_volume(args: argparse.Namespace) -> None:
 
 
 def _cmd_detach_volume(args: argparse.Namespace) -> None:
-    from .flows import DetachTimeout
-
     with _host(args, detach_timeout=args.timeout) as host:
         try:
             host.detach_volume(args.domain, args.volume)
@@ -295,8 +291,6 @@ def _cmd_attach_interface(args: argparse.Namespace) -> None:
 
 
 def _cmd_detach_interface(args: argparse.Namespace) -> None:
-    from .flows import DetachTimeout
-
     with _host(args, detach_timeout=args.timeout) as host:
         try:
             host.detach_interface(args.domain, args.mac)
@@ -306,11 +300,9 @@ def _cmd_detach_interface(args: argparse.Namespace) -> None:
 
 
 def _cmd_reconcile(args: argparse.Namespace) -> None:
-    from . import lifecycle, migration
-
     with _host(args) as host, contextlib.ExitStack() as peers:
-        lifecycle.register(host)
-        migration.register(host, [peers.enter_context(migration.peer_host(spec, host.store)) for spec in args.peer])
+        for spec in args.peer:
+            host.add_peer(peers.enter_context(peer_host(spec, host.store)))
         report = host.reconcile()
     if args.json:
         json.dump(report, sys.stdout, indent=2, default=str)
@@ -327,8 +319,6 @@ def _cmd_reconcile(args: argparse.Namespace) -> None:
 
 
 def _cmd_check(args: argparse.Namespace) -> None:
-    from .invariants import check_invariants
-
     with _host(args) as host:
         problems = check_invariants(host, domains=args.domain)
     for problem in problems:

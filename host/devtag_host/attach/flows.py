@@ -15,29 +15,30 @@ Detach: begin-detaching -> detach-config -> detach-live -> disconnect -> delete 
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import logging
-import os
-import socket
 import uuid
-from typing import Any, Callable, ContextManager, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
-from .. import virt
-from ..locks import domain_lock, lock_directory
-from ..metadata import add_tags
-from ..metadata.model import Domain, TagEntry
 from . import devices, model
-from .backends import BackendError, ConnectionInfo, Connector, VolumeBackend, host_connector
-from .db import state_dir
-from .guest import DEFAULT_DETACH_ATTEMPTS, DEFAULT_DETACH_TIMEOUT_S, Guest, GuestError
+from .backends import DEFAULT_BACKEND, VolumeBackend
+from .guest import Guest
+from .kernel import (
+    RECONCILE_ADVICE,
+    DetachTimeout,
+    FlowFailed,
+    Host,
+    Operation,
+    Rollback,
+    SimulatedCrash,
+    default_backends,
+    operation_in_progress,
+    operation_lock_path,
+    record_tag,
+    roll_back_and_raise,
+    translate,
+    untag,
+)
 from .model import Attachment, InterfaceAttachment, Volume
-from .rollback import Rollback
-from .store import AttachmentStore
-
-log = logging.getLogger(__name__)
-
-HOST_ENV = "DEVTAG_HOST"
+from .reconcile import reconcile
 
 ATTACH_VOLUME_STEPS = ("validate", "reserve", "update", "connect", "attach", "record", "complete")
 DETACH_VOLUME_STEPS = ("begin-detaching", "detach-config", "detach-live", "disconnect", "delete", "untag")
@@ -46,158 +47,26 @@ DETACH_INTERFACE_STEPS = ("begin-detaching", "detach-config", "detach-live", "de
 CREATE_VOLUME_STEPS = ("insert", "create", "ready")
 DELETE_VOLUME_STEPS = ("begin-delete", "delete-storage", "remove")
 
-StepHook = Callable[[str, str], None]
+__all__ = [
+    "ComputeHost",
+    "DetachTimeout",
+    "FlowFailed",
+    "SimulatedCrash",
+    "default_backends",
+    "operation_in_progress",
+    "operation_lock_path",
+    "untag",
+]
 
 
-class SimulatedCrash(BaseException):
-    """Raised by a test's step hook: the process "dies" before the step, nothing is rolled back."""
-
-
-class DetachTimeout(model.AttachError):
-    """The guest did not release the device: the attachment stays ``attached`` (volume ``in-use``)."""
-
-    code = "attach.detach_timeout"
-
-
-class FlowFailed(model.AttachError):
-    """A step failed; every earlier step was rolled back (or the attachment is in an error state)."""
-
-    code = "attach.flow_failed"
-
-
-class Operation:
-    """One run of a flow in the journal.
-
-    While the flow runs, its process holds a POSIX lock on
-    ``<lock dir>/attach-op-<id>.lock`` (taken before the first journal row):
-    ``reconcile`` in another process leaves an operation alone while that lock
-    is held, so only operations whose process died are repaired.  POSIX locks
-    belong to the process, so a reconcile in the same process (tests simulating
-    a crash) is not blocked by its own flows.
-    """
-
-    def __init__(self, host: ComputeHost, flow: str, **ids: Optional[str]) -> None:
-        self.id = str(uuid.uuid4())
-        self.flow = flow
-        self.ids: Dict[str, Optional[str]] = dict(ids)
-        self._host = host
-        self.ended = False
-        self._lock: Optional[int] = None
-
-    def step(self, step: str, /, **detail: Any) -> None:
-        """Journal ``step`` (committed), then give the step hook its chance to fail or crash."""
-        if self._lock is None and not self.ended:
-            self._lock = hold_operation_lock(self.id)
-        self._host.store.journal_step(
-            self.id, self.flow, step, detail={"host": self._host.host_name, **detail}, **self.ids
-        )
-        if self._host.step_hook is not None:
-            self._host.step_hook(self.flow, step)
-
-    def end(self, outcome: str, /, **detail: Any) -> None:
-        self._host.store.journal_step(
-            self.id, self.flow, "end", detail={"host": self._host.host_name, "outcome": outcome, **detail}, **self.ids
-        )
-        self.ended = True
-        self._release()
-
-    def _release(self) -> None:
-        if self._lock is not None:
-            operation_lock_path(self.id).unlink(missing_ok=True)
-            os.close(self._lock)
-            self._lock = None
-
-    def __del__(self) -> None:
-        lock, self._lock = getattr(self, "_lock", None), None
-        if lock is not None:
-            with contextlib.suppress(OSError):
-                os.close(lock)
-
-
-def operation_lock_path(operation_id: str) -> Any:
-    if not all(c in "0123456789abcdef-" for c in operation_id):
-        raise ValueError(f"not an operation id: {operation_id!r}")
-    return lock_directory() / f"attach-op-{operation_id}.lock"
-
-
-def hold_operation_lock(operation_id: str) -> int:
-    descriptor = os.open(
-        operation_lock_path(operation_id), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
-    )
-    fcntl.lockf(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    return descriptor
-
-
-def operation_in_progress(operation_id: str) -> bool:
-    """Whether a live process (another one) still runs this operation."""
-    try:
-        descriptor = os.open(operation_lock_path(operation_id), os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.lockf(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        return True
-    finally:
-        os.close(descriptor)  # (releases nothing of another process)
-    return False
-
-
-class ComputeHost:
+class ComputeHost(Host):
     """The flows of one host, on one libvirt connection and one attachment store."""
-
-    def __init__(
-        self,
-        connection: Any,
-        store: AttachmentStore,
-        *,
-        host: Optional[str] = None,
-        backends: Optional[Mapping[str, VolumeBackend]] = None,
-        step_hook: Optional[StepHook] = None,
-        detach_timeout: float = DEFAULT_DETACH_TIMEOUT_S,
-        detach_attempts: int = DEFAULT_DETACH_ATTEMPTS,
-    ) -> None:
-        self.connection = connection
-        self.store = store
-        self.host_name = host or os.environ.get(HOST_ENV) or socket.gethostname()
-        self.backends: Dict[str, VolumeBackend] = dict(backends or default_backends(connection))
-        self.step_hook = step_hook
-        self.detach_timeout = detach_timeout
-        self.detach_attempts = detach_attempts
-        self.reconcilers: Dict[str, Callable[[List[Dict[str, Any]]], str]] = {}
-
-    # -- building blocks -------------------------------------------------------
-
-    def connector(self) -> Connector:
-        return host_connector(self.host_name)
-
-    def backend(self, name: str) -> VolumeBackend:
-        try:
-            return self.backends[name]
-        except KeyError:
-            known = ", ".join(sorted(self.backends))
-            raise model.InvalidInput(f"unknown volume backend {name!r} (have: {known})") from None
-
-    def operation(self, flow: str, **ids: Optional[str]) -> Operation:
-        return Operation(self, flow, **ids)
-
-    def guest(self, domain: str) -> Guest:
-        return Guest(virt.lookup_domain(self.connection, domain))
-
-    def domain_attach_lock(self, guest: Guest) -> ContextManager[None]:
-        """Serialise attach/detach flows of one domain (target names, tag checks) across processes.
-
-        A lock of its own (purpose ``attach``): ``virt.update_tags`` takes the tag lock inside.
-        """
-        return domain_lock(guest.uuid, "attach")
 
     # -- volumes -----------------------------------------------------------------
 
     def create_volume(
         self, name: str, size_bytes: int, *, backend: Optional[str] = None, multiattach: bool = False
     ) -> Volume:
-        from .backends import DEFAULT_BACKEND
-
         driver = self.backend(backend or DEFAULT_BACKEND)
         model.check_volume_name(name)
         operation = self.operation("create-volume")
@@ -218,7 +87,7 @@ class ComputeHost:
             driver.delete_volume(driver.location_for(volume.id))
             self.store.remove_volume(volume.id)
             operation.end("rolled-back", error=str(exc))
-            raise _translate(exc) from None
+            raise translate(exc) from None
         operation.end("completed")
         return volume
 
@@ -277,63 +146,19 @@ class ComputeHost:
                     info, alias=alias, serial=record.id, target=target, bus=bus, shareable=record.multiattach
                 )
                 operation.step("attach", xml=xml)
-                undo.push("attach", lambda: self._unplug(guest, alias))
+                undo.push("attach", lambda: self.unplug(guest, alias, DetachTimeout))
                 guest.attach(xml)
 
                 operation.step("record")
-                undo.push("record", lambda: self._untag(guest, "disk", (record.id, alias)))
-                location = self._record(guest, alias, tag)
+                undo.push("record", lambda: untag(guest, "disk", (record.id, alias)))
+                address = record_tag(guest, alias, tag, required=True)
 
                 operation.step("complete")
-                attachment = self.store.complete(attachment_id, **location)
+                attachment = self.store.complete(attachment_id, address=address)
             except Exception as exc:
-                self._roll_back(operation, undo, exc, attachment_id=attachment_id)
-                raise AssertionError("unreachable") from exc
+                roll_back_and_raise(operation, undo, exc, self.store, [attachment_id])
             operation.end("completed")
         return attachment
-
-    def _record(self, guest: Guest, alias: str, tag: Optional[str]) -> Dict[str, Any]:
-        """Read the address libvirt assigned back from the live XML; store the tag in the domain metadata."""
-        if tag is not None:
-            virt.update_tags(guest.handle, lambda domain: add_tags(domain, alias, [tag]))
-        current = guest.current()
-        device = devices.find_by_alias(current, alias)
-        if device is None:
-            raise GuestError(f"device {alias} is not in domain {guest.name!r} after the attach")
-        location = devices.guest_location(current, device) or {}
-        return {"address": location.get("address")}
-
-    def _roll_back(
-        self,
-        operation: Operation,
-        undo: Rollback,
-        exc: Exception,
-        *,
-        attachment_id: Optional[str] = None,
-        mac: Optional[str] = None,
-    ) -> None:
-        problem = undo.run()
-        if problem is None:
-            operation.end("rolled-back", error=str(exc))
-            raise _translate(exc) from None
-        if attachment_id and self.store.find_attachment(attachment_id):
-            self.store.mark_error(attachment_id, model.ERROR_ATTACHING, problem)
-        if mac and self.store.find_interface(mac):
-            self.store.set_interface(mac, status=model.ERROR_ATTACHING)
-        operation.end("error", error=str(exc), undo_error=problem)
-        raise FlowFailed(
-            f"{exc}; rolling back failed too ({problem}): run 'devtag-host attachments reconcile'"
-        ) from None
-
-    def _unplug(self, guest: Guest, alias: str) -> None:
-        """Remove a device from every definition; raises if the guest keeps it."""
-        guest.detach_config(alias)
-        result = guest.detach_live(alias, timeout_s=self.detach_timeout, attempts=self.detach_attempts)
-        if not result.removed:
-            raise DetachTimeout(f"the guest did not release {alias} within {self.detach_timeout:g} s")
-
-    def _untag(self, guest: Guest, kind: str, keys: Tuple[str, ...]) -> None:
-        untag(guest, kind, keys)
 
     # -- detach a volume -------------------------------------------------------------
 
@@ -363,7 +188,7 @@ class ComputeHost:
                 result = guest.detach_live(alias, timeout_s=self.detach_timeout, attempts=self.detach_attempts)
             except Exception as exc:
                 self._restore_detach(guest, operation, attachment, saved, str(exc))
-                raise _translate(exc) from None
+                raise translate(exc) from None
             if not result.removed:
                 message = (
                     f"the guest did not release volume {record.name!r} ({alias}) after {result.attempts} request(s)"
@@ -409,14 +234,13 @@ class ComputeHost:
             operation.step("delete")
             self.store.delete_attachment(attachment.id)
             operation.step("untag")
-            self._untag(guest, "disk", (volume.id, attachment.alias or ""))
+            untag(guest, "disk", (volume.id, attachment.alias or ""))
         except Exception as exc:
             if self.store.find_attachment(attachment.id) is not None:
                 self.store.mark_error(attachment.id, model.ERROR_DETACHING, str(exc))
             operation.end("error", error=str(exc))
             raise FlowFailed(
-                f"volume {volume.name!r} left the guest but the detach did not finish ({exc}):"
-                " run 'devtag-host attachments reconcile'"
+                f"volume {volume.name!r} left the guest but the detach did not finish ({exc}): {RECONCILE_ADVICE}"
             ) from None
         operation.end("completed")
 
@@ -470,18 +294,17 @@ class ComputeHost:
                 )
 
                 operation.step("attach", xml=xml)
-                undo.push("attach", lambda: self._unplug(guest, alias))
+                undo.push("attach", lambda: self.unplug(guest, alias, DetachTimeout))
                 guest.attach(xml)
 
                 operation.step("record")
-                undo.push("record", lambda: self._untag(guest, "nic", (mac,)))
-                location = self._record(guest, alias, tag)
+                undo.push("record", lambda: untag(guest, "nic", (mac,)))
+                address = record_tag(guest, alias, tag, required=True)
 
                 operation.step("complete")
-                result = self.store.set_interface(mac, status=model.ATTACHED, address=location["address"])
+                result = self.store.set_interface(mac, status=model.ATTACHED, address=address)
             except Exception as exc:
-                self._roll_back(operation, undo, exc, mac=operation.ids.get("mac"))
-                raise AssertionError("unreachable") from exc
+                roll_back_and_raise(operation, undo, exc, self.store, doomed_macs=[operation.ids.get("mac")])
             operation.end("completed")
         return result
 
@@ -528,69 +351,18 @@ class ComputeHost:
                 operation.step("delete")
                 self.store.remove_interface(record.mac)
                 operation.step("untag")
-                self._untag(guest, "nic", (record.mac,))
+                untag(guest, "nic", (record.mac,))
             except Exception as exc:
                 if self.store.find_interface(record.mac) is not None:
                     self.store.set_interface(record.mac, status=model.ERROR_DETACHING)
                 operation.end("error", error=str(exc))
                 raise FlowFailed(
-                    f"NIC {record.mac} left the guest but the detach did not finish ({exc}):"
-                    " run 'devtag-host attachments reconcile'"
+                    f"NIC {record.mac} left the guest but the detach did not finish ({exc}): {RECONCILE_ADVICE}"
                 ) from None
             operation.end("completed")
 
     # -- recovery ---------------------------------------------------------------------
 
-    def register_reconciler(self, flow: str, reconciler: Callable[[List[Dict[str, Any]]], str]) -> None:
-        """Let another module's flow (migration, swap, ...) be finished by :meth:`reconcile`."""
-        self.reconcilers[flow] = reconciler
-
     def reconcile(self) -> List[Dict[str, Any]]:
         """Finish every open operation of this host; see :mod:`devtag_host.attach.reconcile`."""
-        from .reconcile import reconcile
-
         return reconcile(self)
-
-
-def untag(guest: Guest, kind: str, keys: Tuple[str, ...]) -> None:
-    """Drop tag entries stored under any of ``keys`` (serial/alias or MAC), in every definition."""
-    wanted = {k.lower() for k in keys if k}
-
-    def change(domain: Domain) -> Tuple[TagEntry, ...]:
-        return tuple(e for e in domain.tag_entries if not (e.kind == kind and e.value.lower() in wanted))
-
-    if guest.handle.isActive() or guest.handle.isPersistent():
-        virt.update_tags(guest.handle, change)
-
-
-def _translate(exc: Exception) -> Exception:
-    """Keep the package's own errors; wrap backend and libvirt failures as :class:`FlowFailed`."""
-    if isinstance(exc, model.AttachError):
-        return exc
-    if isinstance(exc, (BackendError, GuestError)):
-        return FlowFailed(str(exc))
-    return exc
-
-
-def default_backends(connection: Any, base: Optional[Any] = None) -> Dict[str, VolumeBackend]:
-    """The pool backend (on the domain's libvirt, or devtag's private storage daemon) and NBD."""
-    from pathlib import Path
-
-    from .backends.nbd import NbdBackend
-    from .backends.pool import PoolBackend
-    from .storage_daemon import StorageDaemon, storage_uri_for
-
-    root = Path(base) if base is not None else state_dir()
-    uri = connection.getURI()
-
-    def storage_uri() -> str:
-        return storage_uri_for(uri, root) or StorageDaemon(root / "sd").ensure_running()
-
-    return {
-        "pool": PoolBackend(root / "volumes", storage_uri),
-        "nbd": NbdBackend(root / "nbd-volumes", root / "nbd"),
-    }
-
-
-def connection_info_of(attachment: Attachment) -> ConnectionInfo:
-    return attachment.connection_info or {}

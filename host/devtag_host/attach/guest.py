@@ -16,12 +16,15 @@ import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional
+from xml.etree import ElementTree as ET
 
+import defusedxml.ElementTree as SafeET
 import libvirt
 
 from .. import virt
 from ..errors import RuntimeFailure
 from ..metadata.model import Domain
+from .devices import find_by_alias
 
 log = logging.getLogger(__name__)
 
@@ -149,10 +152,6 @@ class Guest:
 
     def device_xml(self, alias: str, view: str) -> Optional[str]:
         """The ``<disk>``/``<interface>`` element with this alias in the ``live`` or ``config`` XML."""
-        from xml.etree import ElementTree as ET
-
-        import defusedxml.ElementTree as SafeET
-
         if view == "live" and not self.handle.isActive():
             return None
         if view == "config" and not self.handle.isPersistent():
@@ -169,8 +168,6 @@ class Guest:
         return None
 
     def has_alias(self, alias: str, view: str) -> bool:
-        from .devices import find_by_alias
-
         domain = self.views().get(view)
         return domain is not None and find_by_alias(domain, alias) is not None
 

@@ -21,29 +21,25 @@ reconcile; operators can call it too (``devtag-host attachments check``).
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Dict, Iterable, List, Optional
+from typing import Dict, Iterable, List, Optional
 
 from ..metadata.device_tags import tags_of
 from ..metadata.model import Disk, Domain, Nic
 from . import devices, model
 from .guest import Guest
+from .kernel import Host
 from .reconcile import CONNECTED, stale_tag_entries
-
-if TYPE_CHECKING:
-    from .flows import ComputeHost
 
 _OUR_ALIAS = re.compile(r"\Aua-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
 
 
-def check_invariants(
-    host: ComputeHost, *, domains: Optional[Iterable[str]] = None, allow_open: bool = False
-) -> List[str]:
+def check_invariants(host: Host, *, domains: Optional[Iterable[str]] = None, allow_open: bool = False) -> List[str]:
     """Violations of the invariants above; ``domains`` (names) limits the guest checks."""
     problems: List[str] = []
     store = host.store
     if not allow_open:
         for rows in store.open_operations():
-            problems.append(f"operation {rows[0]['operation']} ({rows[0]['flow']}) is open after {rows[-1]['step']}")
+            problems.append(f"operation {rows[0].operation} ({rows[0].flow}) is open after {rows[-1].step}")
 
     volumes = store.list_volumes()
     for volume in volumes:
@@ -59,9 +55,9 @@ def check_invariants(
 
     known = {v.id for v in volumes}
     for row in store.journal():
-        location = row["detail"].get("location")
-        if row["flow"] == "create-volume" and row["step"] == "create" and row["volume_id"] not in known and location:
-            owners = [b for b in host.backends.values() if b.location_for(row["volume_id"]) == location]
+        location = row.detail.get("location")
+        if row.flow == "create-volume" and row.step == "create" and row.volume_id not in known and location:
+            owners = [b for b in host.backends.values() if b.location_for(row.volume_id) == location]
             if any(b.volume_exists(location) for b in owners):
                 problems.append(f"storage {location} of a volume that no longer exists was left behind")
 
@@ -126,8 +122,9 @@ def check_invariants(
                 problems.append(f"{label}: tag {record.tag!r} missing in the {view} definition")
 
     disk_aliases = {a.alias or devices.alias_for(a.id) for a in attachments}  # a swap keeps the device's alias
-    volume_ids = {v.id for v in volumes} | {row["volume_id"] for row in store.journal() if row["volume_id"]}
-    macs = {row["mac"] for row in store.journal() if row["mac"]}
+    journal_ids = store.journal_ids()
+    volume_ids = {v.id for v in volumes} | journal_ids.volume_ids
+    macs = journal_ids.macs
     for instance_uuid, views in views_by_uuid.items():
         for view, domain in views.items():
             for device in [*domain.disks, *domain.nics]:

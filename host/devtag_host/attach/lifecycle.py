@@ -5,7 +5,7 @@ Example::
     from devtag_host.attach import lifecycle
 
     lifecycle.evacuate(node2, saved_definition, source_host="node1")   # node1 is dead (fenced)
-    lifecycle.recover_evacuated(node1)                  # when node1 comes back: drop its stale copies
+    reconcile.recover_evacuated(node1)                  # when node1 comes back: drop its stale copies
 
     lifecycle.shelve_offload(node1, "web1")             # domain undefined, volumes reserved without host
     lifecycle.unshelve(node2, instance_uuid)            # attachments updated with node2's connector
@@ -18,7 +18,7 @@ Example::
   definition (disks retargeted, tags inside) and started; only then is the old
   attachment deleted, *without* contacting the dead host, so the volume stays
   reserved for the instance throughout.  When the dead host returns,
-  :func:`recover_evacuated` destroys its stale copy (Nova's
+  :func:`~devtag_host.attach.reconcile.recover_evacuated` destroys its stale copy (Nova's
   ``_destroy_evacuated_instances``) and reconcile stops its leaked exports.
 * **Shelve-offload**: the guest is powered off; each volume first gets a new
   attachment *without connector and host* (``reserved``: logically attached
@@ -36,8 +36,8 @@ Example::
 Every step is journalled before it runs and the host's step hook sees it.
 Errors before the point of no return (the migration in evacuate: ``start``;
 ``delete-old`` in shelve; the pivot in swap) roll back every earlier step;
-after it, the operation stays open and the reconciler registered by
-:func:`register` rolls it forward.
+after it, the operation stays open and reconcile rolls it forward
+(``finish_*`` here, in :data:`devtag_host.attach.reconcile.RECONCILERS`).
 """
 
 from __future__ import annotations
@@ -54,22 +54,30 @@ import libvirt
 
 from .. import virt
 from ..metadata.model import Domain, TagEntry
-from . import devices, model
-from .flows import ComputeHost, FlowFailed, Operation
+from . import devices, display_secrets, model
 from .guest import Guest
-from .migration import (
+from .kernel import (
+    FlowFailed,
+    Host,
+    Journal,
+    Replay,
+    Rollback,
+    as_flow_failed,
+    destroy_and_undefine,
+    device_address,
+    left_open,
+    roll_back_and_raise,
+)
+from .live_migration import (
     MovedVolume,
     complete_destination,
-    destroy_and_undefine,
     ensure_tags,
-    lookup,
     prepare_destination,
     retarget_for_destination,
     settled_attachments,
 )
-from .model import Attachment
+from .model import Attachment, JournalRecord
 from .retarget import DiskRetarget, retarget_disks
-from .rollback import Rollback, roll_back_and_raise
 
 log = logging.getLogger(__name__)
 
@@ -101,11 +109,6 @@ SWAP_STEPS = (
 COPY_TIMEOUT_S = 300.0
 
 
-def _left_open(operation: Operation, exc: Exception, what: str) -> FlowFailed:
-    operation.step("failed-after-point-of-no-return", error=str(exc))
-    return FlowFailed(f"{what}, but finishing failed ({exc}); run 'devtag-host attachments reconcile'")
-
-
 def _definition_identity(definition: str) -> Dict[str, str]:
     root = SafeET.fromstring(definition, forbid_dtd=True)
     uuid_text, name = root.findtext("uuid"), root.findtext("name")
@@ -114,15 +117,10 @@ def _definition_identity(definition: str) -> Dict[str, str]:
     return {"uuid": uuid_text.lower(), "name": name}
 
 
-def _disconnect(host: ComputeHost, attachment: Attachment) -> None:
-    if attachment.connection_info:
-        host.backend(host.store.get_volume(attachment.volume_id).backend).disconnect(attachment.connection_info)
-
-
 # -- evacuate --------------------------------------------------------------------------
 
 
-def evacuate(destination: ComputeHost, definition: str, *, source_host: str, start: bool = True) -> List[Attachment]:
+def evacuate(destination: Host, definition: str, *, source_host: str, start: bool = True) -> List[Attachment]:
     """Rebuild the instance of ``definition`` on ``destination``; ``source_host`` is dead and is not contacted.
 
     ``definition`` is the domain's persistent XML as last known (the cloud's
@@ -137,34 +135,32 @@ def evacuate(destination: ComputeHost, definition: str, *, source_host: str, sta
     moved: List[MovedVolume] = []
     try:
         moved = [MovedVolume.of(a) for a in store.attachments(instance_uuid=identity["uuid"], host=source_host)]
-        operation.step(
-            "validate", source=source_host, volumes=[m.to_dict() for m in moved], definition=definition, start=start
-        )
-        if lookup(destination, identity["uuid"]) is not None:
+        # The definition is not journalled: reconcile does not need it, and it may hold display passwords.
+        operation.step("validate", source=source_host, volumes=[m.to_dict() for m in moved], start=start)
+        if destination.lookup(identity["uuid"]) is not None:
             raise model.Conflict(f"domain {identity['name']!r} already exists on {destination.host_name}")
         for volume in moved:
             prepare_destination(destination, operation, undo, volume)
         operation.ids.update(volume_id=None, attachment_id=None)
         operation.step("define")
-        undo.push("define", lambda: destroy_and_undefine(lookup(destination, identity["uuid"])))
+        undo.push("define", lambda: destroy_and_undefine(destination.lookup(identity["uuid"])))
         handle = destination.connection.defineXML(retarget_for_destination(store, definition, moved))
         operation.step("start")
         if start:
             handle.create()
     except Exception as exc:
-        roll_back_and_raise(operation, undo, exc, store, [m.destination_attachment for m in moved])
-        raise AssertionError("unreachable") from exc
+        roll_back_and_raise(
+            operation, undo, exc, store, [m.destination_attachment for m in moved], error=as_flow_failed
+        )
     try:
         _finish_evacuation(destination, operation, moved, Guest(handle))
     except Exception as exc:
-        raise _left_open(operation, exc, f"domain {identity['name']!r} runs on {destination.host_name}") from None
+        raise left_open(operation, exc, f"domain {identity['name']!r} runs on {destination.host_name}") from None
     operation.end("completed")
     return [store.get_attachment(m.destination_attachment) for m in moved]
 
 
-def _finish_evacuation(
-    destination: ComputeHost, operation: Operation, moved: Sequence[MovedVolume], guest: Guest
-) -> None:
+def _finish_evacuation(destination: Host, operation: Journal, moved: Sequence[MovedVolume], guest: Guest) -> None:
     for volume in moved:
         operation.ids.update(volume_id=volume.volume_id, attachment_id=volume.destination_attachment)
         operation.step("complete-destination")
@@ -178,62 +174,24 @@ def _finish_evacuation(
     ensure_tags(guest, moved)
 
 
-def _finish_evacuate(host: ComputeHost, rows: List[Dict[str, Any]]) -> str:
+def finish_evacuate(host: Host, rows: List[JournalRecord]) -> str:
     plan = rows[0]
     if plan["step"] != "validate":
         return "rolled-back"
     moved = [MovedVolume.from_dict(v) for v in plan["detail"]["volumes"]]
     steps = {row["step"] for row in rows}
-    handle = lookup(host, plan["instance_uuid"])
+    handle = host.lookup(plan["instance_uuid"])
     started = "start" in steps and handle is not None and (handle.isActive() or not plan["detail"].get("start"))
     if started and not any(step.startswith("undo-") for step in steps):
-        _finish_evacuation_again(host, moved, Guest(handle))
+        _finish_evacuation(host, Replay(), moved, Guest(handle))
         return "rolled-forward"
     destroy_and_undefine(handle)
     for volume in moved:
         attachment = host.store.find_attachment(volume.destination_attachment)
         if attachment is not None:
-            _disconnect(host, attachment)
+            host.disconnect(attachment)
             host.store.delete_attachment(attachment.id)
     return "rolled-back"
-
-
-def _finish_evacuation_again(host: ComputeHost, moved: Sequence[MovedVolume], guest: Guest) -> None:
-    for volume in moved:
-        complete_destination(host, guest, volume)
-    for volume in moved:
-        host.store.delete_attachment(volume.source_attachment)
-    host.store.move_interfaces(guest.uuid, host.host_name)
-    ensure_tags(guest, moved)
-
-
-def recover_evacuated(host: ComputeHost) -> List[str]:
-    """On a host that comes back after its instances were evacuated: destroy their stale copies.
-
-    Nova's ``_destroy_evacuated_instances``: every instance a completed
-    ``evacuate`` took away from this host is destroyed and undefined here
-    (never its volumes: they belong to the destination now); then reconcile
-    stops the exports of the deleted attachments.  Returns the domain names.
-    """
-    evacuated = set()
-    for row in host.store.journal():
-        if row["flow"] == "evacuate" and row["step"] == "validate" and row["detail"].get("source") == host.host_name:
-            evacuated.add(row["instance_uuid"])
-    completed = {
-        row["instance_uuid"]
-        for row in host.store.journal()
-        if row["flow"] == "evacuate"
-        and row["step"] == "end"
-        and row["detail"].get("outcome") in ("completed", "rolled-forward")
-    }
-    destroyed = []
-    for instance_uuid in sorted(evacuated & completed):
-        handle = lookup(host, instance_uuid)
-        if handle is not None and not host.store.attachments(instance_uuid=instance_uuid, host=host.host_name):
-            destroyed.append(handle.name())
-            destroy_and_undefine(handle)
-    host.reconcile()
-    return destroyed
 
 
 # -- shelve-offload / unshelve -----------------------------------------------------------
@@ -258,10 +216,11 @@ class ShelvedVolume:
         return cls(**{key: data.get(key) for key in cls.__dataclass_fields__})  # type: ignore[arg-type]
 
 
-def shelve_offload(host: ComputeHost, domain: str) -> str:
+def shelve_offload(host: Host, domain: str) -> str:
     """Power the domain off, keep its volumes reserved for it without a host, undefine it.
 
-    Returns the saved definition (also kept in the journal for :func:`unshelve`).
+    Returns the saved definition; the journal keeps it without its display
+    passwords, which stay in a root-only file (:mod:`devtag_host.attach.display_secrets`).
     """
     guest = host.guest(domain)
     store = host.store
@@ -270,11 +229,12 @@ def shelve_offload(host: ComputeHost, domain: str) -> str:
     shelved: List[ShelvedVolume] = []
     with host.domain_attach_lock(guest):
         try:
-            secure = libvirt.VIR_DOMAIN_XML_SECURE
-            if guest.handle.isPersistent():
-                definition = guest.handle.XMLDesc(secure | libvirt.VIR_DOMAIN_XML_INACTIVE)
-            else:
-                definition = guest.handle.XMLDesc(secure | libvirt.VIR_DOMAIN_XML_MIGRATABLE)
+            flags = (
+                libvirt.VIR_DOMAIN_XML_INACTIVE if guest.handle.isPersistent() else libvirt.VIR_DOMAIN_XML_MIGRATABLE
+            )
+            definition = guest.handle.XMLDesc(flags)  # without its secrets: this goes to the journal
+            secure_definition = guest.handle.XMLDesc(flags | libvirt.VIR_DOMAIN_XML_SECURE)
+            passwords = display_secrets.display_passwords(secure_definition)
             for attachment in settled_attachments(host, guest.uuid, "reconcile first"):
                 shelved.append(
                     ShelvedVolume(
@@ -289,8 +249,14 @@ def shelve_offload(host: ComputeHost, domain: str) -> str:
                     )
                 )
             was_running = guest.running
+            if any(passwords):
+                display_secrets.keep(guest.uuid, passwords)
             operation.step(
-                "validate", definition=definition, volumes=[s.to_dict() for s in shelved], running=was_running
+                "validate",
+                definition=definition,
+                display_passwords=sum(1 for p in passwords if p is not None),
+                volumes=[s.to_dict() for s in shelved],
+                running=was_running,
             )
             operation.step("stop")
             if was_running:
@@ -305,20 +271,22 @@ def shelve_offload(host: ComputeHost, domain: str) -> str:
                 old = store.get_attachment(volume.old_attachment)
                 operation.ids.update(volume_id=volume.volume_id, attachment_id=volume.old_attachment)
                 operation.step("disconnect")
-                undo.push("disconnect", lambda o=old: _reconnect(host, o))
-                _disconnect(host, old)
+                undo.push("disconnect", lambda o=old: host.reconnect(o))
+                host.disconnect(old)
         except Exception as exc:
-            roll_back_and_raise(operation, undo, exc, store, [s.shelved_attachment for s in shelved])
-            raise AssertionError("unreachable") from exc
+            display_secrets.forget(guest.uuid)
+            roll_back_and_raise(
+                operation, undo, exc, store, [s.shelved_attachment for s in shelved], error=as_flow_failed
+            )
         try:
             _finish_shelve(host, operation, guest, shelved)
         except Exception as exc:
-            raise _left_open(operation, exc, f"domain {domain!r} is powered off and its volumes reserved") from None
+            raise left_open(operation, exc, f"domain {domain!r} is powered off and its volumes reserved") from None
         operation.end("completed")
-    return definition
+    return secure_definition
 
 
-def _reserve_shelved(host: ComputeHost, instance_uuid: str, volume: ShelvedVolume) -> None:
+def _reserve_shelved(host: Host, instance_uuid: str, volume: ShelvedVolume) -> None:
     if host.store.find_attachment(volume.shelved_attachment) is not None:
         return
     host.store.reserve(
@@ -332,64 +300,56 @@ def _reserve_shelved(host: ComputeHost, instance_uuid: str, volume: ShelvedVolum
     )
 
 
-def _reconnect(host: ComputeHost, attachment: Attachment) -> None:
-    if attachment.connection_info:
-        host.backend(host.store.get_volume(attachment.volume_id).backend).connect(attachment.connection_info)
-
-
-def _finish_shelve(host: ComputeHost, operation: Operation, guest: Guest, shelved: Sequence[ShelvedVolume]) -> None:
+def _finish_shelve(host: Host, operation: Journal, guest: Guest, shelved: Sequence[ShelvedVolume]) -> None:
     for volume in shelved:
         operation.ids.update(volume_id=volume.volume_id, attachment_id=volume.old_attachment)
         operation.step("delete-old")
         host.store.delete_attachment(volume.old_attachment)
     operation.ids.update(volume_id=None, attachment_id=None)
     operation.step("undefine")
-    destroy_and_undefine(lookup(host, guest.uuid))
+    destroy_and_undefine(host.lookup(guest.uuid))
 
 
-def _finish_shelve_offload(host: ComputeHost, rows: List[Dict[str, Any]]) -> str:
+def finish_shelve_offload(host: Host, rows: List[JournalRecord]) -> str:
     plan = rows[0]
     if plan["step"] != "validate":
         return "rolled-back"
     shelved = [ShelvedVolume.from_dict(v) for v in plan["detail"]["volumes"]]
     steps = {row["step"] for row in rows}
-    handle = lookup(host, plan["instance_uuid"])
+    handle = host.lookup(plan["instance_uuid"])
     if "delete-old" in steps and not any(step.startswith("undo-") for step in steps):
         destroy_and_undefine(handle)
         for volume in shelved:
             _reserve_shelved(host, plan["instance_uuid"], volume)
             old = host.store.find_attachment(volume.old_attachment)
             if old is not None:
-                _disconnect(host, old)
+                host.disconnect(old)
                 host.store.delete_attachment(old.id)
         return "rolled-forward"
     for volume in shelved:  # back to the original: old attachments connected, domain as it was
         old = host.store.find_attachment(volume.old_attachment)
         if old is not None:
-            _reconnect(host, old)
+            host.reconnect(old)
         host.store.delete_attachment(volume.shelved_attachment)
     if handle is not None and plan["detail"].get("running") and not handle.isActive():
         handle.create()
+    display_secrets.forget(plan.instance_uuid or "")
     return "rolled-back"
 
 
-def shelved_definition(host: ComputeHost, instance_uuid: str) -> str:
+def shelved_definition(host: Host, instance_uuid: str) -> str:
     """The definition the last completed shelve-offload of the instance saved."""
-    operations = [
-        row["operation"]
-        for row in host.store.journal()
-        if row["flow"] == "shelve-offload"
-        and row["step"] == "end"
-        and row["instance_uuid"] == instance_uuid
-        and row["detail"].get("outcome") in ("completed", "rolled-forward")
-    ]
-    if not operations:
+    shelved = host.store.finished("shelve-offload", instance_uuid=instance_uuid)
+    if not shelved:
         raise model.NotFound(f"instance {instance_uuid} was not shelved")
-    (plan, *_rest) = host.store.journal(operations[-1])
-    return plan["detail"]["definition"]
+    plan = host.store.plan(shelved[-1].operation)
+    if not plan.detail.get("display_passwords"):
+        return plan.detail["definition"]
+    passwords = display_secrets.recall(instance_uuid, plan.detail.get("host"))
+    return display_secrets.with_display_passwords(plan.detail["definition"], passwords)
 
 
-def unshelve(host: ComputeHost, instance_uuid: str, *, start: bool = True) -> Any:
+def unshelve(host: Host, instance_uuid: str, *, start: bool = True) -> Any:
     """Bring a shelved-offloaded instance back on ``host``; returns the libvirt domain."""
     store = host.store
     definition = shelved_definition(host, instance_uuid)
@@ -403,7 +363,7 @@ def unshelve(host: ComputeHost, instance_uuid: str, *, start: bool = True) -> An
     undo = Rollback(operation)
     try:
         operation.step("validate", attachments=[a.id for a in reserved], start=start)
-        if lookup(host, instance_uuid) is not None:
+        if host.lookup(instance_uuid) is not None:
             raise model.Conflict(f"domain {identity['name']!r} already exists on {host.host_name}")
         changes = {}
         for attachment in reserved:
@@ -424,14 +384,13 @@ def unshelve(host: ComputeHost, instance_uuid: str, *, start: bool = True) -> An
             changes[attachment.detail["alias"]] = DiskRetarget(alias=alias, disk_xml=template)
         operation.ids.update(volume_id=None, attachment_id=None)
         operation.step("define")
-        undo.push("define", lambda: destroy_and_undefine(lookup(host, instance_uuid)))
+        undo.push("define", lambda: destroy_and_undefine(host.lookup(instance_uuid)))
         handle = host.connection.defineXML(retarget_disks(definition, changes))
         operation.step("start")
         if start:
             handle.create()
     except Exception as exc:
-        roll_back_and_raise(operation, undo, exc, store, [])
-        raise AssertionError("unreachable") from exc
+        roll_back_and_raise(operation, undo, exc, store, [], error=as_flow_failed)
     try:
         for attachment in reserved:
             operation.ids.update(volume_id=attachment.volume_id, attachment_id=attachment.id)
@@ -439,12 +398,13 @@ def unshelve(host: ComputeHost, instance_uuid: str, *, start: bool = True) -> An
             _complete(host, Guest(handle), attachment.id)
         store.move_interfaces(instance_uuid, host.host_name)
     except Exception as exc:
-        raise _left_open(operation, exc, f"domain {identity['name']!r} is defined on {host.host_name}") from None
+        raise left_open(operation, exc, f"domain {identity['name']!r} is defined on {host.host_name}") from None
+    display_secrets.forget(instance_uuid)  # libvirt keeps the passwords again
     operation.end("completed")
     return handle
 
 
-def _reshelve(host: ComputeHost, attachment: Attachment) -> None:
+def _reshelve(host: Host, attachment: Attachment) -> None:
     """Undo an unshelve's update: Cinder cannot take a connector back, so a fresh reserved attachment replaces it."""
     current = host.store.find_attachment(attachment.id)
     if current is None or current.status == model.RESERVED:
@@ -461,35 +421,33 @@ def _reshelve(host: ComputeHost, attachment: Attachment) -> None:
     host.store.delete_attachment(attachment.id)
 
 
-def _complete(host: ComputeHost, guest: Guest, attachment_id: str) -> None:
+def _complete(host: Host, guest: Guest, attachment_id: str) -> None:
     attachment = host.store.get_attachment(attachment_id)
     if attachment.status == model.ATTACHED:
         return
     alias = attachment.alias or devices.alias_for(attachment.id)
-    current = guest.current()
-    device = devices.find_by_alias(current, alias)
-    location = devices.guest_location(current, device) if device is not None else None
-    host.store.complete(attachment_id, address=(location or {}).get("address"))
+    host.store.complete(attachment_id, address=device_address(guest, alias))
 
 
-def _finish_unshelve(host: ComputeHost, rows: List[Dict[str, Any]]) -> str:
+def finish_unshelve(host: Host, rows: List[JournalRecord]) -> str:
     plan = rows[0]
     if plan["step"] != "validate":
         return "rolled-back"
     steps = {row["step"] for row in rows}
-    handle = lookup(host, plan["instance_uuid"])
+    handle = host.lookup(plan["instance_uuid"])
     attachments = [host.store.find_attachment(a) for a in plan["detail"]["attachments"]]
     started = "start" in steps and handle is not None and (handle.isActive() or not plan["detail"].get("start"))
     if started and not any(step.startswith("undo-") for step in steps):
         for attachment in attachments:
             if attachment is not None:
-                _reconnect(host, attachment)
+                host.reconnect(attachment)
                 _complete(host, Guest(handle), attachment.id)
+        display_secrets.forget(plan.instance_uuid or "")
         return "rolled-forward"
     destroy_and_undefine(handle)
     for attachment in attachments:
         if attachment is not None and attachment.status != model.RESERVED:
-            _disconnect(host, attachment)
+            host.disconnect(attachment)
             _reshelve(host, attachment)
     return "rolled-back"
 
@@ -497,7 +455,7 @@ def _finish_unshelve(host: ComputeHost, rows: List[Dict[str, Any]]) -> str:
 # -- swap volume -------------------------------------------------------------------------
 
 
-def swap_volume(host: ComputeHost, domain: str, old_volume: str, new_volume: str) -> Attachment:
+def swap_volume(host: Host, domain: str, old_volume: str, new_volume: str) -> Attachment:
     """Copy ``old_volume`` into ``new_volume`` under the running guest and switch to it."""
     guest = host.guest(domain)
     store = host.store
@@ -544,17 +502,16 @@ def swap_volume(host: ComputeHost, domain: str, old_volume: str, new_volume: str
             operation.step("pivot")
             _pivot(guest, target)
         except Exception as exc:
-            roll_back_and_raise(operation, undo, exc, store, [new_id])
-            raise AssertionError("unreachable") from exc
+            roll_back_and_raise(operation, undo, exc, store, [new_id], error=as_flow_failed)
         try:
-            _finish_swap(host, operation, guest, old, new_id, alias)
+            _finish_swap(host, operation, guest, old.id, new_id, alias, serial)
         except Exception as exc:
-            raise _left_open(operation, exc, f"domain {domain!r} now uses volume {new_record.name!r}") from None
+            raise left_open(operation, exc, f"domain {domain!r} now uses volume {new_record.name!r}") from None
         operation.end("completed")
     return store.get_attachment(new_id)
 
 
-def _attachment_on(host: ComputeHost, guest: Guest, volume: model.Volume) -> Attachment:
+def _attachment_on(host: Host, guest: Guest, volume: model.Volume) -> Attachment:
     for attachment in volume.attachments:
         if attachment.instance_uuid == guest.uuid and attachment.host == host.host_name:
             if attachment.status != model.ATTACHED:
@@ -608,22 +565,24 @@ def _pivot(guest: Guest, target: str) -> None:
 
 
 def _finish_swap(
-    host: ComputeHost, operation: Operation, guest: Guest, old: Attachment, new_id: str, alias: str
+    host: Host, operation: Journal, guest: Guest, old_id: str, new_id: str, alias: str, serial: str
 ) -> None:
+    """After the pivot (also reconcile's roll forward, through :class:`Replay`)."""
     store = host.store
     new = store.get_attachment(new_id)
     operation.step("update-config")
     _point_config_at(guest, alias, new)
     operation.step("rekey-tag")
-    _rekey_tag(guest, alias, new.detail.get("serial", old.volume_id))
-    operation.ids.update(volume_id=old.volume_id, attachment_id=old.id)
+    _rekey_tag(guest, alias, serial)
+    old = store.find_attachment(old_id)
+    operation.ids.update(volume_id=old.volume_id if old else None, attachment_id=old_id)
     operation.step("disconnect-old")
-    if store.find_attachment(old.id) is not None:
-        if store.get_attachment(old.id).status == model.ATTACHED:
-            store.begin_detaching(old.id)
-        _disconnect(host, old)
+    if old is not None:
+        if old.status == model.ATTACHED:
+            store.begin_detaching(old_id)
+        host.disconnect(old)
     operation.step("delete-old")
-    store.delete_attachment(old.id)
+    store.delete_attachment(old_id)
     operation.ids.update(volume_id=new.volume_id, attachment_id=new_id)
     operation.step("complete")
     _complete(host, guest, new_id)
@@ -670,7 +629,7 @@ def _rekey_tag(guest: Guest, alias: str, serial: str) -> None:
     virt.update_tags(guest.handle, change)
 
 
-def _finish_swap_volume(host: ComputeHost, rows: List[Dict[str, Any]]) -> str:
+def finish_swap_volume(host: Host, rows: List[JournalRecord]) -> str:
     plan = rows[0]
     if plan["step"] != "validate":
         return "rolled-back"
@@ -678,25 +637,19 @@ def _finish_swap_volume(host: ComputeHost, rows: List[Dict[str, Any]]) -> str:
     new_id = plan["attachment_id"]
     old_id = plan["detail"]["old_attachment"]
     alias = plan["detail"]["alias"]
-    guest_handle = lookup(host, plan["instance_uuid"])
+    guest_handle = host.lookup(plan["instance_uuid"])
     guest = Guest(guest_handle) if guest_handle is not None else None
     new = host.store.find_attachment(new_id)
     pivoted = guest is not None and new is not None and _live_source_is(guest, alias, new)
     if pivoted and not any(step.startswith("undo-") for step in steps):
         assert guest is not None
-        old = host.store.find_attachment(old_id)
-        _point_config_at(guest, alias, new)
-        _rekey_tag(guest, alias, plan["detail"]["serial"])
-        if old is not None:
-            _disconnect(host, old)
-            host.store.delete_attachment(old_id)
-        _complete(host, guest, new_id)
+        _finish_swap(host, Replay(), guest, old_id, new_id, alias, plan.detail["serial"])
         return "rolled-forward"
     target = next((row["detail"].get("target") for row in rows if row["step"] == "copy"), None)
     if guest is not None and target:
         _abort_copy(guest, target)
     if new is not None:
-        _disconnect(host, new)
+        host.disconnect(new)
         host.store.delete_attachment(new_id)
     return "rolled-back"
 
@@ -725,14 +678,3 @@ def _live_source_is(guest: Guest, alias: str, attachment: Attachment) -> bool:
             and source.get("name") == wanted.get("name")
         )
     return False
-
-
-# -- reconcile -------------------------------------------------------------------------------
-
-
-def register(host: ComputeHost) -> None:
-    """Let ``host.reconcile()`` finish this host's interrupted evacuate, shelve, unshelve and swap operations."""
-    host.register_reconciler("evacuate", lambda rows: _finish_evacuate(host, rows))
-    host.register_reconciler("shelve-offload", lambda rows: _finish_shelve_offload(host, rows))
-    host.register_reconciler("unshelve", lambda rows: _finish_unshelve(host, rows))
-    host.register_reconciler("swap-volume", lambda rows: _finish_swap_volume(host, rows))

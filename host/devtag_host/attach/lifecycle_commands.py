@@ -1,7 +1,7 @@
 """``devtag-host live-migrate``, ``evacuate``, ``shelve-offload``, ``unshelve`` and ``swap-volume``.
 
 Thin: parse, build the :class:`ComputeHost` objects on one attachment store,
-call :mod:`devtag_host.attach.migration` or :mod:`devtag_host.attach.lifecycle`,
+call :mod:`devtag_host.attach.live_migration` or :mod:`devtag_host.attach.lifecycle`,
 print one line.  Errors map as for the other attach verbs (input 2, failure 1).
 """
 
@@ -12,7 +12,13 @@ import contextlib
 from pathlib import Path
 from typing import Any, Iterator
 
+from .. import virt
 from ..errors import InputError
+from .commands import open_store, translated_errors
+from .flows import ComputeHost
+from .lifecycle import evacuate, shelve_offload, swap_volume, unshelve
+from .live_migration import MigrationOptions, live_migrate, peer_host
+from .reconcile import recover_evacuated
 
 _HELP = """\
 Every host involved uses the same attachment store (--db; PostgreSQL when the
@@ -69,21 +75,15 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 @contextlib.contextmanager
 def _hosts(args: argparse.Namespace, peer: str = "") -> Iterator[Any]:
-    """This host, with every flow's reconciler registered (and the peer ``NAME=URI``, if any)."""
-    from .. import virt
-    from . import lifecycle, migration
-    from .commands import open_store, translated_errors
-    from .flows import ComputeHost
-
+    """This host (and the peer ``NAME=URI``, if any, which its reconcile can reach)."""
     store = open_store(args)
     connection = virt.open_connection(args.connect)
     try:
         with translated_errors(), contextlib.ExitStack() as stack:
             host = ComputeHost(connection, store, host=args.host)
-            lifecycle.register(host)
             if peer:
-                other = stack.enter_context(migration.peer_host(peer, store))
-                migration.register(host, [other])
+                other = stack.enter_context(peer_host(peer, store))
+                host.add_peer(other)
                 yield host, other
             else:
                 yield host, None
@@ -93,7 +93,6 @@ def _hosts(args: argparse.Namespace, peer: str = "") -> Iterator[Any]:
 
 
 def _cmd_live_migrate(args: argparse.Namespace) -> None:
-    from .migration import MigrationOptions, live_migrate
 
     peer_uri = args.to.partition("=")[2]
     options = MigrationOptions(
@@ -107,7 +106,6 @@ def _cmd_live_migrate(args: argparse.Namespace) -> None:
 
 
 def _cmd_evacuate(args: argparse.Namespace) -> None:
-    from .lifecycle import evacuate
 
     try:
         definition = Path(args.definition).read_text(encoding="utf-8")
@@ -119,7 +117,6 @@ def _cmd_evacuate(args: argparse.Namespace) -> None:
 
 
 def _cmd_recover(args: argparse.Namespace) -> None:
-    from .lifecycle import recover_evacuated
 
     with _hosts(args) as (host, _):
         destroyed = recover_evacuated(host)
@@ -127,7 +124,6 @@ def _cmd_recover(args: argparse.Namespace) -> None:
 
 
 def _cmd_shelve(args: argparse.Namespace) -> None:
-    from .lifecycle import shelve_offload
 
     with _hosts(args) as (host, _):
         instance = host.guest(args.domain).uuid
@@ -136,7 +132,6 @@ def _cmd_shelve(args: argparse.Namespace) -> None:
 
 
 def _cmd_unshelve(args: argparse.Namespace) -> None:
-    from .lifecycle import unshelve
 
     with _hosts(args) as (host, _):
         handle = unshelve(host, args.instance, start=not args.no_start)
@@ -145,7 +140,6 @@ def _cmd_unshelve(args: argparse.Namespace) -> None:
 
 
 def _cmd_swap(args: argparse.Namespace) -> None:
-    from .lifecycle import swap_volume
 
     with _hosts(args) as (host, _):
         attachment = swap_volume(host, args.domain, args.old, args.new)

@@ -129,6 +129,46 @@ class InterfaceAttachment:
     host: Optional[str] = None  # the host whose guest has the NIC; None: a record from before it was kept
 
 
+@dataclass(frozen=True)
+class JournalRecord:
+    """One journal row: a step of an operation (a run of a flow), journalled before the step ran.
+
+    ``detail`` is the step's own data (the plan in a flow's first row, the
+    outcome in its ``end`` row).  ``record["step"]`` reads a field as well,
+    as the rows were plain dicts before.
+    """
+
+    id: int
+    operation: str
+    flow: str
+    step: str
+    instance_uuid: Optional[str] = None
+    volume_id: Optional[str] = None
+    attachment_id: Optional[str] = None
+    mac: Optional[str] = None
+    detail: Mapping[str, Any] = field(default_factory=dict)
+    at: Any = None
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self.__dataclass_fields__:
+            raise KeyError(name)
+        return getattr(self, name)
+
+    @property
+    def outcome(self) -> Optional[str]:
+        """An ``end`` row's outcome (``completed``, ``rolled-back``, ...)."""
+        return self.detail.get("outcome") if self.step == "end" else None
+
+
+@dataclass(frozen=True)
+class JournalIds:
+    """Every volume id, MAC and instance the journal's (bounded) history names: what devtag attached."""
+
+    volume_ids: frozenset
+    macs: frozenset
+    instance_uuids: frozenset
+
+
 def volume_status(attachments: Iterable[Attachment]) -> str:
     """The volume's status from its attachments (``in-use`` wins, then detaching, ...)."""
     states = {a.status for a in attachments}

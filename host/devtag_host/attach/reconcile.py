@@ -16,6 +16,9 @@ persistent domain XML, and the backends.  The rules (docs/attach.md):
   ``ready`` was reached; **delete-volume** rolls forward.
 * A rollback that cannot finish (the guest keeps a PCI device) leaves the
   operation open: the next reconcile tries again.
+* live-migrate, evacuate, shelve-offload, unshelve and swap-volume: their
+  modules' ``finish_*`` (:data:`RECONCILERS` knows every flow; nothing to
+  register).
 
 After the journal, a sweep applies the same rules to what no open operation
 explains: ``attached`` rows whose device left every definition (a guest that
@@ -26,91 +29,83 @@ without an attachment, and tags of devices that are gone.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
-import libvirt
-
-from ..metadata import add_tags
+from .. import virt
 from ..metadata.device_tags import taggable_devices
 from ..metadata.model import Domain, TagEntry
-from . import devices, model
+from . import devices, lifecycle, live_migration, model
 from .guest import Guest
-from .model import Attachment
-
-if TYPE_CHECKING:
-    from .flows import ComputeHost
+from .kernel import Host, Pending, destroy_and_undefine, operation_in_progress, operation_lock_path, record_tag, untag
+from .model import Attachment, JournalRecord
 
 log = logging.getLogger(__name__)
 
 CONNECTED = (model.ATTACHING, model.ATTACHED, model.DETACHING, model.ERROR_ATTACHING, model.ERROR_DETACHING)
 
-
-class Pending(Exception):
-    """The operation cannot finish now (a device the guest keeps); try again later."""
+Reconciler = Callable[[Host, List[JournalRecord]], str]
 
 
-def reconcile(host: ComputeHost) -> List[Dict[str, Any]]:
+def reconcile(host: Host) -> List[Dict[str, Any]]:
     """Finish every open operation of ``host``, then sweep; returns what was done, one dict per item.
 
     Operations whose process is still alive (it holds the operation's lock) are
     reported ``in-progress`` and left alone.
     """
-    from .flows import operation_in_progress, operation_lock_path
-
     report: List[Dict[str, Any]] = []
     for rows in host.store.open_operations():
         first = rows[0]
-        if first["detail"].get("host") not in (host.host_name, None):
+        if first.detail.get("host") not in (host.host_name, None):
             continue
-        flow = first["flow"]
-        if operation_in_progress(first["operation"]):
-            report.append({"operation": first["operation"], "flow": flow, "outcome": "in-progress"})
+        if operation_in_progress(first.operation):
+            report.append({"operation": first.operation, "flow": first.flow, "outcome": "in-progress"})
             continue
+        reconciler = RECONCILERS.get(first.flow)
         try:
-            outcome = _finish(host, flow, rows)
+            if reconciler is None:
+                raise Pending(f"no reconciler for flow {first.flow!r}")
+            outcome = reconciler(host, rows)
         except Pending as exc:
-            report.append({"operation": first["operation"], "flow": flow, "outcome": "pending", "reason": str(exc)})
+            report.append({"operation": first.operation, "flow": first.flow, "outcome": "pending", "reason": str(exc)})
             continue
         host.store.journal_step(
-            first["operation"],
-            flow,
+            first.operation,
+            first.flow,
             "end",
-            instance_uuid=first["instance_uuid"],
-            volume_id=first["volume_id"],
-            attachment_id=first["attachment_id"],
-            mac=first["mac"],
+            instance_uuid=first.instance_uuid,
+            volume_id=first.volume_id,
+            attachment_id=first.attachment_id,
+            mac=first.mac,
             detail={"host": host.host_name, "outcome": outcome, "by": "reconcile"},
         )
-        operation_lock_path(first["operation"]).unlink(missing_ok=True)
+        operation_lock_path(first.operation).unlink(missing_ok=True)
         report.append(
-            {"operation": first["operation"], "flow": flow, "outcome": outcome, "last_step": rows[-1]["step"]}
+            {"operation": first.operation, "flow": first.flow, "outcome": outcome, "last_step": rows[-1].step}
         )
     report.extend(_sweep(host))
+    host.store.prune_journal()
     return report
 
 
-def _finish(host: ComputeHost, flow: str, rows: List[Dict[str, Any]]) -> str:
-    ids = _ids(rows)
-    steps = [row["step"] for row in rows]
-    undoing = any(step.startswith("undo-") for step in steps)
-    if flow in host.reconcilers:
-        return host.reconcilers[flow](rows)
-    if flow == "attach-volume":
-        return _finish_attach_volume(host, ids, steps, undoing)
-    if flow == "detach-volume":
-        return _finish_detach(host, ids, rows, undoing, volume=True)
-    if flow == "attach-interface":
-        return _finish_attach_interface(host, ids, steps, undoing)
-    if flow == "detach-interface":
-        return _finish_detach(host, ids, rows, undoing, volume=False)
-    if flow == "create-volume":
-        return _finish_create_volume(host, ids, rows)
-    if flow == "delete-volume":
-        return _finish_delete_volume(host, ids)
-    raise Pending(f"no reconciler for flow {flow!r}")
+def recover_evacuated(host: Host) -> List[str]:
+    """On a host that comes back after its instances were evacuated: destroy their stale copies.
+
+    Nova's ``_destroy_evacuated_instances``: every instance a completed
+    ``evacuate`` took away from this host is destroyed and undefined here
+    (never its volumes: they belong to the destination now); then reconcile
+    stops the exports of the deleted attachments.  Returns the domain names.
+    """
+    destroyed = []
+    for instance_uuid in sorted(host.store.evacuated_from(host.host_name)):
+        handle = host.lookup(instance_uuid)
+        if handle is not None and not host.store.attachments(instance_uuid=instance_uuid, host=host.host_name):
+            destroyed.append(handle.name())
+            destroy_and_undefine(handle)
+    reconcile(host)
+    return destroyed
 
 
-def _ids(rows: List[Dict[str, Any]]) -> Dict[str, Optional[str]]:
+def _ids(rows: List[JournalRecord]) -> Dict[str, Optional[str]]:
     ids: Dict[str, Optional[str]] = {}
     for row in rows:
         for key in ("instance_uuid", "volume_id", "attachment_id", "mac"):
@@ -119,18 +114,16 @@ def _ids(rows: List[Dict[str, Any]]) -> Dict[str, Optional[str]]:
     return ids
 
 
+def _undoing(rows: List[JournalRecord]) -> bool:
+    return any(row.step.startswith("undo-") for row in rows)
+
+
 # -- where a device is ---------------------------------------------------------------
 
 
-def _guest(host: ComputeHost, instance_uuid: Optional[str]) -> Optional[Guest]:
-    if not instance_uuid:
-        return None
-    try:
-        return Guest(host.connection.lookupByUUIDString(instance_uuid)).settle()
-    except libvirt.libvirtError as exc:
-        if exc.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
-            return None
-        raise
+def _guest(host: Host, instance_uuid: Optional[str]) -> Optional[Guest]:
+    handle = host.lookup(instance_uuid)
+    return None if handle is None else Guest(handle).settle()
 
 
 def _presence(guest: Optional[Guest], alias: str) -> Tuple[bool, bool]:
@@ -146,80 +139,47 @@ def _live(guest: Optional[Guest], alias: str) -> bool:
     return guest is not None and guest.running and guest.has_alias(alias, "live")
 
 
-def _unplug(host: ComputeHost, guest: Optional[Guest], alias: str) -> None:
-    if guest is None:
-        return
-    guest.detach_config(alias)
-    result = guest.detach_live(alias, timeout_s=host.detach_timeout, attempts=host.detach_attempts)
-    if not result.removed:
-        raise Pending(f"the guest still holds {alias}")
-
-
-def _untag(guest: Optional[Guest], kind: str, keys: Tuple[str, ...]) -> None:
-    if guest is not None:
-        from .flows import untag
-
-        untag(guest, kind, keys)
-
-
-def _tag(guest: Guest, alias: str, tag: Optional[str]) -> Optional[str]:
-    """Record the tag (idempotent) and return the device's address."""
-    from .. import virt
-
-    if tag is not None:
-        virt.update_tags(guest.handle, lambda domain: add_tags(domain, alias, [tag]))
-    current = guest.current()
-    device = devices.find_by_alias(current, alias)
-    location = devices.guest_location(current, device) if device is not None else None
-    return (location or {}).get("address")
+def _unplug(host: Host, guest: Optional[Guest], alias: str) -> None:
+    host.unplug(guest, alias, lambda _message: Pending(f"the guest still holds {alias}"))
 
 
 # -- volumes --------------------------------------------------------------------------
 
 
-def retire_volume_attachment(host: ComputeHost, attachment: Attachment, guest: Optional[Guest]) -> None:
+def retire_volume_attachment(host: Host, attachment: Attachment, guest: Optional[Guest]) -> None:
     """Make the attachment not exist: device out of the guest, tag, backend connection, row."""
     alias = attachment.alias or devices.alias_for(attachment.id)
     _unplug(host, guest, alias)
-    _untag(guest, "disk", (attachment.volume_id, alias))
+    untag(guest, "disk", (attachment.volume_id, alias))
     if attachment.connection_info:
         volume = host.store.get_volume(attachment.volume_id)
         host.backend(volume.backend).disconnect(attachment.connection_info)
     host.store.delete_attachment(attachment.id)
 
 
-def _keep_volume_attachment(host: ComputeHost, attachment: Attachment, guest: Guest) -> None:
+def _keep_volume_attachment(host: Host, attachment: Attachment, guest: Guest) -> None:
     alias = attachment.alias or devices.alias_for(attachment.id)
     volume = host.store.get_volume(attachment.volume_id)
     if attachment.connection_info:
         host.backend(volume.backend).connect(attachment.connection_info)
-    address = _tag(guest, alias, attachment.tag)
+    address = record_tag(guest, alias, attachment.tag)
     if attachment.status == model.ATTACHING:
         host.store.complete(attachment.id, address=address)
     elif attachment.status == model.DETACHING:
         host.store.roll_detaching(attachment.id)
     elif attachment.status in (model.ERROR_DETACHING, model.ERROR_ATTACHING):
-        host.store.set_fields(attachment.id, address=address)
-        _force_attached(host, attachment.id)
+        host.store.mark_attached(attachment.id, address=address)
 
 
-def _force_attached(host: ComputeHost, attachment_id: str) -> None:
-    from sqlalchemy import update
-
-    from .db import attachments
-
-    with host.store.db.write() as conn:
-        conn.execute(update(attachments).where(attachments.c.id == attachment_id).values(status=model.ATTACHED))
-
-
-def _finish_attach_volume(host: ComputeHost, ids: Dict[str, Optional[str]], steps: List[str], undoing: bool) -> str:
+def _finish_attach_volume(host: Host, rows: List[JournalRecord]) -> str:
+    ids, undoing = _ids(rows), _undoing(rows)
     attachment = host.store.find_attachment(ids.get("attachment_id") or "")
     guest = _guest(host, ids.get("instance_uuid"))
     alias = devices.alias_for(ids.get("attachment_id") or "")
     if attachment is None:
         # reserve never committed, or the rollback had deleted it: only a tag can be left.
         _unplug(host, guest, alias)
-        _untag(guest, "disk", (ids.get("volume_id") or "", alias))
+        untag(guest, "disk", (ids.get("volume_id") or "", alias))
         return "rolled-back"
     _, everywhere = _presence(guest, alias)
     if not undoing and everywhere and guest is not None and attachment.status in (model.ATTACHING, model.ATTACHED):
@@ -229,21 +189,20 @@ def _finish_attach_volume(host: ComputeHost, ids: Dict[str, Optional[str]], step
     return "rolled-back"
 
 
-def _finish_detach(
-    host: ComputeHost, ids: Dict[str, Optional[str]], rows: List[Dict[str, Any]], undoing: bool, *, volume: bool
-) -> str:
+def _finish_detach(host: Host, rows: List[JournalRecord], *, volume: bool) -> str:
+    ids = _ids(rows)
     guest = _guest(host, ids.get("instance_uuid"))
     alias = devices.alias_for(ids.get("attachment_id") or "")
-    saved = next((row["detail"].get("xml") for row in rows if row["step"] == "detach-config"), None)
+    saved = next((row.detail.get("xml") for row in rows if row.step == "detach-config"), None)
     if volume:
         attachment = host.store.find_attachment(ids.get("attachment_id") or "")
         if attachment is None:
-            _untag(guest, "disk", (ids.get("volume_id") or "", alias))
+            untag(guest, "disk", (ids.get("volume_id") or "", alias))
             return "rolled-forward"
     else:
         record = host.store.find_interface(ids.get("mac") or "")
         if record is None:
-            _untag(guest, "nic", (ids.get("mac") or "",))
+            untag(guest, "nic", (ids.get("mac") or "",))
             return "rolled-forward"
     if _live(guest, alias):
         assert guest is not None
@@ -261,8 +220,8 @@ def _finish_detach(
     return "rolled-forward"
 
 
-def _finish_create_volume(host: ComputeHost, ids: Dict[str, Optional[str]], rows: List[Dict[str, Any]]) -> str:
-    volume_id = ids.get("volume_id")
+def _finish_create_volume(host: Host, rows: List[JournalRecord]) -> str:
+    volume_id = _ids(rows).get("volume_id")
     if not volume_id:
         return "rolled-back"  # the row was never inserted
     try:
@@ -271,16 +230,16 @@ def _finish_create_volume(host: ComputeHost, ids: Dict[str, Optional[str]], rows
         return "rolled-back"
     if volume.lifecycle == model.READY:
         return "rolled-forward"
-    location = next((row["detail"].get("location") for row in rows if row["step"] == "create"), None)
+    location = next((row.detail.get("location") for row in rows if row.step == "create"), None)
     if location:
         host.backend(volume.backend).delete_volume(location)
     host.store.remove_volume(volume.id)
     return "rolled-back"
 
 
-def _finish_delete_volume(host: ComputeHost, ids: Dict[str, Optional[str]]) -> str:
+def _finish_delete_volume(host: Host, rows: List[JournalRecord]) -> str:
     try:
-        volume = host.store.get_volume(ids.get("volume_id") or "")
+        volume = host.store.get_volume(_ids(rows).get("volume_id") or "")
     except model.NotFound:
         return "rolled-forward"
     if volume.lifecycle != model.DELETING:
@@ -294,26 +253,27 @@ def _finish_delete_volume(host: ComputeHost, ids: Dict[str, Optional[str]]) -> s
 # -- NICs ------------------------------------------------------------------------------
 
 
-def _retire_interface(host: ComputeHost, record: model.InterfaceAttachment, guest: Optional[Guest]) -> None:
+def _retire_interface(host: Host, record: model.InterfaceAttachment, guest: Optional[Guest]) -> None:
     alias = record.alias or devices.alias_for(record.id)
     _unplug(host, guest, alias)
-    _untag(guest, "nic", (record.mac,))
+    untag(guest, "nic", (record.mac,))
     host.store.remove_interface(record.mac)
 
 
-def _keep_interface(host: ComputeHost, record: model.InterfaceAttachment, guest: Guest) -> None:
-    address = _tag(guest, record.alias or devices.alias_for(record.id), record.tag)
+def _keep_interface(host: Host, record: model.InterfaceAttachment, guest: Guest) -> None:
+    address = record_tag(guest, record.alias or devices.alias_for(record.id), record.tag)
     host.store.set_interface(record.mac, status=model.ATTACHED, address=address)
 
 
-def _finish_attach_interface(host: ComputeHost, ids: Dict[str, Optional[str]], steps: List[str], undoing: bool) -> str:
+def _finish_attach_interface(host: Host, rows: List[JournalRecord]) -> str:
+    ids, undoing = _ids(rows), _undoing(rows)
     guest = _guest(host, ids.get("instance_uuid"))
     alias = devices.alias_for(ids.get("attachment_id") or "")
     record = host.store.find_interface(ids.get("mac") or "") if ids.get("mac") else None
     if record is None:
         _unplug(host, guest, alias)
         if ids.get("mac"):
-            _untag(guest, "nic", (ids["mac"] or "",))
+            untag(guest, "nic", (ids["mac"] or "",))
         return "rolled-back"
     _, everywhere = _presence(guest, alias)
     if not undoing and everywhere and guest is not None:
@@ -326,11 +286,10 @@ def _finish_attach_interface(host: ComputeHost, ids: Dict[str, Optional[str]], s
 # -- the sweep -----------------------------------------------------------------------
 
 
-def _sweep(host: ComputeHost) -> List[Dict[str, Any]]:
+def _sweep(host: Host) -> List[Dict[str, Any]]:
     report: List[Dict[str, Any]] = []
-    open_attachments = {
-        row["attachment_id"] for rows in host.store.open_operations() for row in rows if row["attachment_id"]
-    }
+    open_operations = host.store.open_operations()
+    open_attachments = {row.attachment_id for rows in open_operations for row in rows if row.attachment_id}
     touched = set()
     for attachment in host.store.attachments(host=host.host_name):
         if attachment.id in open_attachments:
@@ -351,7 +310,7 @@ def _sweep(host: ComputeHost) -> List[Dict[str, Any]]:
                 report.append({"attachment": attachment.id, "outcome": "rolled back an error_attaching attachment"})
         except Pending as exc:
             report.append({"attachment": attachment.id, "outcome": "pending", "reason": str(exc)})
-    open_macs = {row["mac"] for rows in host.store.open_operations() for row in rows if row["mac"]}
+    open_macs = {row.mac for rows in open_operations for row in rows if row.mac}
     for record in host.store.interfaces(host=host.host_name):
         if record.mac in open_macs:
             continue
@@ -378,7 +337,7 @@ def _sweep(host: ComputeHost) -> List[Dict[str, Any]]:
     return report
 
 
-def _stop_leaked_exports(host: ComputeHost) -> List[Dict[str, Any]]:
+def _stop_leaked_exports(host: Host) -> List[Dict[str, Any]]:
     report = []
     for backend in host.backends.values():
         exported = getattr(backend, "exported_attachments", None)
@@ -392,14 +351,12 @@ def _stop_leaked_exports(host: ComputeHost) -> List[Dict[str, Any]]:
     return report
 
 
-def _drop_stale_tags(host: ComputeHost, touched: set) -> List[Dict[str, Any]]:
+def _drop_stale_tags(host: Host, touched: set) -> List[Dict[str, Any]]:
     """Tags of devtag-attached devices (volume serials, ``ua-`` aliases, known NICs) that are gone."""
-    from .. import virt
-
-    known = {v.id for v in host.store.list_volumes()}
-    known |= {row["volume_id"] for row in host.store.journal() if row["volume_id"]}
-    macs = {row["mac"] for row in host.store.journal() if row["mac"]}
-    instances = touched | {row["instance_uuid"] for row in host.store.journal() if row["instance_uuid"]}
+    known_ids = host.store.journal_ids()
+    known = {v.id for v in host.store.list_volumes()} | known_ids.volume_ids
+    macs = known_ids.macs
+    instances = touched | known_ids.instance_uuids
     report = []
     for instance_uuid in sorted(i for i in instances if i):
         guest = _guest(host, instance_uuid)
@@ -435,3 +392,18 @@ def stale_tag_entries(views: Dict[str, Domain], volume_ids: set, macs: set) -> s
             if ours and entry.value.lower() not in present:
                 stale.add((entry.kind, entry.key, entry.value.lower()))
     return stale
+
+
+RECONCILERS: Mapping[str, Reconciler] = {
+    "create-volume": _finish_create_volume,
+    "delete-volume": _finish_delete_volume,
+    "attach-volume": _finish_attach_volume,
+    "detach-volume": lambda host, rows: _finish_detach(host, rows, volume=True),
+    "attach-interface": _finish_attach_interface,
+    "detach-interface": lambda host, rows: _finish_detach(host, rows, volume=False),
+    live_migration.FLOW: live_migration.finish_live_migration,
+    "evacuate": lifecycle.finish_evacuate,
+    "shelve-offload": lifecycle.finish_shelve_offload,
+    "unshelve": lifecycle.finish_unshelve,
+    "swap-volume": lifecycle.finish_swap_volume,
+}

@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
+import libvirt
+
 from ..virt import embedded_root
 
 STORAGE_URI_ENV = "DEVTAG_STORAGE_URI"
@@ -92,8 +94,6 @@ class StorageDaemon:
             self.base.chmod(0o711)
 
     def _answers(self) -> bool:
-        import libvirt
-
         if not self.socket.exists():
             return False
         try:

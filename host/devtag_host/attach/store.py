@@ -10,7 +10,7 @@ and on PostgreSQL alike.
 from __future__ import annotations
 
 import uuid
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 from sqlalchemy import delete, insert, or_, select, update
 from sqlalchemy.engine import Connection, Row
@@ -28,11 +28,16 @@ from .model import (
     Attachment,
     Conflict,
     InterfaceAttachment,
+    JournalIds,
+    JournalRecord,
     NotFound,
     Volume,
     from_json,
     to_json,
 )
+
+FORWARD_OUTCOMES = ("completed", "rolled-forward")
+JOURNAL_HISTORY = 1000  # finished operations kept for operators (and the stale-tag sweep)
 
 
 class AttachmentStore:
@@ -196,6 +201,14 @@ class AttachmentStore:
             )
         return self.get_attachment(attachment_id)
 
+    def mark_attached(self, attachment_id: str, **fields: Any) -> Attachment:
+        """``attached`` whatever the state was: reconcile found the device in every definition of the guest."""
+        with self.db.write() as conn:
+            _lock_volume(conn, _read_attachment(conn, attachment_id).volume_id)
+            values = {"status": ATTACHED, **_checked_fields(fields)}
+            conn.execute(update(attachments).where(attachments.c.id == attachment_id).values(**values))
+        return self.get_attachment(attachment_id)
+
     def set_fields(self, attachment_id: str, **fields: Any) -> Attachment:
         """Record tag, bus, alias, address or detail without a state change."""
         with self.db.write() as conn:
@@ -326,22 +339,111 @@ class AttachmentStore:
                 )
             )
 
-    def journal(self, operation: Optional[str] = None) -> List[Dict[str, Any]]:
+    def journal(self, operation: Optional[str] = None) -> List[JournalRecord]:
+        """The rows of one operation, or (tests, operators) the whole retained history, oldest first."""
         query = select(journal).order_by(journal.c.id)
         if operation is not None:
             query = query.where(journal.c.operation == operation)
         with self.db.read() as conn:
             return [_journal_row(row) for row in conn.execute(query)]
 
-    def open_operations(self) -> List[List[Dict[str, Any]]]:
+    def open_operations(self) -> List[List[JournalRecord]]:
         """The journal rows of each operation without an ``end`` row, oldest operation first."""
         ended = select(journal.c.operation).where(journal.c.step == END_STEP)
         query = select(journal).where(journal.c.operation.not_in(ended)).order_by(journal.c.id)
-        operations: Dict[str, List[Dict[str, Any]]] = {}
+        operations: Dict[str, List[JournalRecord]] = {}
         with self.db.read() as conn:
             for row in conn.execute(query):
                 operations.setdefault(row.operation, []).append(_journal_row(row))
         return list(operations.values())
+
+    def finished(self, flow: str, *, instance_uuid: Optional[str] = None) -> List[JournalRecord]:
+        """The ``end`` rows of ``flow``'s operations that finished forward (completed or rolled forward)."""
+        query = select(journal).where(journal.c.flow == flow, journal.c.step == END_STEP).order_by(journal.c.id)
+        if instance_uuid is not None:
+            query = query.where(journal.c.instance_uuid == instance_uuid)
+        with self.db.read() as conn:
+            rows = [_journal_row(row) for row in conn.execute(query)]
+        return [row for row in rows if row.outcome in FORWARD_OUTCOMES]
+
+    def plan(self, operation: str) -> JournalRecord:
+        """An operation's first row (a flow journals its plan there)."""
+        query = select(journal).where(journal.c.operation == operation).order_by(journal.c.id).limit(1)
+        with self.db.read() as conn:
+            row = conn.execute(query).first()
+        if row is None:
+            raise NotFound(f"no operation {operation} in the journal")
+        return _journal_row(row)
+
+    def journal_ids(self) -> JournalIds:
+        """The volume ids, MACs and instances the retained journal names (distinct values only)."""
+        with self.db.read() as conn:
+            found = [
+                frozenset(value for (value,) in conn.execute(select(column).distinct().where(column.is_not(None))))
+                for column in (journal.c.volume_id, journal.c.mac, journal.c.instance_uuid)
+            ]
+        return JournalIds(volume_ids=found[0], macs=found[1], instance_uuids=found[2])
+
+    def evacuated_from(self, host: str) -> List[str]:
+        """Instances a finished evacuate took away from ``host`` (its plan names ``host`` as the source)."""
+        instances = []
+        for end in self.finished("evacuate"):
+            plan = self.plan(end.operation)
+            if plan.step == "validate" and plan.detail.get("source") == host and plan.instance_uuid:
+                instances.append(plan.instance_uuid)
+        return instances
+
+    def prune_journal(self, keep: int = JOURNAL_HISTORY) -> int:
+        """Delete the rows of finished operations but the newest ``keep``; returns how many operations went.
+
+        Kept whatever their age: open operations (reconcile needs them), a
+        shelve-offload whose instance has not been unshelved since (unshelve
+        reads its plan) and finished evacuations (``recover-evacuated`` on
+        the dead host when it returns).
+        """
+        query = select(journal.c.operation, journal.c.flow, journal.c.instance_uuid, journal.c.detail).where(
+            journal.c.step == END_STEP
+        )
+        with self.db.write() as conn:
+            ends = [_journal_row_of(row) for row in conn.execute(query.order_by(journal.c.id))]
+            doomed = _prunable(ends, keep)
+            for chunk in _chunks(doomed, 500):
+                conn.execute(delete(journal).where(journal.c.operation.in_(chunk)))
+        return len(doomed)
+
+
+def _journal_row_of(row: Row) -> JournalRecord:
+    return JournalRecord(
+        id=0,
+        operation=row.operation,
+        flow=row.flow,
+        step=END_STEP,
+        instance_uuid=row.instance_uuid,
+        detail=from_json(row.detail) or {},
+    )
+
+
+def _prunable(ends: Sequence[JournalRecord], keep: int) -> List[str]:
+    """Operations (ids) to delete: finished ones beyond the newest ``keep``, but for those still needed."""
+    needed = set()
+    shelved: Dict[str, str] = {}  # instance -> its last forward shelve-offload still to be unshelved
+    for end in ends:
+        if end.outcome not in FORWARD_OUTCOMES or not end.instance_uuid:
+            continue
+        if end.flow == "shelve-offload":
+            shelved[end.instance_uuid] = end.operation
+        elif end.flow == "unshelve":
+            shelved.pop(end.instance_uuid, None)
+        elif end.flow == "evacuate":
+            needed.add(end.operation)
+    needed |= set(shelved.values())
+    finished = [end.operation for end in ends if end.operation not in needed]
+    return finished[: max(0, len(finished) - keep)]
+
+
+def _chunks(values: Sequence[str], size: int) -> Iterable[Sequence[str]]:
+    for start in range(0, len(values), size):
+        yield values[start : start + size]
 
 
 _ATTACHMENT_FIELDS = frozenset({"tag", "bus", "alias", "address", "detail", "host"})
@@ -455,16 +557,16 @@ def _interface(row: Row) -> InterfaceAttachment:
     )
 
 
-def _journal_row(row: Row) -> Dict[str, Any]:
-    return {
-        "id": row.id,
-        "operation": row.operation,
-        "flow": row.flow,
-        "step": row.step,
-        "instance_uuid": row.instance_uuid,
-        "volume_id": row.volume_id,
-        "attachment_id": row.attachment_id,
-        "mac": row.mac,
-        "detail": from_json(row.detail) or {},
-        "at": row.at,
-    }
+def _journal_row(row: Row) -> JournalRecord:
+    return JournalRecord(
+        id=row.id,
+        operation=row.operation,
+        flow=row.flow,
+        step=row.step,
+        instance_uuid=row.instance_uuid,
+        volume_id=row.volume_id,
+        attachment_id=row.attachment_id,
+        mac=row.mac,
+        detail=from_json(row.detail) or {},
+        at=row.at,
+    )

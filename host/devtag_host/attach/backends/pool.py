@@ -10,10 +10,13 @@ before libvirt is asked to attach it) and "disconnect" has nothing to undo.
 from __future__ import annotations
 
 import os
+import pwd
 import threading
 from pathlib import Path
 from typing import Any, Callable, Optional, Tuple
 from xml.etree import ElementTree as ET
+
+import libvirt
 
 from . import BackendError, ConnectionInfo, Connector
 
@@ -34,8 +37,6 @@ class PoolBackend:
     # -- the pool -----------------------------------------------------------
 
     def _pool(self) -> Any:
-        import libvirt
-
         with self._lock:
             if self._connection is None or not self._connection.isAlive():
                 try:
@@ -68,8 +69,6 @@ class PoolBackend:
         return self._connection.storagePoolDefineXML(ET.tostring(pool, encoding="unicode"))
 
     def _lookup(self, location: str) -> Optional[Any]:
-        import libvirt
-
         pool = self._pool()
         try:
             pool.refresh(0)
@@ -82,8 +81,6 @@ class PoolBackend:
     # -- VolumeBackend ---------------------------------------------------------
 
     def create_volume(self, volume_id: str, name: str, size_bytes: int) -> str:
-        import libvirt
-
         existing = self._lookup(volume_id)
         if existing is not None:
             return existing.path()
@@ -106,8 +103,6 @@ class PoolBackend:
         return str(self.directory / volume_id)
 
     def delete_volume(self, location: str) -> None:
-        import libvirt
-
         volume = self._lookup(location)
         if volume is None:
             return
@@ -146,8 +141,6 @@ class PoolBackend:
 
 def qemu_identity() -> Tuple[int, int]:
     """uid and gid QEMU runs as: libvirt-qemu under a privileged libvirt, else this user."""
-    import pwd
-
     if os.geteuid() == 0:
         try:
             entry = pwd.getpwnam("libvirt-qemu")

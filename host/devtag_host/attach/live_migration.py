@@ -2,7 +2,7 @@
 
 Example::
 
-    from devtag_host.attach.migration import MigrationOptions, live_migrate
+    from devtag_host.attach.live_migration import MigrationOptions, live_migrate
 
     source = ComputeHost(virt.open_connection("qemu+tls://node1/system"), store, host="node1")
     destination = ComputeHost(virt.open_connection("qemu+tls://node2/system"), store, host="node2")
@@ -32,9 +32,9 @@ the plan: each volume's source and destination attachment), and the source
 host's step hook sees it, so tests can fail or "crash" before any step.  An
 error before the migration rolls back; once the domain runs on the
 destination nothing can roll back, so an error after it leaves the operation
-open and :func:`finish_live_migration` (registered as the ``live-migrate``
-reconciler on the source host, see :func:`register`) rolls it forward.
-Reconcile decides by where the domain actually runs.
+open and :func:`finish_live_migration` (reconcile on the source host, which
+needs the destination among its ``peers``: ``--peer NAME=URI``) rolls it
+forward.  Reconcile decides by where the domain actually runs.
 """
 
 from __future__ import annotations
@@ -50,12 +50,23 @@ import libvirt
 from .. import virt
 from ..metadata import add_tags, find_device, tags_of
 from . import devices, model
-from .flows import ComputeHost, FlowFailed, Operation
 from .guest import Guest
-from .model import Attachment
-from .reconcile import Pending
+from .kernel import (
+    RECONCILE_ADVICE,
+    FlowFailed,
+    Host,
+    Journal,
+    Operation,
+    Pending,
+    Replay,
+    Rollback,
+    as_flow_failed,
+    destroy_and_undefine,
+    device_address,
+    roll_back_and_raise,
+)
+from .model import Attachment, JournalRecord
 from .retarget import DiskRetarget, retarget_disks
-from .rollback import Rollback, roll_back_and_raise
 from .store import AttachmentStore
 
 log = logging.getLogger(__name__)
@@ -130,7 +141,7 @@ class MovedVolume:
 
 
 def live_migrate(
-    source: ComputeHost, destination: ComputeHost, domain: str, options: MigrationOptions = MigrationOptions()
+    source: Host, destination: Host, domain: str, options: MigrationOptions = MigrationOptions()
 ) -> List[Attachment]:
     """Migrate ``domain`` from ``source`` to ``destination`` with its volumes; returns the new attachments.
 
@@ -159,7 +170,7 @@ def live_migrate(
             )
             if not guest.running:
                 raise model.Conflict(f"domain {domain!r} is not running: nothing to live-migrate")
-            if lookup(destination, guest.uuid) is not None:
+            if destination.lookup(guest.uuid) is not None:
                 raise model.Conflict(f"domain {domain!r} already exists on {destination.host_name}")
             for volume in moved:
                 prepare_destination(destination, operation, undo, volume)
@@ -167,7 +178,8 @@ def live_migrate(
             _migrate(operation, guest, destination, moved, options)
         except Exception as exc:
             if not migrating or lookup_running(destination, guest.uuid) is None:
-                roll_back_and_raise(operation, undo, exc, destination.store, [m.destination_attachment for m in moved])
+                doomed = [m.destination_attachment for m in moved]
+                roll_back_and_raise(operation, undo, exc, destination.store, doomed, error=as_flow_failed)
             # libvirt reported an error, but the domain runs on the destination: finish.
             log.warning("migration of %s reported %s, but the domain runs on %s", domain, exc, destination.host_name)
         try:
@@ -176,19 +188,19 @@ def live_migrate(
             operation.step("failed-after-migrate", error=str(exc))
             raise FlowFailed(
                 f"domain {domain!r} runs on {destination.host_name}, but cleaning up failed ({exc});"
-                f" run 'devtag-host attachments reconcile' on {source.host_name}"
+                f" {RECONCILE_ADVICE} on {source.host_name}"
             ) from None
         operation.end("completed")
     return [destination.store.get_attachment(m.destination_attachment) for m in moved]
 
 
-def attached_volumes(source: ComputeHost, guest: Guest) -> List[MovedVolume]:
+def attached_volumes(source: Host, guest: Guest) -> List[MovedVolume]:
     """The domain's volume attachments on the source; each must be ``attached`` (no flow in flight)."""
     advice = "finish or reconcile it before migrating"
     return [MovedVolume.of(attachment) for attachment in settled_attachments(source, guest.uuid, advice)]
 
 
-def settled_attachments(host: ComputeHost, instance_uuid: str, advice: str) -> List[Attachment]:
+def settled_attachments(host: Host, instance_uuid: str, advice: str) -> List[Attachment]:
     """The instance's volume attachments on ``host``, refused (with ``advice``) while one is not ``attached``.
 
     A flow that moves or shelves an instance starts from settled attachments only.
@@ -200,7 +212,7 @@ def settled_attachments(host: ComputeHost, instance_uuid: str, advice: str) -> L
     return found
 
 
-def prepare_destination(destination: ComputeHost, operation: Operation, undo: Rollback, volume: MovedVolume) -> None:
+def prepare_destination(destination: Host, operation: Operation, undo: Rollback, volume: MovedVolume) -> None:
     """Steps 1 and 2: the destination attachment with its connector, its backend connected.
 
     Journalled as ``reserve-destination``, ``update-destination``,
@@ -257,7 +269,7 @@ def retarget_for_destination(store: AttachmentStore, domain_xml: str, moved: Seq
     return retarget_disks(domain_xml, changes)
 
 
-def _destination_definitions(guest: Guest, destination: ComputeHost, moved: Sequence[MovedVolume]) -> Dict[str, str]:
+def _destination_definitions(guest: Guest, destination: Host, moved: Sequence[MovedVolume]) -> Dict[str, str]:
     """The live (and persistent) definition for the destination: each volume disk on its new connection."""
     secure = libvirt.VIR_DOMAIN_XML_SECURE | libvirt.VIR_DOMAIN_XML_MIGRATABLE
     definitions = {"live": retarget_for_destination(destination.store, guest.handle.XMLDesc(secure), moved)}
@@ -270,7 +282,7 @@ def _destination_definitions(guest: Guest, destination: ComputeHost, moved: Sequ
 def _migrate(
     operation: Operation,
     guest: Guest,
-    destination: ComputeHost,
+    destination: Host,
     moved: Sequence[MovedVolume],
     options: MigrationOptions,
 ) -> None:
@@ -298,10 +310,11 @@ def _migrate(
         raise FlowFailed(f"libvirt could not migrate {guest.name!r}: {exc.get_error_message()}") from None
 
 
-def _finish_on_destination(
-    source: ComputeHost, destination: ComputeHost, operation: Operation, moved: Sequence[MovedVolume]
-) -> None:
-    """Step 4: the destination attachments complete, the source's go away, the tags are there."""
+def _finish_on_destination(source: Host, destination: Host, operation: Journal, moved: Sequence[MovedVolume]) -> None:
+    """Step 4: the destination attachments complete, the source's go away, the tags are there.
+
+    Reconcile rolls forward through it too (with a :class:`Replay`).
+    """
     migrated = lookup_running(destination, operation.ids["instance_uuid"] or "")
     if migrated is None:
         raise FlowFailed("the domain is not running on the destination")
@@ -321,18 +334,15 @@ def _finish_on_destination(
     ensure_tags(Guest(migrated), moved)
 
 
-def complete_destination(destination: ComputeHost, guest: Guest, volume: MovedVolume) -> None:
+def complete_destination(destination: Host, guest: Guest, volume: MovedVolume) -> None:
     """The destination attachment ``attached``, with the address the guest sees (idempotent)."""
     attachment = destination.store.find_attachment(volume.destination_attachment)
     if attachment is None or attachment.status == model.ATTACHED:
         return
-    current = guest.current()
-    device = devices.find_by_alias(current, volume.destination_alias)
-    location = devices.guest_location(current, device) if device is not None else None
-    destination.store.complete(volume.destination_attachment, address=(location or {}).get("address"))
+    destination.store.complete(volume.destination_attachment, address=device_address(guest, volume.destination_alias))
 
 
-def _disconnect_source(source: ComputeHost, volume: MovedVolume) -> None:
+def _disconnect_source(source: Host, volume: MovedVolume) -> None:
     """Nova: disconnect on the source; only if that worked is the source attachment deleted."""
     attachment = source.store.find_attachment(volume.source_attachment)
     if attachment is None:
@@ -362,18 +372,9 @@ def ensure_tags(guest: Guest, moved: Sequence[MovedVolume]) -> None:
 # -- where the domain is ------------------------------------------------------------
 
 
-def lookup(host: ComputeHost, instance_uuid: str) -> Optional[Any]:
-    try:
-        return host.connection.lookupByUUIDString(instance_uuid)
-    except libvirt.libvirtError as exc:
-        if exc.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
-            return None
-        raise
-
-
-def lookup_running(host: ComputeHost, instance_uuid: str) -> Optional[Any]:
+def lookup_running(host: Host, instance_uuid: str) -> Optional[Any]:
     """The domain if it runs on ``host`` (not an incoming migration still paused there)."""
-    handle = lookup(host, instance_uuid)
+    handle = host.lookup(instance_uuid)
     if handle is None or not handle.isActive():
         return None
     state, _reason = handle.state()
@@ -384,70 +385,45 @@ def lookup_running(host: ComputeHost, instance_uuid: str) -> Optional[Any]:
 
 
 @contextlib.contextmanager
-def peer_host(spec: str, store: AttachmentStore) -> Iterator[ComputeHost]:
+def peer_host(spec: str, store: AttachmentStore) -> Iterator[Host]:
     """``NAME=URI`` (``devtag-host attachments reconcile --peer``): another host, for reconcile."""
     name, separator, uri = spec.partition("=")
     if not separator or not name or not uri:
         raise model.InvalidInput(f"--peer {spec!r}: expected NAME=URI")
     connection = virt.open_connection(uri)
     try:
-        yield ComputeHost(connection, store, host=name)
+        yield Host(connection, store, host=name)
     finally:
         connection.close()
 
 
-def register(source: ComputeHost, peers: Sequence[ComputeHost]) -> None:
-    """Let ``source.reconcile()`` finish this host's interrupted migrations to any of ``peers``."""
-    by_name = {peer.host_name: peer for peer in peers}
-    source.register_reconciler(FLOW, lambda rows: finish_live_migration(source, by_name, rows))
-
-
-def finish_live_migration(source: ComputeHost, peers: Mapping[str, ComputeHost], rows: List[Dict[str, Any]]) -> str:
+def finish_live_migration(source: Host, rows: List[JournalRecord]) -> str:
     """Converge an interrupted migration: forward if the domain runs on the destination, else back."""
     plan = rows[0]
-    if plan["step"] != "validate":
+    if plan.step != "validate":
         return "rolled-back"  # nothing was done
-    destination = peers.get(plan["detail"]["destination"])
+    destination = source.peers.get(plan.detail["destination"])
     if destination is None:
-        raise Pending(f"reconcile needs a connection to {plan['detail']['destination']} to finish a migration")
-    moved = [MovedVolume.from_dict(v) for v in plan["detail"]["volumes"]]
-    instance_uuid = plan["instance_uuid"]
+        raise Pending(f"reconcile needs a connection to {plan.detail['destination']} to finish a migration")
+    moved = [MovedVolume.from_dict(v) for v in plan.detail["volumes"]]
+    instance_uuid = plan.instance_uuid or ""
     migrated = lookup_running(destination, instance_uuid)
     still_here = lookup_running(source, instance_uuid)
     if migrated is not None and still_here is None:
         _discard_leftover(source, instance_uuid)
-        for volume in moved:
-            complete_destination(destination, Guest(migrated), volume)
-        for volume in moved:
-            _disconnect_source(source, volume)
-            source.store.delete_attachment(volume.source_attachment)
-        destination.store.move_interfaces(instance_uuid, destination.host_name)
-        ensure_tags(Guest(migrated), moved)
+        _finish_on_destination(source, destination, Replay(instance_uuid=instance_uuid), moved)
         return "rolled-forward"
     if still_here is not None:
         _discard_leftover(destination, instance_uuid)
         for volume in moved:
             attachment = destination.store.find_attachment(volume.destination_attachment)
-            if attachment is None:
-                continue
-            if attachment.connection_info:
-                driver = destination.backend(destination.store.get_volume(volume.volume_id).backend)
-                driver.disconnect(attachment.connection_info)
-            destination.store.delete_attachment(attachment.id)
+            if attachment is not None:
+                destination.disconnect(attachment)
+                destination.store.delete_attachment(attachment.id)
         return "rolled-back"
     raise Pending(f"domain {instance_uuid} runs on neither {source.host_name} nor {destination.host_name}")
 
 
-def _discard_leftover(host: ComputeHost, instance_uuid: str) -> None:
+def _discard_leftover(host: Host, instance_uuid: str) -> None:
     """A paused incoming copy (destination) or a paused, migrated-away copy (source) is removed."""
-    destroy_and_undefine(lookup(host, instance_uuid))
-
-
-def destroy_and_undefine(handle: Optional[Any]) -> None:
-    """Stop the domain if it runs and drop its persistent definition (nothing if ``handle`` is None)."""
-    if handle is None:
-        return
-    if handle.isActive():
-        handle.destroy()
-    if handle.isPersistent():
-        handle.undefine()
+    destroy_and_undefine(host.lookup(instance_uuid))

@@ -22,18 +22,24 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Iterator, List, Optional, Tuple
 
-if TYPE_CHECKING:
-    from .flows import ComputeHost
-    from .store import AttachmentStore
+import libvirt
+
+from devtag_host import virt
+from devtag_host.attach.backends.nbd import NbdBackend
+from devtag_host.attach.flows import ComputeHost
+from devtag_host.attach.invariants import check_invariants
+from devtag_host.attach.store import AttachmentStore
+from tests.support.services import free_port
+
+__all__ = ["LibvirtHost", "TwoHostCluster", "free_port", "throwaway_libvirt_host", "two_host_cluster"]
 
 LIBVIRTD = "/usr/sbin/libvirtd"
 USER_ENV = "DEVTAG_MIGRATION_HOST_USER"
@@ -52,12 +58,6 @@ class LibvirtHost:
     host_uuid: str
     base: Path
     pid: int
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def libvirtd_available() -> bool:
@@ -144,8 +144,6 @@ def throwaway_libvirt_host(name: str) -> Iterator[LibvirtHost]:
 
 
 def _wait_until_answering(host: LibvirtHost, process: subprocess.Popen) -> None:  # type: ignore[type-arg]
-    import libvirt
-
     deadline = time.monotonic() + START_TIMEOUT
     last = "no socket yet"
     while time.monotonic() < deadline:
@@ -163,8 +161,6 @@ def _wait_until_answering(host: LibvirtHost, process: subprocess.Popen) -> None:
 
 
 def _destroy_domains(host: LibvirtHost) -> None:
-    import libvirt
-
     try:
         connection = libvirt.open(host.uri)
     except libvirt.libvirtError:
@@ -215,8 +211,6 @@ class TwoHostCluster:
 
     def where(self, domain_uuid: str) -> List[str]:
         """The hosts on which the domain is defined or runs."""
-        import libvirt
-
         found = []
         for host in self.hosts():
             try:
@@ -228,20 +222,12 @@ class TwoHostCluster:
 
     def problems(self) -> List[str]:
         """The invariant checker's findings on both hosts."""
-        from .invariants import check_invariants
-
         return [f"{h.host_name}: {p}" for h in self.hosts() for p in check_invariants(h)]
 
 
 @contextlib.contextmanager
 def two_host_cluster(node1: LibvirtHost, node2: LibvirtHost, store_url: str) -> Iterator[TwoHostCluster]:
     """ComputeHosts on two throw-away daemons; every domain and export is removed afterwards."""
-    from .. import virt
-    from . import lifecycle, migration
-    from .backends.nbd import NbdBackend
-    from .flows import ComputeHost
-    from .store import AttachmentStore
-
     state = Path(tempfile.mkdtemp(prefix="dtm-"))  # short: the NBD sockets live below it
     state.chmod(0o755)
     backend = NbdBackend(state / "nbd-volumes", state / "nbd")  # default_backends' layout
@@ -264,8 +250,7 @@ def two_host_cluster(node1: LibvirtHost, node2: LibvirtHost, store_url: str) -> 
         for name, node in (("node1", node1), ("node2", node2))
     ]
     for host, peer in ((hosts[0], hosts[1]), (hosts[1], hosts[0])):
-        migration.register(host, [peer])
-        lifecycle.register(host)
+        host.add_peer(peer)  # reconcile finishes a migration to the peer
     try:
         yield TwoHostCluster(hosts[0], hosts[1], store, state, cluster_hooks)
     finally:

@@ -1,0 +1,396 @@
+"""The kernel every attach flow runs on: a host's building blocks, the journal, undo and the endings.
+
+A flow is a list of steps; each step is journalled (its own committed row)
+*before* it runs and the host's step hook sees it, and the undo of a step is
+pushed before the step runs, so a step that fails half-way is undone too.
+There are two endings before the flow's point of no return:
+
+* :func:`roll_back_and_raise` -- an ``Exception``: every undo runs newest
+  first (each journalled ``undo-<step>``, so reconcile knows a rollback
+  began); if one fails, the attachments and NICs the flow created are marked
+  ``error_attaching`` and reconcile retires them.
+* anything that is not an ``Exception`` (a crash, :class:`SimulatedCrash`,
+  Ctrl-C) leaves the journal open: reconcile finishes it, rolling forward or
+  back by what it finds (:mod:`devtag_host.attach.reconcile` has one entry
+  per flow).
+
+After the point of no return an error leaves the operation open
+(:func:`left_open`): reconcile rolls it forward.
+
+Why not OpenStack TaskFlow (docs/attach.md): its resumption replays the
+persisted atom states, while these flows must decide forward or back from the
+world as it is (which definitions hold the device, where the domain runs);
+it brings its own logbook schema and a dozen dependencies for a journal of
+one table.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import socket
+import uuid
+from pathlib import Path
+from typing import Any, Callable, ContextManager, Dict, Iterable, List, Mapping, NoReturn, Optional, Tuple, Union
+
+import libvirt
+
+from .. import virt
+from ..locks import domain_lock, lock_directory
+from ..metadata import add_tags
+from ..metadata.model import Domain, TagEntry
+from . import devices, model
+from .backends import BackendError, Connector, VolumeBackend, host_connector
+from .backends.nbd import NbdBackend
+from .backends.pool import PoolBackend
+from .db import state_dir
+from .guest import DEFAULT_DETACH_ATTEMPTS, DEFAULT_DETACH_TIMEOUT_S, Guest, GuestError
+from .storage_daemon import StorageDaemon, storage_uri_for
+from .store import AttachmentStore
+
+log = logging.getLogger(__name__)
+
+HOST_ENV = "DEVTAG_HOST"
+RECONCILE_ADVICE = "run 'devtag-host attachments reconcile'"
+
+StepHook = Callable[[str, str], None]
+
+
+class SimulatedCrash(BaseException):
+    """Raised by a test's step hook: the process "dies" before the step, nothing is rolled back."""
+
+
+class DetachTimeout(model.AttachError):
+    """The guest did not release the device: the attachment stays ``attached`` (volume ``in-use``)."""
+
+    code = "attach.detach_timeout"
+
+
+class FlowFailed(model.AttachError):
+    """A step failed; every earlier step was rolled back (or the attachment is in an error state)."""
+
+    code = "attach.flow_failed"
+
+
+class Pending(Exception):
+    """Reconcile cannot finish the operation now (a device the guest keeps, a peer not given)."""
+
+
+# -- the host ----------------------------------------------------------------------------
+
+
+class Host:
+    """One host's building blocks: its libvirt connection, the shared store, its backends.
+
+    ``peers`` are other hosts this one can reach (``--peer``): reconcile needs
+    the destination of an interrupted live migration.
+    """
+
+    def __init__(
+        self,
+        connection: Any,
+        store: AttachmentStore,
+        *,
+        host: Optional[str] = None,
+        backends: Optional[Mapping[str, VolumeBackend]] = None,
+        step_hook: Optional[StepHook] = None,
+        detach_timeout: float = DEFAULT_DETACH_TIMEOUT_S,
+        detach_attempts: int = DEFAULT_DETACH_ATTEMPTS,
+    ) -> None:
+        self.connection = connection
+        self.store = store
+        self.host_name = host or os.environ.get(HOST_ENV) or socket.gethostname()
+        self.backends: Dict[str, VolumeBackend] = dict(backends or default_backends(connection))
+        self.step_hook = step_hook
+        self.detach_timeout = detach_timeout
+        self.detach_attempts = detach_attempts
+        self.peers: Dict[str, Host] = {}
+
+    def add_peer(self, peer: Host) -> None:
+        self.peers[peer.host_name] = peer
+
+    def connector(self) -> Connector:
+        return host_connector(self.host_name)
+
+    def backend(self, name: str) -> VolumeBackend:
+        try:
+            return self.backends[name]
+        except KeyError:
+            known = ", ".join(sorted(self.backends))
+            raise model.InvalidInput(f"unknown volume backend {name!r} (have: {known})") from None
+
+    def operation(self, flow: str, **ids: Optional[str]) -> Operation:
+        return Operation(self, flow, **ids)
+
+    def guest(self, domain: str) -> Guest:
+        return Guest(virt.lookup_domain(self.connection, domain))
+
+    def lookup(self, instance_uuid: Optional[str]) -> Optional[Any]:
+        """The libvirt domain of ``instance_uuid`` on this host, or None."""
+        if not instance_uuid:
+            return None
+        try:
+            return self.connection.lookupByUUIDString(instance_uuid)
+        except libvirt.libvirtError as exc:
+            if exc.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
+                return None
+            raise
+
+    def domain_attach_lock(self, guest: Guest) -> ContextManager[None]:
+        """Serialise attach/detach flows of one domain (target names, tag checks) across processes.
+
+        A lock of its own (purpose ``attach``): ``virt.update_tags`` takes the tag lock inside.
+        """
+        return domain_lock(guest.uuid, "attach")
+
+    def unplug(self, guest: Optional[Guest], alias: str, error: Callable[[str], Exception]) -> None:
+        """Remove a device from every definition; ``error(message)`` is raised if the guest keeps it."""
+        if guest is None:
+            return
+        guest.detach_config(alias)
+        result = guest.detach_live(alias, timeout_s=self.detach_timeout, attempts=self.detach_attempts)
+        if not result.removed:
+            raise error(f"the guest did not release {alias} within {self.detach_timeout:g} s")
+
+    def disconnect(self, attachment: model.Attachment) -> None:
+        if attachment.connection_info:
+            self.backend(self.store.get_volume(attachment.volume_id).backend).disconnect(attachment.connection_info)
+
+    def reconnect(self, attachment: model.Attachment) -> None:
+        if attachment.connection_info:
+            self.backend(self.store.get_volume(attachment.volume_id).backend).connect(attachment.connection_info)
+
+
+def default_backends(connection: Any, base: Optional[Any] = None) -> Dict[str, VolumeBackend]:
+    """The pool backend (on the domain's libvirt, or devtag's private storage daemon) and NBD."""
+    root = Path(base) if base is not None else state_dir()
+    uri = connection.getURI()
+
+    def storage_uri() -> str:
+        return storage_uri_for(uri, root) or StorageDaemon(root / "sd").ensure_running()
+
+    return {
+        "pool": PoolBackend(root / "volumes", storage_uri),
+        "nbd": NbdBackend(root / "nbd-volumes", root / "nbd"),
+    }
+
+
+# -- the journal --------------------------------------------------------------------------
+
+
+class Operation:
+    """One run of a flow in the journal.
+
+    While the flow runs, its process holds a POSIX lock on
+    ``<lock dir>/attach-op-<id>.lock`` (taken before the first journal row):
+    ``reconcile`` in another process leaves an operation alone while that lock
+    is held, so only operations whose process died are repaired.  POSIX locks
+    belong to the process, so a reconcile in the same process (tests simulating
+    a crash) is not blocked by its own flows.
+    """
+
+    def __init__(self, host: Host, flow: str, **ids: Optional[str]) -> None:
+        self.id = str(uuid.uuid4())
+        self.flow = flow
+        self.ids: Dict[str, Optional[str]] = dict(ids)
+        self._host = host
+        self.ended = False
+        self._lock: Optional[int] = None
+
+    def step(self, step: str, /, **detail: Any) -> None:
+        """Journal ``step`` (committed), then give the step hook its chance to fail or crash."""
+        if self._lock is None and not self.ended:
+            self._lock = hold_operation_lock(self.id)
+        self._host.store.journal_step(
+            self.id, self.flow, step, detail={"host": self._host.host_name, **detail}, **self.ids
+        )
+        if self._host.step_hook is not None:
+            self._host.step_hook(self.flow, step)
+
+    def end(self, outcome: str, /, **detail: Any) -> None:
+        self._host.store.journal_step(
+            self.id, self.flow, "end", detail={"host": self._host.host_name, "outcome": outcome, **detail}, **self.ids
+        )
+        self.ended = True
+        self._host.store.prune_journal()  # a bounded history: finished operations beyond it go
+        if self._lock is not None:
+            operation_lock_path(self.id).unlink(missing_ok=True)
+            os.close(self._lock)
+            self._lock = None
+
+    def __del__(self) -> None:
+        lock, self._lock = getattr(self, "_lock", None), None
+        if lock is not None:
+            with contextlib.suppress(OSError):
+                os.close(lock)
+
+
+class Replay:
+    """What a flow's tail journals through when reconcile rolls the flow forward: nothing.
+
+    Past the point of no return a flow's steps are idempotent, so reconcile
+    runs the flow's own tail again (the same code as the flow, not a copy)
+    with this in place of the :class:`Operation`: no journal row, no step hook.
+    """
+
+    def __init__(self, **ids: Optional[str]) -> None:
+        self.ids: Dict[str, Optional[str]] = dict(ids)
+
+    def step(self, step: str, /, **detail: Any) -> None:
+        """Nothing to journal: reconcile ends the operation itself."""
+
+
+Journal = Union[Operation, Replay]
+
+
+def operation_lock_path(operation_id: str) -> Path:
+    if not all(c in "0123456789abcdef-" for c in operation_id):
+        raise ValueError(f"not an operation id: {operation_id!r}")
+    return lock_directory() / f"attach-op-{operation_id}.lock"
+
+
+def hold_operation_lock(operation_id: str) -> int:
+    descriptor = os.open(
+        operation_lock_path(operation_id), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+    )
+    fcntl.lockf(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return descriptor
+
+
+def operation_in_progress(operation_id: str) -> bool:
+    """Whether a live process (another one) still runs this operation."""
+    try:
+        descriptor = os.open(operation_lock_path(operation_id), os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.lockf(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(descriptor)  # (releases nothing of another process)
+    return False
+
+
+# -- undo and the endings ----------------------------------------------------------------
+
+
+class Rollback:
+    """Undo actions of the steps done so far, run newest first."""
+
+    def __init__(self, operation: Operation) -> None:
+        self.operation = operation
+        self.actions: List[Tuple[str, Callable[[], None]]] = []
+
+    def push(self, step: str, action: Callable[[], None]) -> None:
+        self.actions.append((step, action))
+
+    def run(self) -> Optional[str]:
+        """Run every undo; returns the first error message (the rest still run)."""
+        first_error = None
+        for step, action in reversed(self.actions):
+            self.operation.step(f"undo-{step}")
+            try:
+                action()
+            except Exception as exc:
+                log.warning("undo of %s failed: %s", step, exc)
+                first_error = first_error or f"undo of {step} failed: {exc}"
+        return first_error
+
+
+def translate(exc: Exception) -> Exception:
+    """Keep the package's own errors; wrap backend and libvirt-guest failures as :class:`FlowFailed`."""
+    if isinstance(exc, model.AttachError):
+        return exc
+    if isinstance(exc, (BackendError, GuestError)):
+        return FlowFailed(str(exc))
+    return exc
+
+
+def as_flow_failed(exc: Exception) -> Exception:
+    """Keep the package's own errors; anything else is a :class:`FlowFailed` (the lifecycle flows)."""
+    return exc if isinstance(exc, model.AttachError) else FlowFailed(str(exc))
+
+
+def roll_back_and_raise(
+    operation: Operation,
+    rollback: Rollback,
+    exc: Exception,
+    store: AttachmentStore,
+    doomed: Iterable[Optional[str]] = (),
+    *,
+    doomed_macs: Iterable[Optional[str]] = (),
+    error: Callable[[Exception], Exception] = translate,
+) -> NoReturn:
+    """Roll back (newest step first) and raise ``error(exc)``; a failed undo leaves ``error_attaching``.
+
+    ``doomed`` (attachment ids) and ``doomed_macs`` (NICs) are what the flow
+    created: if an undo failed, the ones still there are marked
+    ``error_attaching`` so reconcile retires them.
+    """
+    problem = rollback.run()
+    if problem is None:
+        operation.end("rolled-back", error=str(exc))
+        raise error(exc) from None
+    for attachment_id in doomed:
+        if attachment_id and store.find_attachment(attachment_id) is not None:
+            store.mark_error(attachment_id, model.ERROR_ATTACHING, problem)
+    for mac in doomed_macs:
+        if mac and store.find_interface(mac) is not None:
+            store.set_interface(mac, status=model.ERROR_ATTACHING)
+    operation.end("error", error=str(exc), undo_error=problem)
+    raise FlowFailed(f"{exc}; rolling back failed too ({problem}): {RECONCILE_ADVICE}") from None
+
+
+def left_open(operation: Operation, exc: Exception, what: str) -> FlowFailed:
+    """After the point of no return: the operation stays open for reconcile to roll forward."""
+    operation.step("failed-after-point-of-no-return", error=str(exc))
+    return FlowFailed(f"{what}, but finishing failed ({exc}); {RECONCILE_ADVICE}")
+
+
+# -- tags and addresses --------------------------------------------------------------------
+
+
+def device_address(guest: Guest, alias: str, *, required: bool = False) -> Optional[str]:
+    """The guest address libvirt assigned to the device ``alias`` (live XML), or None.
+
+    ``required``: a device that is not there is an error (the attach flows read it back).
+    """
+    current = guest.current()
+    device = devices.find_by_alias(current, alias)
+    if device is None and required:
+        raise GuestError(f"device {alias} is not in domain {guest.name!r} after the attach")
+    location = devices.guest_location(current, device) if device is not None else None
+    return (location or {}).get("address")
+
+
+def record_tag(guest: Guest, alias: str, tag: Optional[str], *, required: bool = False) -> Optional[str]:
+    """Store the tag in the domain metadata (idempotent); returns the device's address."""
+    if tag is not None:
+        virt.update_tags(guest.handle, lambda domain: add_tags(domain, alias, [tag]))
+    return device_address(guest, alias, required=required)
+
+
+def untag(guest: Optional[Guest], kind: str, keys: Tuple[str, ...]) -> None:
+    """Drop tag entries stored under any of ``keys`` (serial/alias or MAC), in every definition."""
+    if guest is None:
+        return
+    wanted = {k.lower() for k in keys if k}
+
+    def change(domain: Domain) -> Tuple[TagEntry, ...]:
+        return tuple(e for e in domain.tag_entries if not (e.kind == kind and e.value.lower() in wanted))
+
+    if guest.handle.isActive() or guest.handle.isPersistent():
+        virt.update_tags(guest.handle, change)
+
+
+def destroy_and_undefine(handle: Optional[Any]) -> None:
+    """Stop the domain if it runs and drop its persistent definition (nothing if ``handle`` is None)."""
+    if handle is None:
+        return
+    if handle.isActive():
+        handle.destroy()
+    if handle.isPersistent():
+        handle.undefine()
