@@ -54,15 +54,11 @@ EXCEPTIONS: Dict[Tuple[str, str], str] = {
 }
 
 # Module cycles not yet broken, each with who breaks them.  Nothing may join them.
-KNOWN_CYCLES: List[Set[str]] = [
-    # attach kernel rework (issue 15): flows, their reconciler and their rollback become one runner.
-    {"devtag_host.attach.flows", "devtag_host.attach.reconcile", "devtag_host.attach.rollback"},
-]
+KNOWN_CYCLES: List[Set[str]] = []
 
 LIBVIRT = "libvirt: only what talks to libvirt loads it (placement hosts, --help, devices_from_xml run without it)"
 SERVICE = "the placement service's stack (uvicorn, the app, SQLAlchemy/Alembic) loads only for 'serve' and 'db-sync'"
 STARLETTE = "the metadata_server package loads starlette and uvicorn: only the verb that serves imports it"
-ATTACH = "attach/: its in-function imports go with the attach kernel rework (issue 15)"
 CLI = "cli.py: light, to be hoisted once the concurrent cli.py work (issue 16) has landed"
 
 # (importing module, imported module) -> why the import is inside a function.
@@ -99,60 +95,6 @@ IN_FUNCTION_IMPORTS: Dict[Tuple[str, str], str] = {
     ("devtag_host.placement.commands", "uvicorn"): SERVICE,
     ("devtag_host.placement.commands", "devtag_host.placement.serve_limits"): SERVICE + " (a uvicorn protocol)",
     ("devtag_host.placement.commands", "sqlalchemy.engine"): SERVICE + " (--db URL check, redacted start line)",
-    **{
-        (importer, imported): ATTACH
-        for importer, names in {
-            "devtag_host.attach": ["importlib"],
-            "devtag_host.attach.backends.pool": ["libvirt", "pwd"],
-            "devtag_host.attach.commands": [
-                "devtag_host.attach.backends",
-                "devtag_host.attach.flows",
-                "devtag_host.attach.invariants",
-                "devtag_host.attach.lifecycle",
-                "devtag_host.attach.migration",
-                "devtag_host.attach.model",
-                "devtag_host.attach.storage_daemon",
-                "devtag_host.attach.store",
-                "devtag_host.virt",
-                "sqlalchemy.exc",
-            ],
-            "devtag_host.attach.flows": [
-                "devtag_host.attach.backends",
-                "devtag_host.attach.backends.nbd",
-                "devtag_host.attach.backends.pool",
-                "devtag_host.attach.reconcile",
-                "devtag_host.attach.storage_daemon",
-                "pathlib",
-            ],
-            "devtag_host.attach.guest": ["defusedxml.ElementTree", "devtag_host.attach.devices", "xml.etree"],
-            "devtag_host.attach.lifecycle_commands": [
-                "devtag_host.attach.commands",
-                "devtag_host.attach.flows",
-                "devtag_host.attach.lifecycle",
-                "devtag_host.attach.migration",
-                "devtag_host.virt",
-            ],
-            "devtag_host.attach.migration_testing": [
-                "devtag_host.attach.backends.nbd",
-                "devtag_host.attach.flows",
-                "devtag_host.attach.invariants",
-                "devtag_host.attach.lifecycle",
-                "devtag_host.attach.migration",
-                "devtag_host.attach.store",
-                "devtag_host.virt",
-                "libvirt",
-            ],
-            "devtag_host.attach.reconcile": [
-                "devtag_host.attach.db",
-                "devtag_host.attach.flows",
-                "devtag_host.virt",
-                "sqlalchemy",
-            ],
-            "devtag_host.attach.rollback": ["devtag_host.attach.flows"],
-            "devtag_host.attach.storage_daemon": ["libvirt"],
-        }.items()
-        for imported in names
-    },
 }
 
 
@@ -292,7 +234,7 @@ def test_imports_inside_functions_have_a_listed_reason() -> None:
 
 
 # Test support in the package, each with who moves it to tests/support/.
-KNOWN_TEST_SUPPORT = {"devtag_host.attach.migration_testing"}  # the attach rework (issue 15)
+KNOWN_TEST_SUPPORT: Set[str] = set()
 
 
 def test_the_shipped_package_holds_no_test_support() -> None:

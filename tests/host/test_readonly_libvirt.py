@@ -14,10 +14,10 @@ import libvirt
 import pytest
 
 from devtag_host import virt
-from devtag_host.attach.migration_testing import libvirtd_available, throwaway_libvirt_host
 from devtag_host.metadata import add_tags
 from devtag_host.metadata_server.directory import InstanceDirectory
 from devtag_host.metadata_server.libvirt_watch import LibvirtWatcher
+from tests.support.migration_testing import libvirtd_available, throwaway_libvirt_host
 
 pytestmark = [
     pytest.mark.libvirt,
