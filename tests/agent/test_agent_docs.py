@@ -19,7 +19,16 @@ def _script(section: str) -> str:
 
 
 def test_the_fake_root_walk_through_tags_a_nic_and_a_disk(tmp_path: Path) -> None:
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    # The walk-through calls ``devtag-agent``: the installed command, or (where the
+    # agent is only on PYTHONPATH, as in the Python 3.9 run) this interpreter's module.
+    bin_dir = Path(sys.executable).parent
+    if not (bin_dir / "devtag-agent").exists():
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir()
+        shim = bin_dir / "devtag-agent"
+        shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m devtag_agent.cli "$@"\n')
+        shim.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
     env.pop("DEVTAG_AGENT_UDEVADM", None)
     env.pop("DEVTAG_AGENT_IP", None)
     done = subprocess.run(

@@ -21,7 +21,11 @@ from hypothesis import strategies as st
 import devtag_schema
 from devtag_agent import sources
 from devtag_agent.validation import entry_checker
-from devtag_host.metadata.validation import is_valid_document
+
+try:  # the host side: absent where only the agent is installed (the Python 3.9 run)
+    from devtag_host.metadata.validation import is_valid_document
+except ImportError:
+    is_valid_document = None
 
 from .conftest import run_cli
 from .test_agent_sources import metadata_server  # noqa: F401 - a fixture
@@ -47,6 +51,8 @@ def _agent_accepts(entry: Dict[str, Any]) -> bool:
 
 
 def _host_accepts(entry: Dict[str, Any]) -> bool:
+    if is_valid_document is None:
+        pytest.skip("the host validator is not installed here (agent-only Python)")
     return is_valid_document({"devices": [entry]})
 
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import devtag_agent
 from devtag_agent.apply import apply_document
-from devtag_agent.encoding import decode
+from devtag_agent.encoding import decode, link_name
 from devtag_agent.publish import Publisher
 from devtag_agent.sysfs import System
 
@@ -66,8 +66,11 @@ def test_any_valid_tag_round_trips_exactly(disk_tags, nic_tags):
         assert sorted(decode(k[len("DEVTAG_TAG_") :]) for k in disk.env if k.startswith("DEVTAG_TAG_")) == sorted(
             disk_tags
         )
-        assert sorted(decode(os.path.basename(link)) for link in links["vda"]) == sorted(disk_tags)
-        assert sorted(decode(os.path.basename(link)[: -len("-part1")]) for link in links["vda1"]) == sorted(disk_tags)
+        # A tag whose encoded name is longer than a file name may be gets no link (by design:
+        # encoding.link_name); hypothesis finds such tags (60 characters of 4-byte UTF-8).
+        linked = sorted(tag for tag in disk_tags if link_name(tag) is not None)
+        assert sorted(decode(os.path.basename(link)) for link in links["vda"]) == linked
+        assert sorted(decode(os.path.basename(link)[: -len("-part1")]) for link in links["vda1"]) == linked
         for link in links["vda"] + links["vda1"]:
             assert os.path.dirname(os.path.normpath(link)) == "/dev/disk/by-tag"
         nic = udevrules.run_event(RULES, udevrules.event_for(str(root), NIC))
