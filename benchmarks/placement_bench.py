@@ -47,6 +47,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from tests.support.services import throwaway_postgres  # noqa: E402 - needs the path above
+from tests.support.upstream_placement import upstream_app  # noqa: E402
 
 Call = Callable[[str, str, Any, str], Tuple[int, Any]]
 AGGREGATES = [str(uuid.UUID(int=i + 1)) for i in range(3)]
@@ -144,17 +145,7 @@ def ours_call(store: Store) -> Call:
 
 def stock_app(database: Path) -> Callable:
     """openstack-placement's WSGI app as ``placement.direct`` builds it (noauth2)."""
-    from oslo_config import cfg
-    from placement import conf as placement_conf
-    from placement import deploy
-
-    conf = cfg.ConfigOpts()
-    placement_conf.register_opts(conf)
-    conf.set_override("connection", f"sqlite:///{database}", group="placement_database")
-    conf.set_override("sync_on_startup", True, group="placement_database")
-    conf([], default_config_files=[])
-    conf.set_override("auth_strategy", "noauth2", group="api")
-    return deploy.loadapp(conf)
+    return upstream_app(database)
 
 
 def contention(url: str, threads: int, writes: int) -> Dict[str, float]:

@@ -412,3 +412,7 @@ def test_upstream_wording_and_order_of_provider_errors(client):
         f"/resource_providers/{missing}/inventories", headers={"openstack-api-version": "placement 1.4"}
     )
     assert old.status_code == 405
+    created = client.post("/resource_providers", json={"name": "cached", "uuid": str(uuid.uuid4())})
+    assert created.status_code == 200, created.text
+    renamed = client.put(f"/resource_providers/{created.json()['uuid']}", json={"name": "cached2"})
+    assert renamed.headers["cache-control"] == "no-cache" and "last-modified" in renamed.headers  # 1.15+

@@ -31,9 +31,9 @@ from hypothesis import strategies as st
 from devtag_host.placement import microversion, migrate
 from devtag_host.placement.app import Placement
 from devtag_host.placement.db import Store
+from tests.support.upstream_placement import reset, upstream_app
 
 from .conftest import clean
-from .upstream_placement import reset, upstream_app
 
 PROVIDERS = [
     "11111111-1111-4111-8111-111111111111",

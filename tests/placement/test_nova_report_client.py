@@ -21,8 +21,7 @@ from typing import Any, Dict
 import pytest
 
 from tests.support.services import served_placement
-
-from .upstream_placement import served_upstream
+from tests.support.upstream_placement import served_upstream
 
 DRIVER = Path(__file__).with_name("nova_compute_life.py")
 

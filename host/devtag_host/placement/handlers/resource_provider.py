@@ -111,7 +111,7 @@ def update_provider(call: Call) -> Reply:
             set_parent="parent_provider_uuid" in body,
             allow_reparent=call.want(37),
         )
-    return Reply(200, represent(call, provider))
+    return Reply(200, represent(call, provider), cache_headers(call))  # 1.15, as upstream
 
 
 def delete_provider(call: Call) -> Reply:
