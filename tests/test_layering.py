@@ -44,7 +44,7 @@ LAYERS: Dict[str, Set[str]] = {
     "example": set(),
     "examples": set(),
     # The verbs register themselves: cli.py names their modules (COMMAND_MODULES), it does not import them.
-    "cli": {"devtag_host", "errors", "example", "fwcfg", "metadata", "state", "virt"},
+    "cli": {"devtag_host", "errors", "example", "fwcfg", "inputs", "metadata", "state", "virt"},
     "devtag_host": {"metadata", "virt"},  # the package's own __init__: the plain Python API
 }
 

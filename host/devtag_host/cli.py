@@ -13,10 +13,11 @@ import importlib
 import json
 import logging
 import sys
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 from . import __version__
 from .errors import DevtagError, InputError, Refused, RuntimeFailure
+from .inputs import key_value_pairs
 from .metadata import (
     DeviceSelectionError,
     Domain,
@@ -207,22 +208,12 @@ def _read_xml_file(name: str) -> bytes:
     return data
 
 
-def _parse_tag_options(options: Sequence[str]) -> List[Tuple[str, str]]:
-    pairs = []
-    for option in options:
-        device, sep, tag = option.partition("=")
-        if not sep or not device:
-            raise InputError(f"--tag {option!r}: expected DEVICE=TAG")
-        pairs.append((device, tag))
-    return pairs
-
-
 def _cmd_devices(args: argparse.Namespace) -> None:
     if args.xml is not None:
         if args.domain or args.connect:
             raise InputError("give either DOMAIN (on a libvirt connection) or --xml FILE, not both")
         domain = parse_domain_xml(_read_xml_file(args.xml))
-        for device, tag in _parse_tag_options(args.tag):
+        for device, tag in key_value_pairs(args.tag, "--tag", "DEVICE=TAG"):
             domain = _with_entries(domain, add_tags(domain, device, [tag]))
         try:
             document = devices_document(domain)

@@ -13,7 +13,7 @@ import json
 import os
 import re
 import stat
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 from .errors import InputError
 
@@ -70,12 +70,13 @@ def read_json_object(name: str, what: str) -> Dict[str, Any]:
     return value
 
 
-def key_value_pairs(options: List[str], what: str) -> List[Tuple[str, str]]:
+def key_value_pairs(options: Sequence[str], what: str, form: str = "KEY=VALUE") -> List[Tuple[str, str]]:
+    """``KEY=VALUE`` options as pairs; a missing ``=`` or key is bad input naming ``form``."""
     pairs = []
     for option in options:
         key, sep, value = option.partition("=")
         if not sep or not key:
-            raise InputError(f"{what} {option!r}: expected KEY=VALUE")
+            raise InputError(f"{what} {option!r}: expected {form}")
         pairs.append((key, value))
     return pairs
 

@@ -3,6 +3,7 @@ against ``devtag-host placement serve``, with token auth and --os-endpoint."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -18,15 +19,22 @@ from tests.support.services import served_placement
 BIN = Path(sys.executable).parent
 
 
-@pytest.fixture(scope="module")
-def openstack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+@contextlib.contextmanager
+def served_openstack(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[Any]:
+    """``devtag-host placement serve`` with a token file, and the stock client pointed at it."""
     if not (BIN / "openstack").exists():
         pytest.fail("python-openstackclient and osc-placement are missing: pip install -e '.[test]'")
-    tmp = tmp_path_factory.mktemp("osc")
+    tmp = tmp_path_factory.mktemp(name)
     token_file = tmp / "token"
     token_file.write_text("s3cret\n")
     with served_placement(tmp / "placement.sqlite", "--auth-token-file", str(token_file)) as url:
         yield _openstack_runner(url, tmp)
+
+
+@pytest.fixture(scope="module")
+def openstack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    with served_openstack(tmp_path_factory, "osc") as run:
+        yield run
 
 
 def _openstack_runner(url: str, tmp: Path) -> Any:

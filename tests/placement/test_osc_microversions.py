@@ -9,22 +9,14 @@ from typing import Any, Iterator
 
 import pytest
 
-from tests.support.services import served_placement
-
-from .test_osc import BIN, _openstack_runner
+from .test_osc import served_openstack
 
 LATEST = ("--os-placement-api-version", "1.39")
 
 
 @pytest.fixture(scope="module")
 def openstack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    if not (BIN / "openstack").exists():
-        pytest.fail("python-openstackclient and osc-placement are missing: pip install -e '.[test]'")
-    tmp = tmp_path_factory.mktemp("osc139")
-    token_file = tmp / "token"
-    token_file.write_text("s3cret\n")
-    with served_placement(tmp / "placement.sqlite", "--auth-token-file", str(token_file)) as url:
-        run = _openstack_runner(url, tmp)
+    with served_openstack(tmp_path_factory, "osc139") as run:
         yield lambda *argv, **kw: run(*LATEST, *argv, **kw)
 
 
