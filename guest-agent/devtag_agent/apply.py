@@ -215,7 +215,7 @@ def apply_document(
             log.info("%s: the same tags as the current state (from %s): nothing to do", source, report.source)
             return report
         _update_altnames(publisher, old_index, tagged)
-        index = {
+        index: Dict[str, Any] = {
             "version": 1,
             "source": source,
             "applied_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -16,7 +16,7 @@ import re
 import struct
 import threading
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 from urllib.parse import parse_qs, quote, urlsplit
 from xml.etree import ElementTree as ET
 
@@ -185,7 +185,7 @@ class _SharedConnection:
     def __init__(self, connection: libvirt.virConnect) -> None:
         self._connection = connection
 
-    def __getattr__(self, name: str) -> object:
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._connection, name)
 
     def close(self) -> int:
@@ -218,7 +218,7 @@ def open_connection(uri: Optional[str] = None, read_only: bool = False) -> libvi
                 _refuse_if_held(root)
             prepare_embedded_root(root)
             shared = _embedded_connections[uri] = _SharedConnection(_open(uri))
-    return shared  # type: ignore[return-value]
+    return shared
 
 
 def _refuse_if_held(root: Path) -> None:

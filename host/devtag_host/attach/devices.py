@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 import re
 import string
-from typing import Any, Dict, Iterable, Optional, Set
+from typing import Any, Dict, Iterable, List, Optional, Set, Union
 from xml.etree import ElementTree as ET
 
 from ..metadata import TagError, check_tag, device_entries
@@ -164,8 +164,13 @@ def random_mac(taken: Iterable[str] = (), rng: Optional[random.Random] = None) -
             return mac
 
 
-def find_by_alias(domain: Domain, alias: str) -> Optional[Any]:
-    for device in [*domain.disks, *domain.nics]:
+def aliased_devices(domain: Domain) -> List[Union[Disk, Nic]]:
+    """The disks and NICs of ``domain``: the devices devtag attaches and names by alias."""
+    return [*domain.disks, *domain.nics]
+
+
+def find_by_alias(domain: Domain, alias: str) -> Optional[Union[Disk, Nic]]:
+    for device in aliased_devices(domain):
         if device.alias == alias:
             return device
     return None

@@ -56,7 +56,9 @@ def check_invariants(host: Host, *, domains: Optional[Iterable[str]] = None, all
     known = {v.id for v in volumes}
     for row in store.journal():
         location = row.detail.get("location")
-        if row.flow == "create-volume" and row.step == "create" and row.volume_id not in known and location:
+        if row.flow != "create-volume" or row.step != "create" or row.volume_id is None:
+            continue
+        if row.volume_id not in known and location:
             owners = [b for b in host.backends.values() if b.location_for(row.volume_id) == location]
             if any(b.volume_exists(location) for b in owners):
                 problems.append(f"storage {location} of a volume that no longer exists was left behind")
@@ -127,7 +129,7 @@ def check_invariants(host: Host, *, domains: Optional[Iterable[str]] = None, all
     macs = journal_ids.macs
     for instance_uuid, views in views_by_uuid.items():
         for view, domain in views.items():
-            for device in [*domain.disks, *domain.nics]:
+            for device in devices.aliased_devices(domain):
                 if not device.alias or not _OUR_ALIAS.match(device.alias):
                     continue
                 if isinstance(device, Disk) and device.alias not in disk_aliases:
@@ -142,8 +144,8 @@ def check_invariants(host: Host, *, domains: Optional[Iterable[str]] = None, all
         if exported is None:
             continue
         for attachment_id in exported():
-            attachment = by_id.get(attachment_id)
-            if attachment is None or attachment.status not in CONNECTED:
+            exported_for = by_id.get(attachment_id)
+            if exported_for is None or exported_for.status not in CONNECTED:
                 problems.append(f"{backend.name} export for attachment {attachment_id} runs without an attachment")
     return problems
 

@@ -42,6 +42,7 @@ after it, the operation stays open and reconcile rolls it forward
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import uuid
@@ -53,7 +54,7 @@ import defusedxml.ElementTree as SafeET
 import libvirt
 
 from .. import virt
-from ..metadata.model import Domain, TagEntry
+from ..metadata.model import Disk, Domain, TagEntry
 from . import devices, display_secrets, model
 from .guest import Guest
 from .kernel import (
@@ -265,13 +266,13 @@ def shelve_offload(host: Host, domain: str) -> str:
             for volume in shelved:
                 operation.ids.update(volume_id=volume.volume_id, attachment_id=volume.shelved_attachment)
                 operation.step("reserve-shelved")
-                undo.push("reserve-shelved", lambda v=volume: store.delete_attachment(v.shelved_attachment))
+                undo.push("reserve-shelved", functools.partial(store.delete_attachment, volume.shelved_attachment))
                 _reserve_shelved(host, guest.uuid, volume)
             for volume in shelved:
                 old = store.get_attachment(volume.old_attachment)
                 operation.ids.update(volume_id=volume.volume_id, attachment_id=volume.old_attachment)
                 operation.step("disconnect")
-                undo.push("disconnect", lambda o=old: host.reconnect(o))
+                undo.push("disconnect", functools.partial(host.reconnect, old))
                 host.disconnect(old)
         except Exception as exc:
             display_secrets.forget(guest.uuid)
@@ -372,11 +373,11 @@ def unshelve(host: Host, instance_uuid: str, *, start: bool = True) -> Any:
             alias = devices.alias_for(attachment.id)
             operation.ids.update(volume_id=volume.id, attachment_id=attachment.id)
             operation.step("update")
-            undo.push("update", lambda a=attachment: _reshelve(host, a))
+            undo.push("update", functools.partial(_reshelve, host, attachment))
             info = driver.initialize_connection(volume.location or "", attachment.id, host.connector())
             store.update(attachment.id, host.connector(), info, alias=alias)
             operation.step("connect")
-            undo.push("connect", lambda i=info, d=driver: d.disconnect(i))
+            undo.push("connect", functools.partial(driver.disconnect, info))
             driver.connect(info)
             template = devices.disk_xml(
                 info, alias=alias, serial=volume.id, target="vdz", bus=attachment.bus or "virtio"
@@ -478,7 +479,10 @@ def swap_volume(host: Host, domain: str, old_volume: str, new_volume: str) -> At
                     f"volume {new_record.name!r} has {new_record.size_bytes} bytes, {old_record.name!r} has"
                     f" {old_record.size_bytes}: a block copy needs equal sizes"
                 )
-            target = devices.find_by_alias(guest.current(), alias).target_dev
+            disk = devices.find_by_alias(guest.current(), alias)
+            target = disk.target_dev if isinstance(disk, Disk) else None
+            if target is None:
+                raise model.Conflict(f"domain {domain!r} has no disk {alias} to swap")
 
             operation.step("reserve")
             undo.push("reserve", lambda: store.delete_attachment(new_id))

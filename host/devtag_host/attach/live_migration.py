@@ -40,15 +40,17 @@ forward.  Reconcile decides by where the domain actually runs.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import uuid
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import libvirt
 
 from .. import virt
 from ..metadata import add_tags, find_device, tags_of
+from ..metadata.model import Domain, TagEntry
 from . import devices, model
 from .guest import Guest
 from .kernel import (
@@ -365,8 +367,12 @@ def ensure_tags(guest: Guest, moved: Sequence[MovedVolume]) -> None:
             continue
         for view in guest.views().values():
             if volume.tag not in tags_of(view, find_device(view, volume.destination_alias)):
-                virt.update_tags(guest.handle, lambda d, v=volume: add_tags(d, v.destination_alias, [v.tag]))
+                virt.update_tags(guest.handle, functools.partial(_with_tag, volume.destination_alias, volume.tag))
                 break
+
+
+def _with_tag(alias: str, tag: str, domain: Domain) -> Tuple[TagEntry, ...]:
+    return add_tags(domain, alias, [tag])
 
 
 # -- where the domain is ------------------------------------------------------------

@@ -29,7 +29,7 @@ without an attachment, and tags of devices that are gone.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import AbstractSet, Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
 
 from .. import virt
 from ..metadata.device_tags import taggable_devices
@@ -37,7 +37,7 @@ from ..metadata.model import Domain, TagEntry
 from . import devices, lifecycle, live_migration, model
 from .guest import Guest
 from .kernel import Host, Pending, destroy_and_undefine, operation_in_progress, operation_lock_path, record_tag, untag
-from .model import Attachment, JournalRecord
+from .model import Attachment, InterfaceAttachment, JournalRecord
 
 log = logging.getLogger(__name__)
 
@@ -194,6 +194,8 @@ def _finish_detach(host: Host, rows: List[JournalRecord], *, volume: bool) -> st
     guest = _guest(host, ids.get("instance_uuid"))
     alias = devices.alias_for(ids.get("attachment_id") or "")
     saved = next((row.detail.get("xml") for row in rows if row.step == "detach-config"), None)
+    attachment: Optional[Attachment] = None
+    record: Optional[InterfaceAttachment] = None
     if volume:
         attachment = host.store.find_attachment(ids.get("attachment_id") or "")
         if attachment is None:
@@ -208,14 +210,14 @@ def _finish_detach(host: Host, rows: List[JournalRecord], *, volume: bool) -> st
         assert guest is not None
         if saved and guest.handle.isPersistent() and not guest.has_alias(alias, "config"):
             guest.attach_config(saved)
-        if volume:
+        if attachment is not None:
             _keep_volume_attachment(host, attachment, guest)
-        else:
+        elif record is not None:
             _keep_interface(host, record, guest)
         return "rolled-back"
-    if volume:
+    if attachment is not None:
         retire_volume_attachment(host, attachment, guest)
-    else:
+    elif record is not None:
         _retire_interface(host, record, guest)
     return "rolled-forward"
 
@@ -374,9 +376,11 @@ def _drop_stale_tags(host: Host, touched: set) -> List[Dict[str, Any]]:
     return report
 
 
-def stale_tag_entries(views: Dict[str, Domain], volume_ids: set, macs: set) -> set:
+def stale_tag_entries(
+    views: Mapping[str, Domain], volume_ids: AbstractSet[str], macs: AbstractSet[str]
+) -> Set[Tuple[str, str, str]]:
     """(kind, key, value) of tag entries for devtag-attached devices that a definition lacks."""
-    stale = set()
+    stale: Set[Tuple[str, str, str]] = set()
     for domain in views.values():
         present = set()
         for device in taggable_devices(domain):

@@ -44,7 +44,7 @@ def retarget_disks(domain_xml: str, changes: Mapping[str, DiskRetarget]) -> str:
     for disk in root.iterfind("./devices/disk"):
         alias = disk.find("alias")
         old = alias.get("name") if alias is not None else None
-        if old not in changes:
+        if old is None or old not in changes:
             continue
         found.add(old)
         change = changes[old]

@@ -13,12 +13,13 @@ supervisors) is a Starlette application beside it (:class:`MetadataApp`).
 from __future__ import annotations
 
 import time
-from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from .access_log import LoggerSink, access_line
 from .directory import InstanceDirectory
@@ -30,9 +31,6 @@ MAX_HEADER_BYTES = 8 * 1024
 MAX_HEADERS = 64
 HEALTH_PATH = "/healthz"
 
-Scope = Dict[str, Any]
-Receive = Callable[[], Awaitable[Dict[str, Any]]]
-Send = Callable[[Dict[str, Any]], Awaitable[None]]
 
 _REFUSALS = {
     400: b"Bad Request",

@@ -66,7 +66,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     _head_started: Optional[float] = None  # when we began waiting for a head; None while serving
     _source: Any = None  # the key this connection is counted under in _sources
 
-    def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+    def connection_made(self, transport: Any) -> None:
         # uvicorn writes the head and the body of a response separately: without
         # TCP_NODELAY, Nagle + delayed ACK hold the body back ~40 ms.
         sock = transport.get_extra_info("socket")
@@ -232,10 +232,11 @@ def server_config(
     per_source_limit: int = DEFAULT_PER_SOURCE_LIMIT,
 ) -> uvicorn.Config:
     """uvicorn's configuration; refusals go to ``app.log_refusal`` if the app has one."""
+    log_refusal: Optional[RefusalLog] = getattr(app, "log_refusal", None)
     protocol = type(
         "MetadataHttpProtocol",
         (BoundedHttpToolsProtocol,),
-        {"per_source_limit": per_source_limit, "log_refusal": staticmethod(getattr(app, "log_refusal", None))},
+        {"per_source_limit": per_source_limit, "log_refusal": staticmethod(log_refusal) if log_refusal else None},
     )
     return uvicorn.Config(
         app,

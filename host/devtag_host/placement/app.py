@@ -31,12 +31,16 @@ log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 1024 * 1024
 
+
+def _stdlib_dumps(body: Any) -> bytes:
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+_dumps: Callable[[Any], bytes]
 try:  # several times faster on large allocation-candidate documents
     from orjson import dumps as _dumps
 except ImportError:  # pragma: no cover - orjson is in the host extra, but stay usable without it
-
-    def _dumps(body: Any) -> bytes:
-        return json.dumps(body, separators=(",", ":")).encode()
+    _dumps = _stdlib_dumps
 
 
 Handler = Callable[[Call], Reply]

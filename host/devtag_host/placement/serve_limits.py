@@ -62,7 +62,7 @@ class HeadTimeoutProtocol(HttpToolsProtocol):
     head_timeout: float = _head_timeout_from_env()
     _head_timer: Optional[asyncio.TimerHandle] = None
 
-    def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+    def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
         self._arm_head_timer()
 

@@ -14,7 +14,7 @@ import jsonschema
 try:  # compiled validator: a tenth of the reference's cost per request body
     import jsonschema_rs
 except ImportError:  # pragma: no cover - exercised only without the host extra
-    jsonschema_rs = None
+    jsonschema_rs = None  # type: ignore[assignment]  # mypy's only spelling of an optional module
 
 import devtag_schema
 

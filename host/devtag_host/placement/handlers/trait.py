@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any, Dict
 
 from .. import errors
 from ..objects import resource_provider as rp
@@ -16,7 +17,7 @@ _CUSTOM = re.compile(r"^CUSTOM_[A-Z0-9_]+\Z")
 
 def list_traits(call: Call) -> Reply:
     query = call.query_dict({"name", "associated"})
-    filters = {}
+    filters: Dict[str, Any] = {}
     name = query.get("name")
     if name is not None:
         if name.startswith("in:"):

@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from sqlalchemy import bindparam, distinct, func, literal, select
 from sqlalchemy.engine import Connection
+from sqlalchemy.sql.expression import ColumnElement
 
 from .. import errors
 from ..db import allocations, consumers, inventories, resource_classes, resource_providers
@@ -260,6 +261,7 @@ def usages_by_consumer_type(
         conditions.append(owners.c.consumer_type_id.is_(None))
     elif consumer_type not in (None, "all"):
         conditions.append(types.c.name == consumer_type)
+    key: ColumnElement[str]
     if consumer_type in ("all", "unknown"):
         key = literal(consumer_type)
     else:

@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 import os_traits
 from sqlalchemy import Integer, and_, bindparam, case, exists, func, null, select
 from sqlalchemy.engine import Connection
+from sqlalchemy.sql.expression import ColumnElement, ScalarSelect, Select
 
 from .. import errors
 from ..candidate_request import CandidateRequest
@@ -200,11 +201,11 @@ def _own_candidates(
             params[f"b_traits_{index}"] = any_of
     if forbidden:
         params["b_forbidden_traits"] = forbidden
-    for index, any_of in enumerate(member_sets):
-        if len(any_of) == 1:
-            params[f"b_member_{index}"] = any_of[0]
+    for index, any_member in enumerate(member_sets):
+        if len(any_member) == 1:
+            params[f"b_member_{index}"] = any_member[0]
         else:
-            params[f"b_members_{index}"] = any_of
+            params[f"b_members_{index}"] = any_member
     if aggregates.forbidden:
         params["b_forbidden_members"] = sorted(aggregates.forbidden)
     names = [class_names[rc_id] for rc_id in order]
@@ -289,7 +290,7 @@ def _own_query(
     with_traits: bool,
     dialect: str,
     limit: Optional[int],
-):  # type: ignore[no-untyped-def]
+) -> Select[Any]:
     """The statement of ``_own_candidates`` for one shape of request, built once:
     constructing SQLAlchemy expressions costs more than SQLite running them.
     Every value is a bound parameter (``b_amount_<class id>``, ``b_trait_<n>`` or
@@ -365,11 +366,11 @@ def _request(parts: List[Tuple[str, Dict[str, int]]], dict_format: bool) -> Dict
     return {"allocations": [{"resource_provider": {"uuid": uuid}, "resources": resources} for uuid, resources in parts]}
 
 
-def _capacity():  # type: ignore[no-untyped-def]
+def _capacity() -> ColumnElement[float]:
     return (inventories.c.total - inventories.c.reserved) * inventories.c.allocation_ratio
 
 
-def _trait_list(dialect: str):  # type: ignore[no-untyped-def]
+def _trait_list(dialect: str) -> ScalarSelect[str]:
     """SQL: the comma-joined trait names of the current row's provider (names have no commas)."""
     if dialect == "postgresql":
         joined = func.string_agg(traits.c.name, ",")

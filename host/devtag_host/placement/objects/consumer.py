@@ -8,7 +8,7 @@ compares both descriptions with the migrated schema.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Iterable, Optional
+from typing import Any, Dict, Iterable, Optional, Sequence
 
 from sqlalchemy import Column, Integer, MetaData, String, Table, bindparam, select
 from sqlalchemy.engine import Connection
@@ -58,7 +58,7 @@ _SELECT = select(
 _BY_UUIDS = _SELECT.where(consumers.c.uuid.in_(bindparam("b_uuids", expanding=True)))
 
 
-def _consumer(row) -> Consumer:  # type: ignore[no-untyped-def]
+def _consumer(row: Sequence[Any]) -> Consumer:
     return Consumer(row[0], row[1], row[2], row[3], row[4] or UNKNOWN_TYPE)
 
 
@@ -87,9 +87,11 @@ def type_id(connection: Connection, name: str) -> int:
         return int(found)
     try:
         with connection.begin_nested():
-            return int(connection.execute(consumer_types.insert().values(name=name)).inserted_primary_key[0])
+            inserted = connection.execute(consumer_types.insert().values(name=name)).inserted_primary_key
+            assert inserted is not None  # a single-row INSERT always reports its key
+            return int(inserted[0])
     except IntegrityError:  # a concurrent writer created it
-        return int(connection.scalar(select(consumer_types.c.id).where(consumer_types.c.name == name)))
+        return int(connection.execute(select(consumer_types.c.id).where(consumer_types.c.name == name)).scalar_one())
 
 
 _BUMP = (

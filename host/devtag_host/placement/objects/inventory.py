@@ -28,7 +28,7 @@ class Inventory:
 
     @classmethod
     def from_body(cls, body: Dict[str, Any]) -> Inventory:
-        values = {field: body.get(field, DEFAULTS.get(field)) for field in FIELDS}
+        values: Dict[str, Any] = {field: body.get(field, DEFAULTS.get(field)) for field in FIELDS}
         values["allocation_ratio"] = float(values["allocation_ratio"])
         return cls(**values)
 

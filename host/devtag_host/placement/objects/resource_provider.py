@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import uuid as uuidlib
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Set
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Set, Union
 
 from sqlalchemy import and_, bindparam, exists, func, or_, select
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Row
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.sql.expression import BindParameter, ColumnElement, Select
 
 from .. import errors
 from ..db import allocations, inventories, provider_aggregates, provider_traits, resource_providers
@@ -28,7 +29,7 @@ class Provider:
     root_provider_uuid: Optional[str]
 
 
-def _select():  # type: ignore[no-untyped-def]
+def _select() -> Select[Any]:
     rp = resource_providers
     return select(
         rp.c.id, rp.c.uuid, rp.c.name, rp.c.generation, _parent.c.uuid.label("parent"), _root.c.uuid.label("root")
@@ -39,7 +40,7 @@ def _select():  # type: ignore[no-untyped-def]
     )
 
 
-def _provider(row) -> Provider:  # type: ignore[no-untyped-def]
+def _provider(row: Row[Any]) -> Provider:
     return Provider(row.id, row.uuid, row.name, row.generation, row.parent, row.root or row.uuid)
 
 
@@ -83,12 +84,16 @@ def ids_by_uuid(connection: Connection, uuids: Iterable[str]) -> Dict[str, Provi
     return {row.uuid: _provider(row) for row in rows}
 
 
-def used_of_inventory():  # type: ignore[no-untyped-def]
+def used_of_inventory() -> ColumnElement[int]:
     """SQL: the amount allocated from the current ``inventories`` row (kept by allocation writes)."""
     return inventories.c.used
 
 
-def fits(amount: int):  # type: ignore[no-untyped-def]
+# An amount in SQL: a literal, or a bound parameter of a statement built once.
+Amount = Union[int, "BindParameter[int]"]
+
+
+def fits(amount: Amount) -> ColumnElement[bool]:
     """SQL: the ``inventories`` row can take ``amount``: the design's capacity rule and min/max/step."""
     inv = inventories
     return and_(
@@ -99,12 +104,12 @@ def fits(amount: int):  # type: ignore[no-untyped-def]
     )
 
 
-def fitting_rows(resources: Dict[int, int]):  # type: ignore[no-untyped-def]
+def fitting_rows(resources: Mapping[int, Amount]) -> ColumnElement[bool]:
     """SQL condition: an inventory row of one of ``resources`` that can take its amount."""
     return or_(*(and_(inventories.c.resource_class_id == rc_id, fits(amount)) for rc_id, amount in resources.items()))
 
 
-def providers_with_resources(resources: Dict[int, int]):  # type: ignore[no-untyped-def]
+def providers_with_resources(resources: Dict[int, int]) -> Select[Any]:
     """A subquery of provider ids that can each take all of ``resources`` themselves."""
     return (
         select(inventories.c.resource_provider_id)
@@ -221,7 +226,9 @@ def create(
         raise errors.conflict(f"Conflicting resource provider name: {name} already exists.", errors.DUPLICATE_NAME)
     # A concurrent twin fails the unique constraints: IntegrityError, answered 409 by the app.
     values = {"uuid": uuid, "name": name, "generation": 0, "parent_provider_id": parent_id, "root_provider_id": root_id}
-    new_id = connection.execute(_INSERT, values).inserted_primary_key[0]
+    inserted = connection.execute(_INSERT, values).inserted_primary_key
+    assert inserted is not None  # a single-row INSERT always reports its key
+    new_id = inserted[0]
     if root_id is None:
         connection.execute(_SET_ROOT, {"b_id": new_id, "b_root": new_id})
     return Provider(new_id, uuid, name, 0, parent_uuid, parent.root_provider_uuid if parent else uuid)

@@ -1,6 +1,7 @@
 """Bodies of PUT /allocations/{consumer} (list 1.0-1.11, dict 1.12+) and POST /allocations (1.13)."""
 
 from copy import deepcopy
+from typing import Any
 
 from ..db import MAX_INT
 
@@ -55,7 +56,7 @@ _DICT_ALLOCATIONS = {
     },
     "additionalProperties": False,
 }
-PUT_V1_12 = {
+PUT_V1_12: dict[str, Any] = {
     "type": "object",
     "properties": {"allocations": _DICT_ALLOCATIONS, "project_id": _PROJECT, "user_id": _PROJECT},
     "required": ["allocations", "project_id", "user_id"],
@@ -64,7 +65,7 @@ PUT_V1_12 = {
 
 _POST_ONE = deepcopy(PUT_V1_12)
 _POST_ONE["properties"]["allocations"]["minProperties"] = 0
-POST_V1_13 = {
+POST_V1_13: dict[str, Any] = {
     "type": "object",
     "minProperties": 1,
     "patternProperties": {"^[0-9a-fA-F-]{32,36}$": _POST_ONE},

@@ -1,6 +1,7 @@
 """Bodies of the inventory requests."""
 
 from copy import deepcopy
+from typing import Any
 
 from ..db import MAX_INT
 
@@ -21,7 +22,7 @@ POST = {
     "additionalProperties": False,
 }
 
-PUT_ONE = {
+PUT_ONE: dict[str, Any] = {
     "type": "object",
     "properties": {"resource_provider_generation": {"type": "integer"}, **_FIELDS},
     "required": ["total", "resource_provider_generation"],

@@ -1,8 +1,9 @@
 """Bodies of POST /resource_providers and PUT /resource_providers/{uuid}."""
 
 from copy import deepcopy
+from typing import Any
 
-POST_V1_0 = {
+POST_V1_0: dict[str, Any] = {
     "type": "object",
     "properties": {
         "name": {"type": "string", "maxLength": 200},  # empty: refused by the object, as upstream
