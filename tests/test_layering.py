@@ -28,16 +28,17 @@ LAYERS: Dict[str, Set[str]] = {
     "state": set(),  # where devtag keeps its state on this host (embedded libvirt root, databases, volumes)
     "db": set(),  # engines, transactions, Alembic upgrades (placement and attach)
     "metadata": {"errors"},  # what is published: device model, addresses, documents (pure)
-    "inputs": {"errors"},  # the operator's files and --listen, for the transports' verbs
+    "ssh_keys": set(),  # what an OpenSSH public key line looks like (config drive and instance data)
+    "inputs": {"errors", "ssh_keys"},  # the operator's files and --listen, for the transports' and serving verbs
     "placement_client": {"errors"},  # token, microversion, error bodies
-    "serving": {"errors"},  # the listening socket and start line of the long-running verbs
+    "serving": {"errors", "inputs"},  # the listening socket and start line of the long-running verbs
     "virt": {"errors", "locks", "metadata", "state"},  # the libvirt edge
     # The transports: each on metadata/ and virt.py, never on each other.
     "configdrive": {"errors", "inputs", "metadata", "virt"},
     "metadata_server": {"errors", "inputs", "metadata", "serving", "virt"},
     "fwcfg": {"errors", "metadata", "virt"},
     # Placement's world: the service, the node reporting to it, the scheduler asking it.
-    "placement": {"errors", "db", "serving"},
+    "placement": {"errors", "db", "inputs", "serving"},
     "compute": {"errors", "placement_client", "virt"},
     "scheduling": {"errors", "compute", "placement_client"},
     "attach": {"db", "errors", "locks", "metadata", "state", "virt"},

@@ -13,9 +13,11 @@ import json
 import os
 import re
 import stat
+from dataclasses import dataclass
 from typing import Any, Dict, List, Sequence, Tuple
 
 from .errors import InputError
+from .ssh_keys import PRIVATE_KEY_MARKERS, openssh_public_key_problem
 
 # No single input can be larger than the largest config drive (configdrive.iso.MAX_IMAGE_BYTES).
 MAX_INPUT_BYTES = 64 * 1024 * 1024
@@ -87,17 +89,105 @@ def public_keys_from_text(text: str, default_name: str) -> List[Tuple[str, str]]
     return [(default_name if i == 0 else f"{default_name}-{i}", key) for i, key in enumerate(keys)]
 
 
-def parse_listen(text: str) -> Tuple[str, int]:
-    """``ADDR:PORT`` or ``[IPV6]:PORT`` -> (address, port)."""
-    match = re.fullmatch(r"\[([0-9a-fA-F:.]+)\]:(\d{1,5})|([^:\[\]]+):(\d{1,5})", text)
+def checked_public_keys(text: str, default_name: str, where: str) -> List[Tuple[str, str]]:
+    """:func:`public_keys_from_text`, raising :class:`InputError` unless every
+    line is an OpenSSH public key (a private key must never reach ``meta_data.json``) and there is one.
+
+    The one check of every key devtag publishes: ``configdrive --public-key``
+    and ``metadata-server --instance-data``'s ``public_keys`` files."""
+    if any(marker in text for marker in PRIVATE_KEY_MARKERS):
+        raise InputError(f"{where} holds a PRIVATE key; give the public one (the .pub file)")
+    keys = []
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        problem = openssh_public_key_problem(line)
+        if problem:
+            raise InputError(f"{where}, line {number}: not an OpenSSH public key ({problem})")
+        keys.append(line)
+    if not keys:
+        raise InputError(f"{where} holds no public key")
+    return public_keys_from_text("\n".join(keys), default_name)
+
+
+# A Linux interface name (IFNAMSIZ - 1 characters, no '/', ':', '%' or blank) or an interface index.
+_SCOPE = r"[^\s/:%\[\]]{1,15}"
+_BRACKETED = re.compile(rf"\[(?P<host>[^\]%]+)(?:%(?P<scope>{_SCOPE}))?\]:(?P<port>\d{{1,5}})")
+_PLAIN = re.compile(rf"(?P<host>[^:\[\]%]+)(?:%(?P<scope>{_SCOPE}))?:(?P<port>\d{{1,5}})")
+# A DNS host name (placement only): labels of letters, digits and inner hyphens.
+_HOST_NAME = re.compile(
+    r"(?=.{1,253}\Z)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?"
+)
+LISTEN_FORMS = "ADDR:PORT, [IPV6]:PORT or, bound to one interface, [FE80::...%IFACE]:PORT / ADDR%IFACE:PORT"
+
+
+@dataclass(frozen=True)
+class ListenAddress:
+    """Where a service listens, as the operator wrote it.
+
+    ``scope`` (an interface name or index, empty for none) binds the listener
+    to one interface: a link-local IPv6 address exists on every bridge and
+    means nothing without it; an IPv4 address with a scope accepts only
+    connections that arrive on that interface (one listener per network).
+    Resolving the scope needs the host's interfaces: that is
+    :func:`devtag_host.serving.listening_socket`'s job, not this pure parser's.
+    """
+
+    host: str
+    port: int
+    scope: str = ""
+
+    @property
+    def ipv6(self) -> bool:
+        return ":" in self.host
+
+    @property
+    def link_local(self) -> bool:
+        try:
+            return ipaddress.ip_address(self.host).is_link_local
+        except ValueError:  # a host name
+            return False
+
+    def __str__(self) -> str:
+        host = f"{self.host}%{self.scope}" if self.scope else self.host
+        return f"[{host}]:{self.port}" if self.ipv6 else f"{host}:{self.port}"
+
+
+def parse_listen(text: str, *, host_names: bool = False) -> ListenAddress:
+    """``--listen`` of the serving verbs -> :class:`ListenAddress`; bad input is one :class:`InputError` line.
+
+    ``host_names``: also accept a host name (``localhost:8778``) where an
+    address is expected (placement); the metadata server takes addresses only
+    (it must know which interface it serves).
+    """
+    match = _BRACKETED.fullmatch(text) or _PLAIN.fullmatch(text)
     if not match:
-        raise InputError(f"--listen {text!r}: expected ADDR:PORT or [IPV6]:PORT")
-    host = match.group(1) or match.group(3)
-    port = int(match.group(2) or match.group(4))
+        hint = " (an IPv6 address goes in brackets: [::1]:80)" if text.count(":") > 1 and "[" not in text else ""
+        raise InputError(f"--listen {text!r}: expected {LISTEN_FORMS}{hint}")
+    host, scope, port = match.group("host"), match.group("scope") or "", int(match.group("port"))
+    bracketed = text.startswith("[")
     try:
-        ipaddress.ip_address(host)
+        address = ipaddress.ip_address(host)
     except ValueError:
-        raise InputError(f"--listen {text!r}: {host!r} is not an IP address") from None
+        if bracketed or not host_names or scope or not _HOST_NAME.fullmatch(host):
+            raise InputError(f"--listen {text!r}: {host!r} is not an IP address") from None
+        address = None
+    if address is not None and bracketed != (address.version == 6):
+        raise InputError(f"--listen {text!r}: only an IPv6 address goes in brackets")
     if not 0 < port < 65536:
-        raise InputError(f"--listen {text!r}: bad port")
-    return host, port
+        raise InputError(f"--listen {text!r}: bad port {port} (1-65535)")
+    if address is not None and address.version == 6 and address.is_link_local and not scope:
+        raise InputError(f"--listen {text!r}: a link-local address needs its interface: [{host}%IFACE]:{port}")
+    return ListenAddress(host, port, scope)
+
+
+def parse_listens(texts: Sequence[str], *, host_names: bool = False) -> List[ListenAddress]:
+    """Several ``--listen`` options; the same address twice is bad input (the second bind would fail)."""
+    addresses: List[ListenAddress] = []
+    for text in texts:
+        address = parse_listen(text, host_names=host_names)
+        if address in addresses:
+            raise InputError(f"--listen {text!r} is given twice")
+        addresses.append(address)
+    return addresses

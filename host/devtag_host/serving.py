@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import logging
 import socket
+from typing import Any, List, Sequence, Tuple
 
-from .errors import RuntimeFailure
+from .errors import InputError, RuntimeFailure
+from .inputs import ListenAddress
 
 log = logging.getLogger(__name__)
 
@@ -19,7 +21,7 @@ SERVE_EXIT_STATUS = """\
 exit status:
   0  stopped by SIGTERM or SIGINT (after closing its connections)
   1  runtime failure (libvirt or the database unreachable, ...)
-  2  bad input (--listen not ADDR:PORT, unreadable or empty secret/token file, ...)
+  2  bad input (--listen not ADDR:PORT or its interface unknown, unreadable or empty secret/token file, ...)
   3  cannot listen on ADDR:PORT (address in use, not permitted, not on this host)
 """
 
@@ -30,20 +32,55 @@ class ListenError(RuntimeFailure):
     exit_code = 3
 
 
-def listening_socket(host: str, port: int, *, backlog: int = 1024) -> socket.socket:
-    """A TCP socket bound to ``host:port`` and listening (IPv6 if ``host`` is one)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+def interface_of(address: ListenAddress) -> Tuple[str, int]:
+    """(name, index) of the interface ``address`` is scoped to; an unknown one is bad input (exit 2)."""
+    scope = address.scope
+    try:
+        if scope.isdigit():
+            return socket.if_indextoname(int(scope)), int(scope)
+        return scope, socket.if_nametoindex(scope)
+    except (OSError, OverflowError):
+        raise InputError(f"--listen {str(address)!r}: no interface {scope!r} on this host") from None
+
+
+def listening_socket(address: ListenAddress, *, backlog: int = 1024) -> socket.socket:
+    """A TCP socket bound to ``address`` and listening (IPv6 if it is one).
+
+    A scoped link-local IPv6 address is bound with its interface index (the
+    kernel then takes connections from that interface only); any other scoped
+    address with ``SO_BINDTODEVICE`` (the same effect: a guest on another
+    bridge cannot reach this listener).
+    """
+    family = socket.AF_INET6 if address.ipv6 else socket.AF_INET
+    name, index = interface_of(address) if address.scope else ("", 0)
+    sockaddr: Tuple[Any, ...] = (address.host, address.port)
+    if address.ipv6:
+        sockaddr = (address.host, address.port, 0, index if address.link_local else 0)
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
+        if name and not address.link_local:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, name.encode())
+        sock.bind(sockaddr)
         sock.listen(backlog)
     except OSError as exc:
         sock.close()
-        shown = f"[{host}]:{port}" if family == socket.AF_INET6 else f"{host}:{port}"
-        raise ListenError(f"cannot listen on {shown}: {(exc.strerror or str(exc)).lower()}") from None
+        raise ListenError(f"cannot listen on {address}: {(exc.strerror or str(exc)).lower()}") from None
     sock.set_inheritable(True)  # uvicorn's worker processes serve it too
     return sock
+
+
+def listening_sockets(addresses: Sequence[ListenAddress]) -> List[socket.socket]:
+    """One listening socket per address, all or none (the ones bound are closed on a failure)."""
+    sockets: List[socket.socket] = []
+    try:
+        for address in addresses:
+            sockets.append(listening_socket(address))
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
 
 
 def announce(what: str, *details: str) -> None:

@@ -16,9 +16,7 @@ from typing import Dict, List
 import httpx
 import pytest
 
-from devtag_host.errors import InputError
 from devtag_host.metadata_server import AddressBook, InstanceDirectory, build_site
-from devtag_host.metadata_server.commands import parse_listen
 from devtag_host.metadata_server.directory import AmbiguousMacError
 from devtag_host.metadata_server.requester import Refusal
 from tests.support.services import free_port
@@ -78,14 +76,6 @@ def test_ipv6_neighbours_and_leases() -> None:
     )
     assert book.lookup("fe80::5054:ff:feaa:1%br0") == (MAC_A, "neighbour")
     assert book.lookup("192.0.2.7") == (MAC_B, "lease")
-
-
-def test_parse_listen() -> None:
-    assert parse_listen("127.0.0.1:8775") == ("127.0.0.1", 8775)
-    assert parse_listen("[::1]:80") == ("::1", 80)
-    for bad in ("localhost:80", "1.2.3.4", "1.2.3.4:0", "1.2.3.4:99999", "[::1:80"):
-        with pytest.raises(InputError):
-            parse_listen(bad)
 
 
 @pytest.mark.libvirt

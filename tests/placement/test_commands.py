@@ -6,8 +6,9 @@ import pytest
 
 from devtag_host.cli import main
 from devtag_host.errors import InputError
+from devtag_host.inputs import ListenAddress, parse_listen
 from devtag_host.placement import migrate
-from devtag_host.placement.commands import parse_listen
+from devtag_host.placement.commands import loopback_or_token
 from devtag_host.placement.db import Store
 
 
@@ -32,13 +33,14 @@ def test_refuses_non_loopback_without_token_file(listen, capsys):
 
 
 def test_listen_parsing():
-    assert parse_listen("127.0.0.1:8778", None) == ("127.0.0.1", 8778)
-    assert parse_listen("[::1]:8778", None) == ("::1", 8778)
-    assert parse_listen("localhost:1", None) == ("localhost", 1)
-    assert parse_listen("0.0.0.0:8778", "/etc/token") == ("0.0.0.0", 8778)  # noqa: S104 - allowed with a token
-    for bad in ("8778", "127.0.0.1:", "127.0.0.1:99999", "127.0.0.1:x"):
-        with pytest.raises(InputError):
-            parse_listen(bad, None)
+    """placement serve takes the shared parser's host-name form; without a token, loopback only."""
+    assert loopback_or_token(parse_listen("127.0.0.1:8778", host_names=True), None) == ListenAddress("127.0.0.1", 8778)
+    assert loopback_or_token(parse_listen("[::1]:8778", host_names=True), None) == ListenAddress("::1", 8778)
+    assert loopback_or_token(parse_listen("localhost:1", host_names=True), None) == ListenAddress("localhost", 1)
+    anywhere = parse_listen("0.0.0.0:8778", host_names=True)
+    assert loopback_or_token(anywhere, "/etc/token") == ListenAddress("0.0.0.0", 8778)  # noqa: S104 - with a token
+    with pytest.raises(InputError, match="--auth-token-file"):
+        loopback_or_token(anywhere, None)
 
 
 def test_empty_token_file_is_refused(tmp_path):

@@ -14,10 +14,9 @@ from pathlib import Path
 from typing import Any, List, Tuple
 
 from ..errors import InputError, RuntimeFailure
-from ..inputs import key_value_pairs, public_keys_from_text, read_file, read_json_object
+from ..inputs import checked_public_keys, key_value_pairs, read_file, read_json_object
 from . import write_config_drive_for_domain
 from .iso import ImageTooLargeError
-from .ssh_keys import PRIVATE_KEY_MARKERS, openssh_public_key_problem
 
 
 def register(commands: Any) -> None:
@@ -52,25 +51,6 @@ def register(commands: Any) -> None:
     )
     configdrive.add_argument("--attach", action="store_true", help="attach the image to the domain as a cdrom")
     configdrive.set_defaults(handler=_cmd_configdrive)
-
-
-def checked_public_keys(text: str, default_name: str, where: str) -> List[Tuple[str, str]]:
-    """:func:`~devtag_host.inputs.public_keys_from_text`, raising :class:`InputError` unless every
-    line is an OpenSSH public key (a private key must never reach ``meta_data.json``) and there is one."""
-    if any(marker in text for marker in PRIVATE_KEY_MARKERS):
-        raise InputError(f"{where} holds a PRIVATE key; give the public one (the .pub file)")
-    keys = []
-    for number, line in enumerate(text.splitlines(), 1):
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        problem = openssh_public_key_problem(line)
-        if problem:
-            raise InputError(f"{where}, line {number}: not an OpenSSH public key ({problem})")
-        keys.append(line)
-    if not keys:
-        raise InputError(f"{where} holds no public key")
-    return public_keys_from_text("\n".join(keys), default_name)
 
 
 def _text(data: bytes, name: str) -> str:

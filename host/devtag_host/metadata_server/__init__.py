@@ -16,7 +16,8 @@ Example (in a host daemon)::
 from __future__ import annotations
 
 import gc
-from typing import Any, Callable, Mapping, Optional
+import socket
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from .app import create_app
 from .directory import InstanceDirectory
@@ -66,8 +67,16 @@ class MetadataService:
         self._server: Any = None
         self._access_log = access_log
 
-    def run(self, *, host: str = "127.0.0.1", port: int = 8775, fd: Optional[int] = None) -> None:
-        """Serve in this thread until interrupted (SIGINT/SIGTERM)."""
+    def run(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 8775,
+        fd: Optional[int] = None,
+        sockets: Optional[Sequence[socket.socket]] = None,
+    ) -> None:
+        """Serve in this thread until interrupted (SIGINT/SIGTERM): on ``sockets`` (listening already,
+        one per network), else on the descriptor ``fd``, else on ``host:port``."""
         from .server import Server, server_config
 
         flush = getattr(self._access_log, "flush", None)
@@ -75,7 +84,8 @@ class MetadataService:
         # The sites are long-lived: keep the collector from re-scanning them (cheaper collections, lower p99).
         gc.freeze()
         try:
-            Server(server_config(self.app, host=host, port=port, fd=fd), on_shutdown=[flush] if flush else []).run()
+            server = Server(server_config(self.app, host=host, port=port, fd=fd), on_shutdown=[flush] if flush else [])
+            server.run(sockets=list(sockets) if sockets else None)
         finally:
             self.watcher.stop()
 

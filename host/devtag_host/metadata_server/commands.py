@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..errors import InputError, RuntimeFailure
-from ..inputs import parse_listen, read_file
-from ..serving import SERVE_EXIT_STATUS, announce, listening_socket
+from ..inputs import parse_listens, read_file
+from ..serving import SERVE_EXIT_STATUS, announce, listening_sockets
 from .instance_data import instance_data_reader
 
 DEFAULT_LISTEN = "127.0.0.1:8775"
 
-__all__ = ["DEFAULT_LISTEN", "parse_listen", "register"]
+__all__ = ["DEFAULT_LISTEN", "register"]
 
 
 def register(commands: Any) -> None:
@@ -34,7 +34,14 @@ def register(commands: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     server.add_argument("-c", "--connect", metavar="URI", help="libvirt URI (default: embedded QEMU driver)")
-    server.add_argument("--listen", metavar="ADDR:PORT", default=DEFAULT_LISTEN, help=f"default {DEFAULT_LISTEN}")
+    server.add_argument(
+        "--listen",
+        metavar="ADDR:PORT",
+        action="append",
+        help="where to listen (repeatable: one listener per network); [IPV6]:PORT; bound to one interface "
+        "(name or index): '[fe80::1%%br0]:80' (a link-local address needs it), '169.254.169.254%%br0:80'; "
+        f"default {DEFAULT_LISTEN}",
+    )
     server.add_argument(
         "--proxy-shared-secret-file",
         metavar="FILE",
@@ -55,7 +62,7 @@ def _cmd_metadata_server(args: argparse.Namespace) -> None:
     from . import MetadataService
     from .access_log import BufferedStreamSink
 
-    host, port = parse_listen(args.listen)
+    addresses = parse_listens(args.listen or [DEFAULT_LISTEN])
     secret: Optional[bytes] = None
     if args.proxy_shared_secret_file:
         secret = read_file(args.proxy_shared_secret_file, "shared secret", 4096).strip()
@@ -63,7 +70,8 @@ def _cmd_metadata_server(args: argparse.Namespace) -> None:
             raise InputError(f"{args.proxy_shared_secret_file} is empty")
     extras = instance_data_reader(Path(args.instance_data)) if args.instance_data else (lambda _uuid: {})
     access_log = None if args.no_access_log else BufferedStreamSink(sys.stderr)
-    listener = listening_socket(host, port)
+    listeners = listening_sockets(addresses)
+    served = ", ".join(f"http://{address}" for address in addresses)
     connection = virt.open_connection(args.connect, read_only=True)  # it only reads libvirt
     try:
         service = MetadataService(
@@ -75,7 +83,7 @@ def _cmd_metadata_server(args: argparse.Namespace) -> None:
             reconnect=lambda: virt.open_connection(args.connect, read_only=True),
         )
         announce(
-            f"metadata server on http://{args.listen}",
+            f"metadata server on {served}",
             "instances identified by Nova's signed proxy headers"
             if secret
             else "instances identified by source address",
@@ -83,11 +91,12 @@ def _cmd_metadata_server(args: argparse.Namespace) -> None:
             "access log: JSON lines on standard error" if access_log else "no access log",
         )
         try:
-            service.run(fd=listener.fileno())
+            service.run(sockets=listeners)
         except OSError as exc:
-            raise RuntimeFailure(f"cannot serve on {args.listen}: {exc.strerror or exc}") from None
+            raise RuntimeFailure(f"cannot serve on {served}: {exc.strerror or exc}") from None
     finally:
-        listener.close()
+        for listener in listeners:
+            listener.close()
         connection.close()
 
 

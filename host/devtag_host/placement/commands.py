@@ -6,10 +6,10 @@ import argparse
 import ipaddress
 import logging
 import os
-from typing import Tuple
 
 from ..compute import commands as compute_commands
 from ..errors import InputError, RuntimeFailure
+from ..inputs import ListenAddress, parse_listen
 from ..serving import SERVE_EXIT_STATUS, announce, listening_socket
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,12 @@ def register(commands: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     serve.add_argument("--db", metavar="URL", help="SQLAlchemy URL (sqlite:///FILE or postgresql://...)")
-    serve.add_argument("--listen", metavar="ADDR:PORT", default=DEFAULT_LISTEN, help=f"default {DEFAULT_LISTEN}")
+    serve.add_argument(
+        "--listen",
+        metavar="ADDR:PORT",
+        default=DEFAULT_LISTEN,
+        help=f"address or host name and port; [IPV6]:PORT, '[fe80::1%%IFACE]:PORT'; default {DEFAULT_LISTEN}",
+    )
     serve.add_argument("--auth-token-file", metavar="FILE", help="accept only the token in FILE")
     serve.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (PostgreSQL)")
     serve.add_argument("--no-db-sync", action="store_true", help="do not create/upgrade the schema on start")
@@ -67,17 +72,14 @@ def register(commands: argparse._SubParsersAction) -> None:
     compute_commands.register(verbs)
 
 
-def parse_listen(value: str, token_file: str | None) -> Tuple[str, int]:
-    host, sep, port_text = value.rpartition(":")
-    if not sep or not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise InputError(f"--listen {value!r}: expected ADDR:PORT")
-    host = host.strip("[]")
-    if token_file is None and not _is_loopback(host):
+def loopback_or_token(address: ListenAddress, token_file: str | None) -> ListenAddress:
+    """``address`` if it may be served: without a token file any token is accepted, so loopback only."""
+    if token_file is None and not _is_loopback(address.host):
         raise InputError(
-            f"refusing to listen on {host} without --auth-token-file: any token would be accepted "
+            f"refusing to listen on {address.host} without --auth-token-file: any token would be accepted "
             "(listen on 127.0.0.1 or give a token file)"
         )
-    return host, int(port_text)
+    return address
 
 
 def _is_loopback(host: str) -> bool:
@@ -134,7 +136,7 @@ def _cmd_serve(args: argparse.Namespace) -> None:
     from .db import DEFAULT_DB_ENV, default_url
     from .serve_limits import HeadTimeoutProtocol, configure_head_timeout, raise_open_files_limit
 
-    host, port = parse_listen(args.listen, args.auth_token_file)
+    address = loopback_or_token(parse_listen(args.listen, host_names=True), args.auth_token_file)
     check_database_url(args.db)
     if not args.request_head_timeout > 0:
         raise InputError("--request-head-timeout must be positive")
@@ -148,9 +150,9 @@ def _cmd_serve(args: argparse.Namespace) -> None:
             raise InputError(f"--auth-token-file: {exc}") from None
     if not args.no_db_sync:
         _sync(args.db)
-    listener = listening_socket(host, port)
+    listener = listening_socket(address)
     announce(
-        f"placement API on http://{args.listen}",
+        f"placement API on http://{address}",
         f"database {redacted_url(args.db or default_url())}",
         f"{args.workers} worker(s)",
         "token from --auth-token-file" if token else "any token accepted (loopback only)",
