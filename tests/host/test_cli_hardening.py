@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from devtag_host.configdrive.commands import checked_public_keys
 from devtag_host.configdrive.iso import write_atomically
 from devtag_host.errors import InputError
+from devtag_host.inputs import checked_public_keys
 
 DEVTAG_HOST = [sys.executable, "-m", "devtag_host.cli"]
 NOWHERE = "qemu+unix:///system?socket=/nonexistent/libvirt-sock"

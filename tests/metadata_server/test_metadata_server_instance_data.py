@@ -104,3 +104,59 @@ def test_nesting_within_the_limit_is_served(tmp_path: Path) -> None:
     (data / GOOD / "vendor_data.json").write_text(json.dumps({"a": {"b": {"c": [1, [2, [3]]]}}}))
     watcher.resync()
     assert json.loads(directory.by_uuid(GOOD).site["/openstack/latest/vendor_data.json"].body)["a"]["b"]["c"][1]
+
+
+ED25519 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl alice@example"
+PRIVATE = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----\n"
+
+
+def served_keys(directory: InstanceDirectory, uuid: str) -> object:
+    entry = directory.by_uuid(uuid)
+    return None if entry is None else json.loads(entry.site["/openstack/latest/meta_data.json"].body)["public_keys"]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (PRIVATE, "holds a PRIVATE key; give the public one"),
+        (ED25519 + "\n" + PRIVATE, "holds a PRIVATE key"),
+        ("ssh-ed25519 not-base64!\n", "line 1: not an OpenSSH public key (the key is not base64)"),
+        ("# only a comment\n\n", "holds no public key"),
+        ("", "holds no public key"),
+    ],
+)
+def test_public_keys_are_checked_as_the_config_drives(tmp_path: Path, content: str, message: str) -> None:
+    """Same validator as ``configdrive --public-key``; a bad file affects only its instance."""
+    (tmp_path / "instances" / BAD).mkdir(parents=True)
+    (tmp_path / "instances" / BAD / "public_keys").write_text(content)
+    with pytest.raises(InputError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        instance_data_reader(tmp_path / "instances")(BAD)
+
+
+def test_a_private_key_is_never_served_and_affects_only_its_instance(tmp_path: Path) -> None:
+    watcher, directory, data = watched(tmp_path)
+    (data / GOOD / "public_keys").write_text(ED25519 + "\n")
+    (data / BAD / "public_keys").write_text(PRIVATE)
+    watcher.resync()  # first read: the bad instance is not served at all (not served without its keys)
+    assert served_keys(directory, GOOD) == {"key": ED25519}
+    assert directory.by_uuid(BAD) is None
+
+    (data / BAD / "public_keys").write_text(ED25519 + "\n")
+    watcher.resync()
+    assert served_keys(directory, BAD) == {"key": ED25519}
+
+    (data / BAD / "public_keys").write_text(ED25519 + "\n" + PRIVATE)  # the operator appends the wrong file
+    (data / BAD / "user_data").write_bytes(b"#cloud-config\n# changed\n")
+    watcher.resync()
+    entry = directory.by_uuid(BAD)
+    assert entry is not None and served_keys(directory, BAD) == {"key": ED25519}, "its previous pages are kept"
+    assert all(b"PRIVATE KEY" not in page.body for page in entry.site.values())
+    assert user_data(directory, BAD) == f"#cloud-config\n# {BAD}\n".encode(), "nothing of the bad read is served"
+    assert user_data(directory, GOOD) == f"#cloud-config\n# {GOOD}\n".encode()
+
+
+def test_public_keys_not_utf8_are_refused(tmp_path: Path) -> None:
+    (tmp_path / "instances" / BAD).mkdir(parents=True)
+    (tmp_path / "instances" / BAD / "public_keys").write_bytes(b"ssh-ed25519 \xff\xfe\n")
+    with pytest.raises(InputError, match="is not UTF-8 text"):
+        instance_data_reader(tmp_path / "instances")(BAD)

@@ -84,7 +84,8 @@ def test_resync_refresh_and_leases(tmp_path: Path) -> None:
     (tmp_path / UUID).mkdir()
     (tmp_path / UUID / "user_data").write_bytes(b"#cloud-config\n")
     (tmp_path / UUID / "meta.json").write_text(json.dumps({"role": "db"}))
-    (tmp_path / UUID / "public_keys").write_text("# comment\nssh-ed25519 AAAA one\nssh-rsa BBBB two\n")
+    one, two = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAAwEAAQ== one", "ssh-rsa AAAAB3NzaC1yc2EAAAADAQAB two"
+    (tmp_path / UUID / "public_keys").write_text(f"# comment\n{one}\n{two}\n")
     connection = FakeConnection()
     connection.domains[UUID] = FakeDomain(UUID, XML)
     directory = InstanceDirectory()
@@ -93,7 +94,7 @@ def test_resync_refresh_and_leases(tmp_path: Path) -> None:
     entry = directory.by_mac("52:54:00:77:00:01")
     assert entry is not None and entry.active
     assert entry.instance.user_data == b"#cloud-config\n" and entry.instance.meta == (("role", "db"),)
-    assert entry.instance.public_keys == (("key", "ssh-ed25519 AAAA one"), ("key-1", "ssh-rsa BBBB two"))
+    assert entry.instance.public_keys == (("key", one), ("key-1", two))
     assert watcher.leases() == {"192.168.122.50": "52:54:00:77:00:01"}
 
     connection.domains[UUID].active = False

@@ -11,9 +11,17 @@ defensively:
   to ``/etc/devtag/metadata-proxy-secret`` would serve the secret); only
   regular files are read (a FIFO would block the watcher forever);
 * sizes are capped and JSON nesting is limited to :data:`MAX_JSON_DEPTH`;
+* ``public_keys`` is checked as ``configdrive --public-key`` is
+  (:func:`~devtag_host.inputs.checked_public_keys`): OpenSSH public key
+  lines only, a private key refused by name, an empty file refused (an
+  instance without keys has no ``public_keys`` file);
 * every problem is an :class:`~devtag_host.errors.InputError` about that one
-  instance: the watcher logs it and keeps the instance's previous pages,
-  the other instances are unaffected.
+  instance: the watcher logs it and keeps the instance's previous pages
+  (checked when they were read) or, at its first read, does not serve the
+  instance at all rather than serve it without the keys its owner expects
+  (cloud-init takes the keys at first boot: served without them, the owner
+  is locked out for good; not served, the instance is served at the next
+  resync after the file is fixed); the other instances are unaffected.
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Mapping, Optional
 
 from ..errors import InputError
-from ..inputs import MAX_INPUT_BYTES, public_keys_from_text
+from ..inputs import MAX_INPUT_BYTES, checked_public_keys
 
 MAX_JSON_DEPTH = 64
 MAX_KEYS_BYTES = 1 << 20
@@ -68,7 +76,11 @@ def _fields(base: int, where: Path) -> Dict[str, Any]:
         fields["meta"] = tuple((str(k), str(v)) for k, v in meta.items())
     keys = _read(base, where, "public_keys", MAX_KEYS_BYTES)
     if keys is not None:
-        fields["public_keys"] = tuple(public_keys_from_text(keys.decode("utf-8", "replace"), "key"))
+        try:
+            text = keys.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InputError(f"{where / 'public_keys'} is not UTF-8 text") from None
+        fields["public_keys"] = tuple(checked_public_keys(text, "key", str(where / "public_keys")))
     for name, field in (("vendor_data.json", "vendor_data"), ("network_data.json", "network_data")):
         document = _read_json_object(base, where, name)
         if document is not None:
