@@ -160,7 +160,7 @@ def test_journal_records_are_typed(store: AttachmentStore) -> None:
 
 
 def test_schema_has_its_own_alembic_version_table(store: AttachmentStore) -> None:
-    assert current_revision(store) == "0002"
+    assert current_revision(store) == "0003"
     from sqlalchemy import inspect
 
     with store.db.read() as connection:
@@ -178,7 +178,7 @@ def test_attach_and_placement_schemas_share_one_database(sqlite_url: str) -> Non
     placement.dispose()
     store = AttachmentStore(sqlite_url)
     try:
-        assert current_revision(store) == "0002"
+        assert current_revision(store) == "0003"
         with store.db.read() as connection:
             tables = set(inspect(connection).get_table_names())
         assert {"alembic_version", VERSION_TABLE, "resource_providers", "volumes", "journal"} <= tables

@@ -48,14 +48,33 @@ def with_display_passwords(domain_xml: str, passwords: Passwords) -> str:
     """``domain_xml`` with each ``<graphics>`` element's password put back."""
     if not any(passwords):
         return domain_xml
-    for _event, (prefix, namespace) in SafeET.iterparse(io.StringIO(domain_xml), events=("start-ns",), forbid_dtd=True):
-        if prefix:
-            ET.register_namespace(prefix, namespace)
-    root = SafeET.fromstring(domain_xml, forbid_dtd=True)
+    root = _parsed_keeping_prefixes(domain_xml)
     for graphics, password in zip(root.iterfind("./devices/graphics"), passwords):
         if password is not None:
             graphics.set("passwd", password)
     return ET.tostring(root, encoding="unicode")
+
+
+def without_display_passwords(domain_xml: str) -> str:
+    """``domain_xml`` with no ``<graphics>`` password (unchanged if it holds none).
+
+    For definitions journalled before the passwords were kept apart (the
+    attach store's migration 0003 scrubs them).
+    """
+    if not any(password is not None for password in display_passwords(domain_xml)):
+        return domain_xml
+    root = _parsed_keeping_prefixes(domain_xml)
+    for graphics in root.iterfind("./devices/graphics"):
+        graphics.attrib.pop("passwd", None)
+    return ET.tostring(root, encoding="unicode")
+
+
+def _parsed_keeping_prefixes(domain_xml: str) -> ET.Element:
+    """The parsed definition, its namespace prefixes (``nova:``, ``devtag:``) registered for writing it back."""
+    for _event, (prefix, namespace) in SafeET.iterparse(io.StringIO(domain_xml), events=("start-ns",), forbid_dtd=True):
+        if prefix:
+            ET.register_namespace(prefix, namespace)
+    return SafeET.fromstring(domain_xml, forbid_dtd=True)
 
 
 def _path(instance_uuid: str) -> Path:
