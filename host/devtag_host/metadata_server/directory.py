@@ -8,7 +8,7 @@ half-updated instance and need no lock.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, FrozenSet, Iterable, Optional
 
 from ..metadata.instance import Instance
@@ -24,9 +24,14 @@ class Entry:
     macs: FrozenSet[str]
     owner: Optional[str] = None  # the project owning the domain (Nova's <nova:owner>), checked in proxy mode
     ports: FrozenSet[NicPort] = frozenset()  # where its NICs meet the host (live XML), checked in direct mode
+    # ports by MAC: looked up on every direct-mode request (a scan of ``ports`` cost ~0.5 µs of it)
+    _port_by_mac: Dict[str, NicPort] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_port_by_mac", {port.mac: port for port in self.ports})
 
     def port_of(self, mac: str) -> Optional[NicPort]:
-        return next((port for port in self.ports if port.mac == mac), None)
+        return self._port_by_mac.get(mac)
 
 
 class AmbiguousMacError(LookupError):
