@@ -19,15 +19,24 @@ Needs root (a network namespace), wrk and nginx.  In one run it:
    checking that all three return identical bytes.
 
 Prints the median over rounds of requests/s and latency percentiles of
-each, and our ratio to nginx.  The machine is shared: expect noise, compare
+each, our server's CPU time per request (utime + stime of its process over
+the requests wrk completed: much less sensitive to other load than req/s),
+and our ratio to nginx.  The machine is shared: expect noise, compare
 within a run.
 Target: >= 20,000 requests/s, p99 < 5 ms.
+
+``--baseline REV`` compares this tree with the server of git revision REV
+(e.g. the last one before a change that must not cost throughput): REV's
+``host/`` is exported to a temporary directory and served by the same
+script, interleaved round by round with this tree's server and nginx (the
+access-log variant is left out), so load hurts both alike.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import inspect
 import os
 import re
 import secrets
@@ -43,6 +52,7 @@ from typing import Dict, List, Optional, Tuple
 INSTANCES = 1000
 TARGET_INSTANCE = 500
 PATH = "/openstack/latest/meta_data.json"
+REPO = Path(__file__).resolve().parent.parent
 PIN = (os.cpu_count() or 1) >= 2 and shutil.which("taskset") is not None
 NGINX_CONF = """daemon off;
 worker_processes 1;
@@ -101,8 +111,13 @@ def instances() -> List[object]:
     return made
 
 
-def serve(address: str, port: int, access_log: Optional[str]) -> None:
-    """The server process: 1,000 instances, real address book, one uvicorn process."""
+def serve(address: str, port: int, access_log: Optional[str], tap: str) -> None:
+    """The server process: 1,000 instances, real address book, one uvicorn process.
+
+    Where the server knows the NICs' taps (since issue 14), each instance's
+    first NIC is given one, the target's being the veth: every request then
+    also takes the tap check, as for a domain libvirt runs.
+    """
     import uvicorn
 
     from devtag_host.metadata_server import InstanceDirectory, create_app
@@ -110,13 +125,25 @@ def serve(address: str, port: int, access_log: Optional[str]) -> None:
     from devtag_host.metadata_server.server import server_config
 
     directory = InstanceDirectory()
-    for instance in instances():
-        directory.put(instance)
+    if "ports" in inspect.signature(directory.put).parameters:  # a tree that checks taps (not a baseline before)
+        from devtag_host.metadata_server.domain_facts import NicPort
+
+        for n, instance in enumerate(instances()):
+            directory.put(instance, ports=[NicPort(mac_of(n), tap if n == TARGET_INSTANCE else f"dtbx{n}", None)])
+    else:
+        for instance in instances():
+            directory.put(instance)
     sink = BufferedStreamSink(open(access_log, "a", encoding="ascii")) if access_log else None
     app = create_app(directory, log_requests=sink is not None, access_log=sink)
     gc.freeze()  # as MetadataService does after loading: the sites are long-lived
     print("ready", flush=True)
     uvicorn.Server(server_config(app, host=address, port=port)).run()
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of process ``pid`` (its threads included), in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def run(*command: str) -> str:
@@ -147,7 +174,27 @@ def wrk(namespace: str, url: str, duration: int, connections: int) -> Dict[str, 
         figures[f"p{percentile}"] = re.search(rf"\s{percentile}%\s+(\S+)", out).group(1)  # type: ignore[union-attr]
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     figures["non2xx"] = errors.group(1) if errors else "0"
+    figures["requests"] = re.search(r"(\d+) requests in", out).group(1)  # type: ignore[union-attr]
     return figures
+
+
+def measured(namespace: str, url: str, duration: int, connections: int, pid: Optional[int]) -> Dict[str, str]:
+    """:func:`wrk`'s figures and, for a server process ``pid``, its CPU microseconds per request."""
+    before = cpu_seconds(pid) if pid else 0.0
+    figures = wrk(namespace, url, duration, connections)
+    if pid:
+        figures["cpu_us"] = str((cpu_seconds(pid) - before) * 1e6 / max(1, int(figures["requests"])))
+    return figures
+
+
+def exported_tree(revision: str, into: Path) -> Path:
+    """``host/`` of git revision ``revision`` under ``into`` (its import path for the baseline server)."""
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", revision, "host"], check=True, capture_output=True
+    ).stdout
+    into.mkdir()
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into / "host"
 
 
 def to_ms(text: str) -> float:
@@ -160,10 +207,11 @@ def main() -> int:
     parser.add_argument("--duration", type=int, default=10)
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--serve", nargs=3, metavar=("ADDR", "PORT", "LOG"), help=argparse.SUPPRESS)
+    parser.add_argument("--baseline", metavar="REV", help="compare with the server of git revision REV")
+    parser.add_argument("--serve", nargs=4, metavar=("ADDR", "PORT", "LOG", "TAP"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
-        serve(args.serve[0], int(args.serve[1]), None if args.serve[2] == "-" else args.serve[2])
+        serve(args.serve[0], int(args.serve[1]), None if args.serve[2] == "-" else args.serve[2], args.serve[3])
         return 0
     if os.geteuid() != 0:
         parser.error("needs root (network namespace)")
@@ -199,23 +247,38 @@ def main() -> int:
         server = ["taskset", "-c", "0"] if PIN else []  # servers on CPU 0, wrk on CPU 1
         ours = [*server, sys.executable, __file__, "--serve", host]
         targets: List[Tuple[str, str, List[str]]] = [
-            ("devtag, no access log", f"http://{host}:8775{PATH}", [*ours, "8775", "-"]),
-            ("devtag, JSON access log", f"http://{host}:8776{PATH}", [*ours, "8776", str(work / "access.log")]),
+            ("devtag, no access log", f"http://{host}:8775{PATH}", [*ours, "8775", "-", host_end]),
+            (
+                "devtag, JSON access log",
+                f"http://{host}:8776{PATH}",
+                [*ours, "8776", str(work / "access.log"), host_end],
+            ),
             (
                 "nginx (1 worker, static file)",
                 f"http://{host}:8080{PATH}",
                 [*server, "nginx", "-c", str(work / "nginx.conf"), "-p", str(work)],
             ),
         ]
+        environments: Dict[str, Optional[Dict[str, str]]] = {}
+        if args.baseline:
+            label = f"devtag at {args.baseline}, no log"
+            targets[1] = (label, f"http://{host}:8777{PATH}", [*ours, "8777", "-", host_end])
+            path = exported_tree(args.baseline, work / "baseline")
+            environments[label] = {**os.environ, "PYTHONPATH": str(path)}
+        pids: Dict[str, Optional[int]] = {}
         for label, url, command in targets:  # all three idle until their turn
-            processes.append(subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+            process = subprocess.Popen(
+                command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=environments.get(label)
+            )
+            processes.append(process)
+            pids[label] = process.pid if label.startswith("devtag") else None  # taskset execs: the server's pid
             if wait_until_listening(namespace, url) != expected:
                 raise RuntimeError(f"{label} served different bytes")
             wrk(namespace, url, 2, args.connections)  # warm up
         rounds: Dict[str, List[Dict[str, str]]] = {label: [] for label, _, _ in targets}
         for _ in range(args.rounds):  # interleaved, so a noisy neighbour hurts all three alike
             for label, url, _ in targets:
-                rounds[label].append(wrk(namespace, url, args.duration, args.connections))
+                rounds[label].append(measured(namespace, url, args.duration, args.connections, pids[label]))
     finally:
         for process in processes:
             if process.poll() is None:
@@ -232,23 +295,41 @@ def main() -> int:
         f"GET {PATH}, {INSTANCES} instances, wrk -t1 -c{args.connections} -d{args.duration}s x {args.rounds} "
         f"rounds, from a network namespace over a veth ({len(expected)}-byte document); median of rounds"
     )
-    print(f"  {'server':32} {'req/s':>8} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8}  {'req/s of each round':24}")
+    print(
+        f"  {'server':32} {'req/s':>8} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'CPU µs/req':>10}  "
+        "req/s (CPU µs/req) of each round"
+    )
     medians = {}
     for label, figures in rounds.items():
         rps = [float(f["rps"]) for f in figures]
+        cpu = [float(f["cpu_us"]) for f in figures if "cpu_us" in f]
         medians[label] = {
             "rps": statistics.median(rps),
+            "cpu_us": statistics.median(cpu) if cpu else float("nan"),
             **{p: statistics.median(to_ms(f[p]) for f in figures) for p in ("p50", "p90", "p99")},
         }
         errors = sum(int(f["non2xx"]) for f in figures)
         m = medians[label]
-        each = " ".join(f"{r:.0f}" for r in rps)
-        print(f"  {label:32} {m['rps']:>8.0f} {m['p50']:>8.2f} {m['p90']:>8.2f} {m['p99']:>8.2f}  {each}")
+        each = " ".join(f"{r:.0f}" + (f" ({c:.1f})" if cpu else "") for r, c in zip(rps, cpu or rps))
+        print(
+            f"  {label:32} {m['rps']:>8.0f} {m['p50']:>8.2f} {m['p90']:>8.2f} {m['p99']:>8.2f} {m['cpu_us']:>10.1f}"
+            f"  {each}"
+        )
         if errors:
             print(f"    {errors} non-2xx responses!")
-    ours, logged, nginx = (medians[label] for label, _, _ in targets)
-    plain, with_log = ours["rps"] / nginx["rps"], logged["rps"] / nginx["rps"]
-    print(f"  ratio to nginx: {plain:.2f} (no access log), {with_log:.2f} (access log)")
+    ours, second, nginx = (medians[label] for label, _, _ in targets)
+    if args.baseline:
+        print(
+            f"  ratio to nginx: {ours['rps'] / nginx['rps']:.2f} (this tree), "
+            f"{second['rps'] / nginx['rps']:.2f} (baseline)"
+        )
+        print(
+            f"  this tree / {args.baseline}: {ours['rps'] / second['rps']:.3f} of the req/s, "
+            f"{ours['cpu_us'] / second['cpu_us']:.3f} of the CPU time per request"
+        )
+    else:
+        plain, with_log = ours["rps"] / nginx["rps"], second["rps"] / nginx["rps"]
+        print(f"  ratio to nginx: {plain:.2f} (no access log), {with_log:.2f} (access log)")
     met = ours["rps"] >= 20000 and ours["p99"] < 5
     print(f"  target (>= 20,000 req/s, p99 < 5 ms, one process, no access log): {'met' if met else 'NOT met'}")
     return 0 if met else 1
