@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Any, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
+from typing import Any, Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple
 
 import os_traits
-from sqlalchemy import func, select
+from sqlalchemy import bindparam, func, select
 from sqlalchemy.engine import Connection
 
 from .. import errors
@@ -40,20 +40,13 @@ from . import resource_class, trait
 MAX_COMBINATIONS = 200_000
 
 
-@dataclass
-class Row:
-    capacity: int
-    used: int
-    min_unit: int
-    max_unit: int
-    step_size: int
+# An inventory row of a requested class: (capacity, used, min_unit, max_unit, step_size).
+Row = Tuple[int, int, int, int, int]
 
-    def fits(self, amount: int) -> bool:
-        return (
-            self.capacity - self.used >= amount
-            and self.min_unit <= amount <= self.max_unit
-            and amount % self.step_size == 0
-        )
+
+def fits(row: Row, amount: int) -> bool:
+    capacity, used, min_unit, max_unit, step_size = row
+    return capacity - used >= amount and min_unit <= amount <= max_unit and amount % step_size == 0
 
 
 @dataclass
@@ -63,12 +56,26 @@ class World:
     uuid: Dict[int, str]
     parent: Dict[int, Optional[int]]
     root: Dict[int, int]
-    traits: Dict[int, Set[int]]
-    aggregates: Dict[int, Set[str]]
-    rows: Dict[Tuple[int, int], Row]
+    traits: Dict[int, Set[int]]  # provider -> the wanted traits it has
+    aggregates: Dict[int, Set[str]]  # read only when a group names aggregates or sharing providers exist
+    rows: Dict[int, Dict[int, Row]]  # class -> {provider: its row}, requested classes only
     sharing: Set[int]
-    by_class: Dict[int, Set[int]] = field(default_factory=dict)  # class id -> providers with a row of it
+    with_trait: Dict[int, Set[int]] = field(default_factory=dict)  # wanted trait id -> providers having it
+    # Every inventory row as (provider, class, capacity, used, min_unit, max_unit,
+    # step_size): the summaries show all classes (1.27), and reading them here spares
+    # a second query with a long IN list.
+    inventory: Sequence[Any] = ()
+    _fitting: Dict[Tuple[int, int], Set[int]] = field(default_factory=dict)
     _lineage: Dict[int, FrozenSet[int]] = field(default_factory=dict)
+
+    def fitting(self, rc_id: int, amount: int) -> Set[int]:
+        """The providers that can take ``amount`` of class ``rc_id`` (remembered: several
+        groups may ask for the same)."""
+        found = self._fitting.get((rc_id, amount))
+        if found is None:
+            rows = self.rows.get(rc_id, {})
+            found = self._fitting[(rc_id, amount)] = {rp_id for rp_id, row in rows.items() if fits(row, amount)}
+        return found
 
     def lineage(self, rp: int) -> FrozenSet[int]:
         """``rp`` and its ancestors, remembered (same_subtree asks for them per candidate)."""
@@ -90,8 +97,10 @@ class World:
         return chain
 
 
-# One part of a candidate: the provider ids a group uses and {provider: {class: amount}}.
-Part = Tuple[Tuple[int, ...], Tuple[Tuple[int, int, int], ...]]
+# One part of a candidate: the provider ids a group uses (sorted by id), {provider:
+# {class: amount}} as (provider, class, amount) triples, and the providers sorted by
+# uuid (the group's ``mappings`` entry, worked out once per part, not per candidate).
+Part = Tuple[Tuple[int, ...], Tuple[Tuple[int, int, int], ...], List[int]]
 
 
 @dataclass
@@ -103,52 +112,63 @@ class Found:
     world: World
 
 
-def load(connection: Connection, class_ids: Iterable[int], trait_ids: Iterable[int], shares_id: Optional[int]) -> World:
-    rp = resource_providers
-    uuid: Dict[int, str] = {}
-    parent: Dict[int, Optional[int]] = {}
-    root: Dict[int, int] = {}
-    for rp_id, rp_uuid, parent_id, root_id in connection.execute(
-        select(rp.c.id, rp.c.uuid, rp.c.parent_provider_id, func.coalesce(rp.c.root_provider_id, rp.c.id))
-    ):
-        uuid[rp_id], parent[rp_id], root[rp_id] = rp_uuid, parent_id, root_id
+_PROVIDERS = select(
+    resource_providers.c.id,
+    resource_providers.c.uuid,
+    resource_providers.c.parent_provider_id,
+    func.coalesce(resource_providers.c.root_provider_id, resource_providers.c.id),
+)
+_TRAITS_OF_PROVIDERS = select(provider_traits.c.resource_provider_id, provider_traits.c.trait_id).where(
+    provider_traits.c.trait_id.in_(bindparam("b_traits", expanding=True))
+)
+_AGGREGATES = select(provider_aggregates.c.resource_provider_id, provider_aggregates.c.aggregate_uuid)
+_INVENTORY = select(
+    inventories.c.resource_provider_id,
+    inventories.c.resource_class_id,
+    # The capacity as the flat path and the summaries compute it (the same IEEE
+    # product as Python's on SQLite's REAL and PostgreSQL's double precision).
+    (inventories.c.total - inventories.c.reserved) * inventories.c.allocation_ratio,
+    inventories.c.used,
+    inventories.c.min_unit,
+    inventories.c.max_unit,
+    inventories.c.step_size,
+)
+
+
+def load(
+    connection: Connection,
+    class_ids: Iterable[int],
+    trait_ids: Iterable[int],
+    shares_id: Optional[int],
+    with_aggregates: bool = True,
+) -> World:
+    """Read the providers, the wanted traits, the inventories and (when ``with_aggregates``
+    or sharing providers exist) the aggregates: four statements built once, each row
+    list fetched whole (row by row iteration cost more than SQLite's work)."""
+    providers = connection.execute(_PROVIDERS).all()
+    ids = [row[0] for row in providers]
+    uuid: Dict[int, str] = dict(zip(ids, [row[1] for row in providers]))
+    parent: Dict[int, Optional[int]] = dict(zip(ids, [row[2] for row in providers]))
+    root: Dict[int, int] = dict(zip(ids, [row[3] for row in providers]))
     wanted_traits = set(trait_ids) | ({shares_id} if shares_id is not None else set())
     traits: Dict[int, Set[int]] = {}
+    with_trait: Dict[int, Set[int]] = {trait_id: set() for trait_id in wanted_traits}
     if wanted_traits:
-        for rp_id, trait_id in connection.execute(
-            select(provider_traits.c.resource_provider_id, provider_traits.c.trait_id).where(
-                provider_traits.c.trait_id.in_(sorted(wanted_traits))
-            )
-        ):
+        for rp_id, trait_id in connection.execute(_TRAITS_OF_PROVIDERS, {"b_traits": sorted(wanted_traits)}).all():
             traits.setdefault(rp_id, set()).add(trait_id)
+            with_trait[trait_id].add(rp_id)
+    sharing = set(with_trait[shares_id]) if shares_id is not None else set()
     aggregates: Dict[int, Set[str]] = {}
-    for rp_id, agg in connection.execute(
-        select(provider_aggregates.c.resource_provider_id, provider_aggregates.c.aggregate_uuid)
-    ):
-        aggregates.setdefault(rp_id, set()).add(agg)
-    rows: Dict[Tuple[int, int], Row] = {}
-    class_ids = sorted(set(class_ids))
-    if class_ids:
-        inv = inventories
-        for rp_id, rc_id, total, reserved, ratio, used, min_unit, max_unit, step in connection.execute(
-            select(
-                inv.c.resource_provider_id,
-                inv.c.resource_class_id,
-                inv.c.total,
-                inv.c.reserved,
-                inv.c.allocation_ratio,
-                inv.c.used,
-                inv.c.min_unit,
-                inv.c.max_unit,
-                inv.c.step_size,
-            ).where(inv.c.resource_class_id.in_(class_ids))
-        ):
-            rows[(rp_id, rc_id)] = Row(int((total - reserved) * ratio), int(used), min_unit, max_unit, step)
-    sharing = {rp_id for rp_id, have in traits.items() if shares_id is not None and shares_id in have}
-    by_class: Dict[int, Set[int]] = {}
-    for rp_id, rc_id in rows:
-        by_class.setdefault(rc_id, set()).add(rp_id)
-    return World(uuid, parent, root, traits, aggregates, rows, sharing, by_class)
+    if with_aggregates or sharing:
+        for rp_id, agg in connection.execute(_AGGREGATES).all():
+            aggregates.setdefault(rp_id, set()).add(agg)
+    rows: Dict[int, Dict[int, Row]] = {rc_id: {} for rc_id in class_ids}
+    inventory = connection.execute(_INVENTORY).all()
+    for rp_id, rc_id, capacity, used, min_unit, max_unit, step in inventory:
+        of_class = rows.get(rc_id)
+        if of_class is not None:
+            of_class[rp_id] = (int(capacity), int(used), min_unit, max_unit, step)
+    return World(uuid, parent, root, traits, aggregates, rows, sharing, with_trait, inventory)
 
 
 @dataclass
@@ -174,8 +194,9 @@ def search(
     shares_id = trait.ids_by_name(connection, [os_traits.MISC_SHARES_VIA_AGGREGATE]).get(
         os_traits.MISC_SHARES_VIA_AGGREGATE
     )
-    world = load(connection, class_ids.values(), trait_ids.values(), shares_id)
-    by_uuid = {uuid: rp_id for rp_id, uuid in world.uuid.items()}
+    with_aggregates = any(group.aggregates for group in request.groups)
+    world = load(connection, class_ids.values(), trait_ids.values(), shares_id, with_aggregates)
+    by_uuid = {uuid: rp_id for rp_id, uuid in world.uuid.items()} if any(g.in_tree for g in request.groups) else {}
     filters: List[_Filters] = []
     for group in request.groups:
         tree_root = None
@@ -194,9 +215,10 @@ def search(
         )
     root_required = [frozenset(trait_ids[name] for name in any_of) for any_of in request.root_traits.required]
     root_forbidden = {trait_ids[name] for name in request.root_traits.forbidden}
+    no_traits: Set[int] = set()
 
     def root_ok(root: int) -> bool:
-        have = world.traits.get(root, set())
+        have = world.traits.get(root, no_traits)
         return all(have & any_of for any_of in root_required) and not have & root_forbidden
 
     anchors_of = _anchors_of_sharing(world)
@@ -205,13 +227,29 @@ def search(
     for f in filters:
         search_parts = _same_provider_parts if f.group.same_provider else _tree_parts
         parts = search_parts(world, f, anchors_of)
-        parts = {anchor: found for anchor, found in parts.items() if root_ok(anchor)}
+        if root_required or root_forbidden:
+            parts = {anchor: found for anchor, found in parts.items() if root_ok(anchor)}
         if not parts:
             return Found([], world), class_ids, trait_ids
         per_group.append(parts)
+    return Found(_combine(world, request, filters, per_group, nested_aware), world), class_ids, trait_ids
 
+
+def _combine(
+    world: World,
+    request: CandidateRequest,
+    filters: List[_Filters],
+    per_group: List[Dict[int, List[Part]]],
+    nested_aware: bool,
+) -> List[Tuple[Dict[int, Dict[int, int]], Dict[str, List[int]]]]:
+    """Every pick of one part per group, anchored on the same tree, that meets
+    ``group_policy``, ``same_subtree`` and the capacity of what several groups take
+    from one provider; in anchor order, at most ``MAX_COMBINATIONS`` picks looked at."""
     numbered = [index for index, f in enumerate(filters) if f.group.same_provider]
+    isolate = request.group_policy == "isolate" and len(numbered) > 1
     suffix_index = {f.group.suffix: index for index, f in enumerate(filters)}
+    subtrees = [[suffix_index[s] for s in subtree] for subtree in request.same_subtrees]
+    suffixes = [f.group.suffix for f in filters]
     candidates: List[Tuple[Dict[int, Dict[int, int]], Dict[str, List[int]]]] = []
     seen: Set[Any] = set()
     anchors = set.intersection(*(set(parts) for parts in per_group))
@@ -221,26 +259,28 @@ def search(
             budget -= 1
             if budget < 0:
                 break
-            if request.group_policy == "isolate" and len(numbered) > 1:
-                if len({pick[index][0][0] for index in numbered}) != len(numbered):
-                    continue
-            if not all(
-                _same_subtree(world, [pick[suffix_index[s]][0] for s in subtree]) for subtree in request.same_subtrees
-            ):
+            if isolate and len({pick[index][0][0] for index in numbered}) != len(numbered):
+                continue
+            if subtrees and not all(_same_subtree(world, [pick[i][0] for i in subtree]) for subtree in subtrees):
                 continue
             allocations: Dict[int, Dict[int, int]] = {}
-            for _providers, amounts in pick:
+            shared = False  # several groups take the same class of one provider: check the sum
+            for _providers, amounts, _mapped in pick:
                 for rp_id, rc_id, amount in amounts:
-                    per = allocations.setdefault(rp_id, {})
-                    per[rc_id] = per.get(rc_id, 0) + amount
-            if _exceeds(world, allocations):
+                    per = allocations.get(rp_id)
+                    if per is None:
+                        allocations[rp_id] = {rc_id: amount}
+                    elif rc_id in per:
+                        per[rc_id] += amount
+                        shared = True
+                    else:
+                        per[rc_id] = amount
+            # A part's own amounts fit (each was checked on its row): only sums can exceed.
+            if shared and _exceeds(world, allocations):
                 continue
             if not nested_aware and len({world.root[rp_id] for rp_id in allocations}) != len(allocations):
                 continue
-            mappings = {
-                f.group.suffix: sorted(set(pick[index][0]), key=lambda rp: world.uuid[rp])
-                for index, f in enumerate(filters)
-            }
+            mappings = {suffix: part[2] for suffix, part in zip(suffixes, pick)}
             if world.sharing:  # a sharing provider serves several anchors: the same candidate may recur
                 key = (
                     tuple(sorted((rp, tuple(sorted(per.items()))) for rp, per in allocations.items())),
@@ -252,7 +292,7 @@ def search(
             candidates.append((allocations, mappings))
         if budget < 0:
             break
-    return Found(candidates, world), class_ids, trait_ids
+    return candidates
 
 
 def _anchors_of_sharing(world: World) -> Dict[int, Set[int]]:
@@ -287,24 +327,39 @@ def _aggregates_ok(world: World, group: Group, rp_id: int, root: Optional[int]) 
 
 
 def _same_provider_parts(world: World, f: _Filters, anchors_of: Dict[int, Set[int]]) -> Dict[int, List[Part]]:
-    parts: Dict[int, List[Part]] = {}
+    """A suffixed group: each provider that has all of it, under every anchor it serves."""
     if f.amounts:
-        having = set.intersection(*(world.by_class.get(rc, set()) for rc in f.amounts))
+        having = set.intersection(*(world.fitting(rc, n) for rc, n in f.amounts.items()))
     else:  # a resourceless group (1.36): any provider with the traits and aggregates
         having = set(world.uuid)
+    # Narrow by the required traits with set operations first: a resourceless group
+    # would otherwise look at every provider of the cloud one by one.
+    for any_of in f.required:
+        having &= set().union(*(world.with_trait[trait_id] for trait_id in any_of))
+    for trait_id in f.forbidden:
+        having -= world.with_trait[trait_id]
+    # The trait sets above are exactly the group's required and forbidden traits: what
+    # is left needs only the tree, aggregate and anchor checks.
+    amounts = tuple(sorted(f.amounts.items()))
+    check_aggregates = bool(f.group.aggregates)
+    parts: Dict[int, List[Part]] = {}
     for rp_id in sorted(having):
-        if f.tree_root is not None and world.root[rp_id] != f.tree_root:
+        root = world.root[rp_id]
+        if f.tree_root is not None and root != f.tree_root:
             continue
-        if not all((rp_id, rc) in world.rows and world.rows[(rp_id, rc)].fits(n) for rc, n in f.amounts.items()):
+        if check_aggregates and not _aggregates_ok(world, f.group, rp_id, None):
             continue
-        have = world.traits.get(rp_id, set())
-        if not all(have & any_of for any_of in f.required) or have & f.forbidden:
-            continue
-        if not _aggregates_ok(world, f.group, rp_id, None):
-            continue
-        part: Part = ((rp_id,), tuple((rp_id, rc, n) for rc, n in sorted(f.amounts.items())))
-        for anchor in anchors_of.get(rp_id, {world.root[rp_id]}):
-            parts.setdefault(anchor, []).append(part)
+        part: Part = ((rp_id,), tuple((rp_id, rc, n) for rc, n in amounts), [rp_id])
+        anchors = anchors_of.get(rp_id)
+        if anchors is None:
+            found = parts.get(root)
+            if found is None:
+                parts[root] = [part]
+            else:
+                found.append(part)
+        else:
+            for anchor in anchors:
+                parts.setdefault(anchor, []).append(part)
     return parts
 
 
@@ -313,25 +368,22 @@ def _tree_parts(world: World, f: _Filters, anchors_of: Dict[int, Set[int]]) -> D
     tree's providers or its sharing providers."""
     # {anchor: {class: [provider, ...]}}
     options: Dict[int, Dict[int, List[int]]] = {}
-    for (rp_id, rc_id), row in world.rows.items():
-        amount = f.amounts.get(rc_id)
-        if amount is None or not row.fits(amount):
-            continue
-        if rp_id in world.sharing:
+    for rc_id, amount in f.amounts.items():
+        for rp_id in world.fitting(rc_id, amount):
             if f.tree_root is not None and world.root[rp_id] != f.tree_root:
                 continue
-            anchors = anchors_of.get(rp_id, {world.root[rp_id]}) if f.tree_root is None else {world.root[rp_id]}
-        else:
-            if f.tree_root is not None and world.root[rp_id] != f.tree_root:
-                continue
-            anchors = {world.root[rp_id]}
-        for anchor in anchors:
-            root_for_aggregates = anchor if rp_id in world.sharing else world.root[rp_id]
-            if not _aggregates_ok(world, f.group, rp_id, root_for_aggregates):
-                continue
-            options.setdefault(anchor, {}).setdefault(rc_id, []).append(rp_id)
+            if rp_id in world.sharing:
+                anchors = anchors_of.get(rp_id, {world.root[rp_id]}) if f.tree_root is None else {world.root[rp_id]}
+            else:
+                anchors = {world.root[rp_id]}
+            for anchor in anchors:
+                root_for_aggregates = anchor if rp_id in world.sharing else world.root[rp_id]
+                if not _aggregates_ok(world, f.group, rp_id, root_for_aggregates):
+                    continue
+                options.setdefault(anchor, {}).setdefault(rc_id, []).append(rp_id)
     parts: Dict[int, List[Part]] = {}
     wanted = sorted(f.amounts)
+    no_traits: Set[int] = set()
     for anchor, by_class in options.items():
         if len(by_class) != len(wanted):
             continue
@@ -341,32 +393,34 @@ def _tree_parts(world: World, f: _Filters, anchors_of: Dict[int, Set[int]]) -> D
             have: Set[int] = set()
             forbidden = False
             for rp_id in providers:
-                own = world.traits.get(rp_id, set())
+                own = world.traits.get(rp_id, no_traits)
                 if own & f.forbidden:
                     forbidden = True
                     break
                 have |= own
             if forbidden or not all(have & any_of for any_of in f.required):
                 continue
-            found.append((providers, tuple((rp_id, rc, f.amounts[rc]) for rc, rp_id in zip(wanted, pick))))
+            mapped = sorted(providers, key=world.uuid.__getitem__)
+            found.append((providers, tuple((rp_id, rc, f.amounts[rc]) for rc, rp_id in zip(wanted, pick)), mapped))
         if found:
             parts[anchor] = found
     return parts
 
 
 def _same_subtree(world: World, providers_of_groups: List[Tuple[int, ...]]) -> bool:
-    """One of the providers is an ancestor (or itself) of every other."""
-    everyone = {rp for providers in providers_of_groups for rp in providers}
-    for top in everyone:
-        if all(top in world.lineage(rp) for rp in everyone):
-            return True
-    return False
+    """One of the providers is an ancestor (or itself) of every other: it is in the
+    lineage of each of them."""
+    everyone = set().union(*providers_of_groups)
+    if not everyone:
+        return False
+    common = frozenset.intersection(*[world.lineage(rp) for rp in everyone])
+    return not common.isdisjoint(everyone)
 
 
 def _exceeds(world: World, allocations: Dict[int, Dict[int, int]]) -> bool:
     for rp_id, per in allocations.items():
         for rc_id, amount in per.items():
-            row = world.rows[(rp_id, rc_id)]
-            if row.used + amount > row.capacity or amount > row.max_unit:
+            capacity, used, _min_unit, max_unit, _step = world.rows[rc_id][rp_id]
+            if used + amount > capacity or amount > max_unit:
                 return True
     return False
