@@ -160,25 +160,39 @@ def _general(connection: Connection, request: CandidateRequest, shape: Shape) ->
     # Candidates repeat the same amounts and mappings: one object per distinct value,
     # referenced by every request that has it (fewer objects to build and collect).
     same_resources: Dict[Tuple[Tuple[int, int], ...], Dict[str, int]] = {}
-    same_uuids: Dict[Tuple[int, ...], List[str]] = {}
+    same_entries: Dict[Tuple[Tuple[int, int], ...], Dict[str, Any]] = {}
+    # A mappings list belongs to a part of the search, shared by every candidate that
+    # uses the part, and alive as long as ``chosen``: its id names it.
+    same_uuids: Dict[int, List[str]] = {}
+    by_uuid = uuid.__getitem__
     requests: List[Dict[str, Any]] = []
     for allocations, mappings in chosen:
-        parts = []
-        for rp_id, per in sorted(allocations.items(), key=lambda item: uuid[item[0]]):
-            key = tuple(sorted(per.items()))
-            resources = same_resources.get(key)
-            if resources is None:
-                resources = same_resources[key] = {names[rc]: n for rc, n in key}
-            parts.append((uuid[rp_id], resources))
-        body = _request(parts, shape.dict_format)
+        if shape.dict_format:
+            entries: Dict[str, Dict[str, Any]] = {}
+            for rp_id in sorted(allocations, key=by_uuid):
+                key = tuple(sorted(allocations[rp_id].items()))
+                entry = same_entries.get(key)
+                if entry is None:
+                    entry = same_entries[key] = {"resources": {names[rc]: n for rc, n in key}}
+                entries[uuid[rp_id]] = entry
+            body: Dict[str, Any] = {"allocations": entries}
+        else:
+            parts = []
+            for rp_id in sorted(allocations, key=by_uuid):
+                key = tuple(sorted(allocations[rp_id].items()))
+                resources = same_resources.get(key)
+                if resources is None:
+                    resources = same_resources[key] = {names[rc]: n for rc, n in key}
+                parts.append((uuid[rp_id], resources))
+            body = _request(parts, False)
         if shape.with_mappings:
-            body["mappings"] = by_suffix = {}
+            by_suffix: Dict[str, List[str]] = {}
             for suffix, rps in mappings.items():
-                ids = tuple(rps)
-                uuids = same_uuids.get(ids)
+                uuids = same_uuids.get(id(rps))
                 if uuids is None:
-                    uuids = same_uuids[ids] = [uuid[rp] for rp in ids]
+                    uuids = same_uuids[id(rps)] = [uuid[rp] for rp in rps]
                 by_suffix[suffix] = uuids
+            body["mappings"] = by_suffix
         requests.append(body)
     return Candidates(requests, summaries)
 
@@ -234,15 +248,26 @@ def _summaries(
         figures = same_resources.get(key)
         if figures is None:
             figures = same_resources[key] = {name: {"capacity": c, "used": u} for name, (c, u) in key}
-        summary: Dict[str, object] = {"resources": figures}
+        traits_list: Optional[List[str]] = None
         if shape.with_traits:
             listed = tuple(sorted(traits_of[rp_id]))
             traits_list = same_traits.get(listed)
             if traits_list is None:
                 traits_list = same_traits[listed] = list(listed)
+        if shape.nested_aware and shape.with_traits:  # 1.29+: built in one go, the common case
+            parent = parent_of[rp_id]
+            summaries[uuid[rp_id]] = {
+                "resources": figures,
+                "traits": traits_list,
+                "parent_provider_uuid": uuid[parent] if parent is not None else None,
+                "root_provider_uuid": uuid[root_of[rp_id]],
+            }
+            continue
+        summary: Dict[str, object] = {"resources": figures}
+        if shape.with_traits:
             summary["traits"] = traits_list
         if shape.nested_aware:
-            parent = parent_of.get(rp_id)
+            parent = parent_of[rp_id]
             summary["parent_provider_uuid"] = uuid[parent] if parent is not None else None
             summary["root_provider_uuid"] = uuid[root_of[rp_id]]
         summaries[uuid[rp_id]] = summary
