@@ -1,43 +1,67 @@
-"""Benchmark: devtag's placement side by side with openstack-placement (PyPI).
+"""Benchmark: devtag's placement side by side with openstack-placement (PyPI), in one run.
 
-    .venv/bin/pip install -e '.[bench]'   # openstack-placement, the reference, in-process
-    .venv/bin/python benchmarks/placement_bench.py [--providers 5000] [--no-stock] [--json FILE]
+    .venv/bin/pip install -e '.[bench]'   # openstack-placement (+ psycopg2 for it on PostgreSQL)
+    .venv/bin/python benchmarks/placement_bench.py [--providers 5000] [--nested 1000] [--repeat 20]
+        [--no-stock] [--no-contention] [--workdir DIR] [--json FILE]
 
 Same data for both, loaded through each service's HTTP API in-process by the
 same minimal WSGI caller (theirs: the app ``placement.direct`` builds, with
-noauth2, minus its wsgi-intercept/keystoneauth client), each on its own SQLite file:
-N providers with VCPU 32, MEMORY_MB 8192, DISK_GB 8192, in one to three of
+noauth2, minus its wsgi-intercept/keystoneauth client), each on its own SQLite
+file, each side in a child process of its own (upstream configures its database
+once per process).  Every query time is the median (and minimum) of --repeat
+runs after one warm-up, the client's JSON decoding included.
+
+Flat: N providers with VCPU 32, MEMORY_MB 8192, DISK_GB 8192, in one to three of
 three aggregates, every second one with HW_CPU_X86_AVX2 (4 API calls per
-provider).  Then the query
+provider); the query
 
     GET /allocation_candidates?resources=VCPU:1,DISK_GB:10,MEMORY_MB:256
         &member_of=<aggregate>&required=HW_CPU_X86_AVX2
 
-(ours at 1.17 and at 1.39, the figure compared; theirs at 1.21, where
-member_of arrived).  Last, allocation
-writes per second under contention on a throw-away PostgreSQL: T threads, one
-in-process app each, claiming VCPU:1 for fresh consumers on 4 providers.
-Targets: candidates >= 10x faster than the reference and < 50 ms, loading
->= 20x faster.
+(ours at 1.17 and at 1.39, the figure compared; theirs at 1.21, where member_of
+arrived).  Targets: >= 10x faster and < 50 ms; loading >= 20x faster.
+
+Nested (issue 13): M compute nodes (HW_CPU_X86_AVX2), each with 2 NUMA children
+(VCPU 32, MEMORY_MB 65536) and 2 NIC children (NET_BW_EGR/IGR_KILOBIT_PER_SEC,
+CUSTOM_PHYSNET_A on the first, _B on the second): 12 API calls per node.  At 1.39:
+
+    GET /allocation_candidates?resources_NUMA=VCPU:2,MEMORY_MB:4096
+        &resources_NIC=NET_BW_EGR_KILOBIT_PER_SEC:1000,NET_BW_IGR_KILOBIT_PER_SEC:1000
+        &required_NIC=CUSTOM_PHYSNET_A&required_HOST=HW_CPU_X86_AVX2
+        &same_subtree=_HOST,_NUMA,_NIC&group_policy=isolate
+
+Both answers must be the same (compared order-independently).  Target: >= 10x
+faster and < 100 ms.
+
+Contention: T writer threads on one throw-away PostgreSQL (each service on its
+own database of it) claim VCPU:1 for fresh consumers at 1.28 (as Nova) on 4
+providers of --capacity VCPU each, more than they hold in all; ours: one app per
+thread, theirs: one app (its engine is per process).  Afterwards every
+provider's usage must equal the writes answered 204 and never exceed its
+capacity.  Target: >= 4x upstream's writes/s, zero oversubscription.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import io
 import json
+import logging
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import orjson
+from sqlalchemy import create_engine, text
 
 from devtag_host.placement import migrate
 from devtag_host.placement.app import Placement
@@ -101,6 +125,58 @@ def time_query(call: Call, version: str, repeat: int) -> Tuple[float, float, int
     return statistics.median(times), min(times), len(body["allocation_requests"])
 
 
+# --- nested (1.29+) ---------------------------------------------------------
+PHYSNETS = ("CUSTOM_PHYSNET_A", "CUSTOM_PHYSNET_B")
+NESTED_QUERY = (
+    "/allocation_candidates?resources_NUMA=VCPU:2,MEMORY_MB:4096"
+    "&resources_NIC=NET_BW_EGR_KILOBIT_PER_SEC:1000,NET_BW_IGR_KILOBIT_PER_SEC:1000&required_NIC=CUSTOM_PHYSNET_A"
+    "&required_HOST=HW_CPU_X86_AVX2&same_subtree=_HOST,_NUMA,_NIC&group_policy=isolate"
+)
+
+
+def nested_dataset(count: int, seed: int = 43) -> List[Dict[str, Any]]:
+    """``count`` compute nodes, each with 2 NUMA children and 2 NIC children (one per physnet)."""
+    rnd = random.Random(seed)  # noqa: S311 - reproducible data, not secrets
+
+    def new_uuid() -> str:
+        return str(uuid.UUID(int=rnd.getrandbits(128), version=4))
+
+    return [
+        {
+            "uuid": new_uuid(),
+            "name": f"cn-{index:05d}",
+            "numa": [new_uuid() for _ in range(2)],
+            "nics": [new_uuid() for _ in range(2)],
+        }
+        for index in range(count)
+    ]
+
+
+def load_nested(call: Call, nodes: List[Dict[str, Any]]) -> float:
+    """5 providers and 12 API calls per compute node."""
+    started = time.perf_counter()
+    for name in PHYSNETS:
+        call("PUT", f"/traits/{name}", None, "1.6")
+    numa_inventory = {"VCPU": {"total": 32}, "MEMORY_MB": {"total": 65536}}
+    nic_inventory = {rc: {"total": 10_000_000} for rc in ("NET_BW_EGR_KILOBIT_PER_SEC", "NET_BW_IGR_KILOBIT_PER_SEC")}
+    for node in nodes:
+        root = node["uuid"]
+        expect(call("POST", "/resource_providers", {"name": node["name"], "uuid": root}, "1.14"), 201)
+        body = {"traits": ["HW_CPU_X86_AVX2"], "resource_provider_generation": 0}
+        expect(call("PUT", f"/resource_providers/{root}/traits", body, "1.14"), 200)
+        children = [(child, f"numa{i}", numa_inventory, None) for i, child in enumerate(node["numa"])]
+        children += [(child, f"nic{i}", nic_inventory, PHYSNETS[i]) for i, child in enumerate(node["nics"])]
+        for child, suffix, inventory, physnet in children:
+            body = {"name": f"{node['name']}-{suffix}", "uuid": child, "parent_provider_uuid": root}
+            expect(call("POST", "/resource_providers", body, "1.14"), 201)
+            body = {"resource_provider_generation": 0, "inventories": inventory}
+            expect(call("PUT", f"/resource_providers/{child}/inventories", body, "1.14"), 200)
+            if physnet:
+                body = {"traits": [physnet], "resource_provider_generation": 1}
+                expect(call("PUT", f"/resource_providers/{child}/traits", body, "1.14"), 200)
+    return time.perf_counter() - started
+
+
 def wsgi_call(app: Callable) -> Call:
     """Call a WSGI application in-process: the same (minimal) client for both services."""
 
@@ -143,32 +219,66 @@ def ours_call(store: Store) -> Call:
     return wsgi_call(Placement(store).wsgi)
 
 
-def stock_app(database: Path) -> Callable:
+def stock_app(database: Union[Path, str]) -> Callable:
     """openstack-placement's WSGI app as ``placement.direct`` builds it (noauth2)."""
     return upstream_app(database)
 
 
-def contention(url: str, threads: int, writes: int) -> Dict[str, float]:
-    store = Store(url, pool_size=threads)
-    migrate.upgrade(store)
-    call = ours_call(store)
-    providers = [str(uuid.uuid4()) for _ in range(4)]
+def normalised(body: Dict[str, Any]) -> str:
+    """An answer as one string independent of the order of requests and summaries:
+    both services must give the same one."""
+    requests = sorted(json.dumps(request, sort_keys=True) for request in body["allocation_requests"])
+    return json.dumps([requests, body["provider_summaries"]], sort_keys=True)
+
+
+def time_nested(call: Call, repeat: int) -> Dict[str, Any]:
+    body = expect(call("GET", NESTED_QUERY, None, "1.39"), 200)  # warm up
+    times = []
+    cpu = []  # this process's CPU time: less bent by other processes on a shared machine
+    for _ in range(repeat):
+        started, started_cpu = time.perf_counter(), time.process_time()
+        expect(call("GET", NESTED_QUERY, None, "1.39"), 200)
+        times.append(time.perf_counter() - started)
+        cpu.append(time.process_time() - started_cpu)
+    digest = hashlib.sha256(normalised(body).encode()).hexdigest()
+    return {
+        "query_ms": statistics.median(times) * 1000,
+        "query_min_ms": min(times) * 1000,
+        "cpu_ms": statistics.median(cpu) * 1000,
+        "candidates": len(body["allocation_requests"]),
+        "summaries": len(body["provider_summaries"]),
+        "answer_sha256": digest,
+    }
+
+
+def contention(call_for_thread: Callable[[], Call], threads: int, writes: int, capacity: int) -> Dict[str, Any]:
+    """``threads`` writers claim VCPU:1 for fresh consumers (1.28, as Nova) on 4 providers
+    of ``capacity`` VCPU each; then each provider's usage must be exactly the writes
+    that were answered 204, and never above its capacity."""
+    call = call_for_thread()
+    providers = [str(uuid.UUID(int=1000 + index)) for index in range(4)]
     for index, rp in enumerate(providers):
         expect(call("POST", "/resource_providers", {"name": f"hot-{index}", "uuid": rp}, "1.17"), 201)
-        body = {"resource_provider_generation": 0, "inventories": {"VCPU": {"total": 1_000_000}}}
+        body = {"resource_provider_generation": 0, "inventories": {"VCPU": {"total": capacity}}}
         expect(call("PUT", f"/resource_providers/{rp}/inventories", body, "1.17"), 200)
-    outcomes: List[int] = []
+    outcomes: List[Tuple[str, int, str]] = []
     lock = threading.Lock()
 
     def writer(seed: int) -> None:
         rnd = random.Random(seed)  # noqa: S311 - reproducible data, not secrets
-        mine = ours_call(store)  # one app per thread: several API workers on one database
+        mine = call_for_thread()  # one app per thread where the service allows it
         for _ in range(writes):
             rp = rnd.choice(providers)
-            body = {"allocations": {rp: {"resources": {"VCPU": 1}}}, "project_id": "p", "user_id": "u"}
-            status, _ = mine("PUT", f"/allocations/{uuid.uuid4()}", body, "1.17")
+            body = {
+                "allocations": {rp: {"resources": {"VCPU": 1}}},
+                "project_id": "p",
+                "user_id": "u",
+                "consumer_generation": None,
+            }
+            status, answer = mine("PUT", f"/allocations/{uuid.uuid4()}", body, "1.28")
+            code = answer["errors"][0].get("code", "") if status >= 400 and answer else ""
             with lock:
-                outcomes.append(status)
+                outcomes.append((rp, status, code))
 
     workers = [threading.Thread(target=writer, args=(seed,)) for seed in range(threads)]
     started = time.perf_counter()
@@ -177,79 +287,225 @@ def contention(url: str, threads: int, writes: int) -> Dict[str, float]:
     for worker in workers:
         worker.join()
     elapsed = time.perf_counter() - started
-    store.dispose()
-    ok = outcomes.count(204)
-    return {"threads": threads, "writes": len(outcomes), "ok": ok, "conflicts": outcomes.count(409),
-            "writes_per_second": ok / elapsed}  # fmt: skip
+    oversubscribed = lost = 0
+    for rp in providers:
+        used = expect(call("GET", f"/resource_providers/{rp}/usages", None, "1.17"), 200)["usages"].get("VCPU", 0)
+        granted = sum(1 for who, status, _code in outcomes if who == rp and status == 204)
+        oversubscribed += max(0, used - capacity)
+        lost += abs(used - granted)
+    ok = sum(1 for _rp, status, _code in outcomes if status == 204)
+    codes = sorted({code for _rp, status, code in outcomes if status == 409})
+    return {
+        "threads": threads,
+        "writes": len(outcomes),
+        "ok": ok,
+        "elapsed_s": elapsed,
+        "writes_per_second": len(outcomes) / elapsed,
+        "ok_per_second": ok / elapsed,
+        "conflicts": sum(1 for _rp, status, _code in outcomes if status == 409),
+        "other_errors": sum(1 for _rp, status, _code in outcomes if status not in (204, 409)),
+        "conflict_codes": codes,
+        "capacity": 4 * capacity,
+        "oversubscribed": oversubscribed,
+        "usage_mismatch": lost,
+    }
+
+
+# --- one side of one scenario per process ---------------------------------
+# openstack-placement configures its database once per process (oslo.db's global
+# engine facade): each side of each scenario runs in a child process of its own,
+# ours too (the same conditions: a fresh interpreter, only its own service loaded).
+
+
+def side(args: argparse.Namespace) -> Dict[str, Any]:
+    kind, service = args.side.split(":")
+    workdir = Path(args.workdir)
+    results: Dict[str, Any] = {}
+    if kind == "contention":
+        if service == "ours":
+            store = Store(args.url, pool_size=args.threads)
+            migrate.upgrade(store)
+            results = contention(lambda: ours_call(store), args.threads, args.writes, args.capacity)
+            store.dispose()
+        else:
+            # One app: upstream's engine is per process.  Its driver is psycopg2 (it reads
+            # cursor.lastrowid, which psycopg 3 does not have).
+            shared = wsgi_call(stock_app(args.url.replace("+psycopg://", "+psycopg2://")))
+            results = contention(lambda: shared, args.threads, args.writes, args.capacity)
+        return results
+    database = workdir / f"{kind}-{service}.sqlite"
+    fresh = not database.exists()
+    if service == "ours":
+        store = Store(f"sqlite:///{database}")
+        migrate.upgrade(store)
+        call = ours_call(store)
+    else:
+        call = wsgi_call(stock_app(database))
+    if kind == "nested":
+        if fresh:
+            results["load_s"] = load_nested(call, nested_dataset(args.nested))
+        results.update(time_nested(call, args.repeat if service == "ours" else args.stock_repeat))
+        return results
+    providers = dataset(args.providers)
+    if fresh:
+        results["load_s"] = load(call, providers)
+    for version in ("1.17", "1.39") if service == "ours" else ("1.21",):
+        median, best, count = time_query(call, version, args.repeat if service == "ours" else args.stock_repeat)
+        results[version] = {"query_ms": median * 1000, "query_min_ms": best * 1000, "candidates": count}
+    return results
+
+
+def run_side(args: argparse.Namespace, which: str, url: str = "") -> Dict[str, Any]:
+    """Run one side in a child process; return its figures."""
+    out = Path(args.workdir) / f"{which.replace(':', '-')}.json"
+    command = [
+        sys.executable,
+        __file__,
+        "--side",
+        which,
+        "--workdir",
+        args.workdir,
+        "--json",
+        str(out),
+        "--providers",
+        str(args.providers),
+        "--nested",
+        str(args.nested),
+        "--repeat",
+        str(args.repeat),
+        "--stock-repeat",
+        str(args.stock_repeat),
+        "--threads",
+        str(args.threads),
+        "--writes",
+        str(args.writes),
+        "--capacity",
+        str(args.capacity),
+    ]
+    if url:
+        command += ["--url", url]
+    subprocess.run(command, check=True)
+    return json.loads(out.read_text(encoding="utf-8"))
+
+
+def fresh_database(url: str, name: str) -> str:
+    """A new database ``name`` on the server of ``url``; its URL."""
+    engine = create_engine(url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as connection:
+        connection.execute(text(f'CREATE DATABASE "{name}"'))  # a fixed name of ours
+    engine.dispose()
+    return url.rsplit("/", 1)[0] + "/" + name
+
+
+def ratio(theirs: float, ours: float) -> str:
+    return f"x{theirs / ours:.1f}" if ours else "-"
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--providers", type=int, default=5000)
-    parser.add_argument("--repeat", type=int, default=20, help="query repetitions (ours; the reference: a quarter)")
+    parser.add_argument("--providers", type=int, default=5000, help="flat providers (0: skip the flat scenario)")
+    parser.add_argument("--nested", type=int, default=1000, help="compute nodes of the nested cloud (0: skip)")
+    parser.add_argument("--repeat", type=int, default=20, help="query repetitions per side (the median is reported)")
+    parser.add_argument("--stock-repeat", type=int, default=5, help="query repetitions of openstack-placement")
     parser.add_argument("--no-stock", action="store_true", help="skip openstack-placement")
-    parser.add_argument("--no-contention", action="store_true", help="skip the PostgreSQL run")
+    parser.add_argument("--no-contention", action="store_true", help="skip the PostgreSQL runs")
     parser.add_argument("--threads", type=int, default=8, help="writers in the PostgreSQL contention run")
     parser.add_argument("--writes", type=int, default=100, help="writes per thread")
+    parser.add_argument("--capacity", type=int, default=150, help="VCPU of each of the 4 contended providers")
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     parser.add_argument("--workdir", metavar="DIR", help="keep the databases here; reuse (skip loading) if present")
+    parser.add_argument("--side", help=argparse.SUPPRESS)  # internal: KIND:SERVICE in this process
+    parser.add_argument("--url", help=argparse.SUPPRESS)  # internal: the PostgreSQL database of a side
     args = parser.parse_args(argv)
-    providers = dataset(args.providers)
-    results: Dict[str, Any] = {"providers": args.providers}
+    if args.side:
+        # Upstream logs every refused claim at WARNING: the figures are what is wanted here.
+        logging.getLogger("placement").setLevel(logging.ERROR)
+        return _finish(args, side(args))
+    services = ["ours"] if args.no_stock else ["ours", "stock"]
+    results: Dict[str, Any] = {"uptime_before": _uptime()}
+    print(f"load: {results['uptime_before']}", flush=True)
     with contextlib.ExitStack() as stack:
-        tmp = args.workdir or stack.enter_context(tempfile.TemporaryDirectory(prefix="placement-bench-"))
-        Path(tmp).mkdir(parents=True, exist_ok=True)
-        reuse = args.workdir and (Path(tmp) / "ours.sqlite").exists()
-        store = Store(f"sqlite:///{tmp}/ours.sqlite")
-        migrate.upgrade(store)
-        call = ours_call(store)
-        if not reuse:
-            results["ours_load_s"] = load(call, providers)
-            print(f"ours:  load {args.providers} providers {results['ours_load_s']:.1f} s", flush=True)
-        median, best, count = time_query(call, "1.17", args.repeat)
-        results.update(ours_query_1_17_ms=median * 1000, ours_query_1_17_min_ms=best * 1000)
-        print(
-            f"ours:  allocation candidates at 1.17 median {median * 1000:.1f} ms, min {best * 1000:.1f} ms", flush=True
-        )
-        median, best, count = time_query(call, "1.39", args.repeat)
-        results.update(ours_query_ms=median * 1000, ours_query_min_ms=best * 1000, ours_candidates=count)
-        print(
-            f"ours:  allocation candidates at 1.39 median {median * 1000:.1f} ms, min {best * 1000:.1f} ms "
-            f"({count} candidates)",
-            flush=True,
-        )
-        store.dispose()
-        if not args.no_stock:
-            call = wsgi_call(stock_app(Path(tmp) / "stock.sqlite"))
-            if not reuse:
-                results["stock_load_s"] = load(call, providers)
-                print(f"stock: load {args.providers} providers {results['stock_load_s']:.1f} s", flush=True)
-            median, best, count = time_query(call, "1.21", max(3, args.repeat // 2))
-            results.update(stock_query_ms=median * 1000, stock_query_min_ms=best * 1000, stock_candidates=count)
+        if not args.workdir:
+            args.workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="placement-bench-"))
+        Path(args.workdir).mkdir(parents=True, exist_ok=True)
+        if args.providers:
+            flat = results["flat"] = {service: run_side(args, f"flat:{service}") for service in services}
+            ours = flat["ours"]
+            print(f"flat, {args.providers} providers, allocation candidates (median, min):")
             print(
-                f"stock: allocation candidates median {median * 1000:.1f} ms, min {best * 1000:.1f} ms "
-                f"({count} candidates)",
+                f"  ours  at 1.17 {ours['1.17']['query_ms']:.1f} ms ({ours['1.17']['query_min_ms']:.1f} ms), "
+                f"at 1.39 {ours['1.39']['query_ms']:.1f} ms ({ours['1.39']['query_min_ms']:.1f} ms), "
+                f"{ours['1.39']['candidates']} candidates",
                 flush=True,
             )
-            results["query_speedup"] = results["stock_query_ms"] / results["ours_query_ms"]
-            results["query_speedup_min"] = results["stock_query_min_ms"] / results["ours_query_min_ms"]
+            if "stock" in flat:
+                stock = flat["stock"]["1.21"]
+                print(
+                    f"  stock at 1.21 {stock['query_ms']:.1f} ms ({stock['query_min_ms']:.1f} ms), "
+                    f"{stock['candidates']} candidates; ours at 1.39 "
+                    f"{ratio(stock['query_ms'], ours['1.39']['query_ms'])} "
+                    f"faster (medians)",
+                    flush=True,
+                )
+            if all("load_s" in flat[service] for service in services):
+                loads = "  ".join(f"{service} {flat[service]['load_s']:.1f} s" for service in services)
+                speedup = ratio(flat["stock"]["load_s"], ours["load_s"]) if "stock" in flat else ""
+                print(f"  load ({4 * args.providers} API calls): {loads}  {speedup}", flush=True)
+        if args.nested:
+            nested = results["nested"] = {service: run_side(args, f"nested:{service}") for service in services}
+            print(f"nested, {args.nested} trees of 5 providers, 3 groups, isolate, same_subtree, 1.39 (median, min):")
+            for service in services:
+                figures = nested[service]
+                loaded = f", load {figures['load_s']:.1f} s" if "load_s" in figures else ""
+                print(
+                    f"  {service:5s} {figures['query_ms']:.1f} ms ({figures['query_min_ms']:.1f} ms), "
+                    f"CPU {figures['cpu_ms']:.1f} ms, "
+                    f"{figures['candidates']} candidates, {figures['summaries']} summaries{loaded}",
+                    flush=True,
+                )
+            if "stock" in nested:
+                same = nested["ours"]["answer_sha256"] == nested["stock"]["answer_sha256"]
+                results["nested_same_answer"] = same
+                print(
+                    f"  ours {ratio(nested['stock']['query_ms'], nested['ours']['query_ms'])} faster (medians), "
+                    f"{ratio(nested['stock']['query_min_ms'], nested['ours']['query_min_ms'])} (minima), "
+                    f"{ratio(nested['stock']['cpu_ms'], nested['ours']['cpu_ms'])} (CPU time); "
+                    f"same answer: {'yes' if same else 'NO'}",
+                    flush=True,
+                )
+        if not args.no_contention:
+            pg_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="placement-bench-pg-"))
+            with throwaway_postgres(Path(pg_dir) / "pg") as url:
+                runs = results["postgresql_contention"] = {
+                    service: run_side(args, f"contention:{service}", fresh_database(url, f"bench_{service}"))
+                    for service in services
+                }
             print(
-                f"speed-up: candidates x{results['query_speedup']:.1f} (medians), "
-                f"x{results['query_speedup_min']:.1f} (minima)"
+                f"PostgreSQL, {args.threads} writers x {args.writes} allocations (1.28) on 4 providers of "
+                f"{args.capacity} VCPU:"
             )
-            if not reuse:
-                results["load_speedup"] = results["stock_load_s"] / results["ours_load_s"]
-                print(f"speed-up: load x{results['load_speedup']:.1f}")
-        if args.no_contention:
-            return _finish(args, results)
-        pg_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="placement-bench-pg-"))
-        with throwaway_postgres(Path(pg_dir) / "pg") as url:
-            results["postgresql_contention"] = figures = contention(url, args.threads, args.writes)
-        print(
-            f"ours on PostgreSQL: {figures['writes_per_second']:.0f} allocation writes/s with {args.threads} "
-            f"racing threads on 4 providers ({figures['ok']:.0f} ok, {figures['conflicts']:.0f} x 409)"
-        )
+            for service in services:
+                run = runs[service]
+                print(
+                    f"  {service:5s} {run['writes_per_second']:.0f} answered writes/s ({run['ok_per_second']:.0f} "
+                    f"granted/s): {run['ok']} x 204, {run['conflicts']} x 409 {run['conflict_codes']}, "
+                    f"{run['other_errors']} other; oversubscribed {run['oversubscribed']}, "
+                    f"usage mismatch {run['usage_mismatch']}",
+                    flush=True,
+                )
+            if "stock" in runs:
+                print(
+                    f"  ours {ratio(runs['ours']['writes_per_second'], runs['stock']['writes_per_second'])[1:]}x "
+                    f"upstream's answered writes/s",
+                    flush=True,
+                )
+    results["uptime_after"] = _uptime()
+    print(f"load: {results['uptime_after']}")
     return _finish(args, results)
+
+
+def _uptime() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
 
 
 def _finish(args: argparse.Namespace, results: Dict[str, Any]) -> int:

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 from socketserver import ThreadingMixIn
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Union
 from wsgiref.simple_server import WSGIServer, make_server
 
 from sqlalchemy import create_engine, text
@@ -33,8 +33,9 @@ _TABLES = (
 )
 
 
-def upstream_app(database: Path) -> Callable:
-    """openstack-placement's WSGI app as ``placement.direct`` builds it (noauth2)."""
+def upstream_app(database: Union[Path, str]) -> Callable:
+    """openstack-placement's WSGI app as ``placement.direct`` builds it (noauth2), on
+    the SQLite file ``database`` or the SQLAlchemy URL (the benchmark's PostgreSQL)."""
     # Imported here: upstream (oslo.*) is heavy and only the differential tests want it.
     from oslo_config import cfg
     from placement import conf as placement_conf
@@ -42,7 +43,8 @@ def upstream_app(database: Path) -> Callable:
 
     conf = cfg.ConfigOpts()
     placement_conf.register_opts(conf)
-    conf.set_override("connection", f"sqlite:///{database}", group="placement_database")
+    url = database if isinstance(database, str) else f"sqlite:///{database}"
+    conf.set_override("connection", url, group="placement_database")
     conf.set_override("sync_on_startup", True, group="placement_database")
     conf([], default_config_files=[])
     conf.set_override("auth_strategy", "noauth2", group="api")
