@@ -170,7 +170,7 @@ def _general(connection: Connection, request: CandidateRequest, shape: Shape) ->
         if shape.dict_format:
             entries: Dict[str, Dict[str, Any]] = {}
             for rp_id in sorted(allocations, key=by_uuid):
-                key = tuple(sorted(allocations[rp_id].items()))
+                key = _sorted_items(allocations[rp_id])
                 entry = same_entries.get(key)
                 if entry is None:
                     entry = same_entries[key] = {"resources": {names[rc]: n for rc, n in key}}
@@ -179,7 +179,7 @@ def _general(connection: Connection, request: CandidateRequest, shape: Shape) ->
         else:
             parts = []
             for rp_id in sorted(allocations, key=by_uuid):
-                key = tuple(sorted(allocations[rp_id].items()))
+                key = _sorted_items(allocations[rp_id])
                 resources = same_resources.get(key)
                 if resources is None:
                     resources = same_resources[key] = {names[rc]: n for rc, n in key}
@@ -195,6 +195,12 @@ def _general(connection: Connection, request: CandidateRequest, shape: Shape) ->
             body["mappings"] = by_suffix
         requests.append(body)
     return Candidates(requests, summaries)
+
+
+def _sorted_items(mapping: Dict[Any, Any]) -> Tuple[Tuple[Any, Any], ...]:
+    """``mapping``'s items in key order, as a hashable tuple (sorting one item is
+    skipped: most providers have one or two classes per candidate)."""
+    return tuple(sorted(mapping.items())) if len(mapping) > 1 else tuple(mapping.items())
 
 
 _TRAIT_NAMES = select(provider_traits.c.resource_provider_id, traits.c.name).join(
@@ -244,13 +250,14 @@ def _summaries(
     uuid, parent_of, root_of = world.uuid, world.parent, world.root
     summaries: Dict[str, Dict[str, object]] = {}
     for rp_id in provider_ids:
-        key = tuple(sorted(resources[rp_id].items()))
+        key = _sorted_items(resources[rp_id])
         figures = same_resources.get(key)
         if figures is None:
             figures = same_resources[key] = {name: {"capacity": c, "used": u} for name, (c, u) in key}
         traits_list: Optional[List[str]] = None
         if shape.with_traits:
-            listed = tuple(sorted(traits_of[rp_id]))
+            names_of = traits_of[rp_id]
+            listed = tuple(sorted(names_of)) if len(names_of) > 1 else tuple(names_of)
             traits_list = same_traits.get(listed)
             if traits_list is None:
                 traits_list = same_traits[listed] = list(listed)

@@ -41,12 +41,9 @@ MAX_COMBINATIONS = 200_000
 
 
 # An inventory row of a requested class: (capacity, used, min_unit, max_unit, step_size).
+# ``amount`` fits when capacity - used >= amount, min_unit <= amount <= max_unit and
+# amount % step_size == 0 (``World.fitting``).
 Row = Tuple[int, int, int, int, int]
-
-
-def fits(row: Row, amount: int) -> bool:
-    capacity, used, min_unit, max_unit, step_size = row
-    return capacity - used >= amount and min_unit <= amount <= max_unit and amount % step_size == 0
 
 
 @dataclass
@@ -66,7 +63,6 @@ class World:
     # a second query with a long IN list.
     inventory: Sequence[Any] = ()
     _fitting: Dict[Tuple[int, int], Set[int]] = field(default_factory=dict)
-    _lineage: Dict[int, FrozenSet[int]] = field(default_factory=dict)
 
     def fitting(self, rc_id: int, amount: int) -> Set[int]:
         """The providers that can take ``amount`` of class ``rc_id`` (remembered: several
@@ -74,27 +70,13 @@ class World:
         found = self._fitting.get((rc_id, amount))
         if found is None:
             rows = self.rows.get(rc_id, {})
-            found = self._fitting[(rc_id, amount)] = {rp_id for rp_id, row in rows.items() if fits(row, amount)}
+            # ``fits`` inlined: this looks at every row of the class.
+            found = self._fitting[(rc_id, amount)] = {
+                rp_id
+                for rp_id, (capacity, used, min_unit, max_unit, step_size) in rows.items()
+                if capacity - used >= amount and min_unit <= amount <= max_unit and amount % step_size == 0
+            }
         return found
-
-    def lineage(self, rp: int) -> FrozenSet[int]:
-        """``rp`` and its ancestors, remembered (same_subtree asks for them per candidate)."""
-        found = self._lineage.get(rp)
-        if found is None:
-            found = self._lineage[rp] = frozenset(self.ancestors(rp))
-        return found
-
-    def ancestors(self, rp: int) -> List[int]:
-        """``rp`` and its ancestors up to the root."""
-        chain = [rp]
-        seen = {rp}
-        while self.parent.get(chain[-1]) is not None:
-            up = self.parent[chain[-1]]
-            if up in seen:  # pragma: no cover - loops are refused on write
-                break
-            seen.add(up)  # type: ignore[arg-type]
-            chain.append(up)  # type: ignore[arg-type]
-        return chain
 
 
 # One part of a candidate: the provider ids a group uses (sorted by id), {provider:
@@ -349,7 +331,7 @@ def _same_provider_parts(world: World, f: _Filters, anchors_of: Dict[int, Set[in
             continue
         if check_aggregates and not _aggregates_ok(world, f.group, rp_id, None):
             continue
-        part: Part = ((rp_id,), tuple((rp_id, rc, n) for rc, n in amounts), [rp_id])
+        part: Part = ((rp_id,), tuple([(rp_id, rc, n) for rc, n in amounts]), [rp_id])
         anchors = anchors_of.get(rp_id)
         if anchors is None:
             found = parts.get(root)
@@ -408,13 +390,24 @@ def _tree_parts(world: World, f: _Filters, anchors_of: Dict[int, Set[int]]) -> D
 
 
 def _same_subtree(world: World, providers_of_groups: List[Tuple[int, ...]]) -> bool:
-    """One of the providers is an ancestor (or itself) of every other: it is in the
-    lineage of each of them."""
+    """One of the providers is an ancestor (or itself) of every other.  This runs once
+    per candidate: it walks up the parent links (trees are shallow) rather than build
+    a set of ancestors per provider."""
     everyone = set().union(*providers_of_groups)
-    if not everyone:
-        return False
-    common = frozenset.intersection(*[world.lineage(rp) for rp in everyone])
-    return not common.isdisjoint(everyone)
+    parent = world.parent
+    longest = len(parent)  # a longer walk would be a loop (refused on write)
+    for top in everyone:
+        for rp in everyone:
+            up: Optional[int] = rp
+            steps = 0
+            while up != top and up is not None and steps <= longest:
+                up = parent.get(up)
+                steps += 1
+            if up != top:
+                break
+        else:
+            return True
+    return False
 
 
 def _exceeds(world: World, allocations: Dict[int, Dict[int, int]]) -> bool:
