@@ -464,6 +464,7 @@ def hot_plug_and_unplug(connection: Any, domain: Any, directory: Path) -> None:
         seen, event = wait_for_event(directory, 0, lambda e: link in e["by_tag"])
         attached = time.monotonic() - started
         assert volume.id[:20] in (event["serials"][link] or ""), event["serials"]  # serial = volume id
+        assert link in event["properties"][link].get("DEVTAG_TAGS", "").split(), event["properties"]  # udev's too
         assert [d for d in event["list"] if HOTPLUG_TAG in d["tags"]], event["list"]
         assert check_invariants(host) == []
         started = time.monotonic()
