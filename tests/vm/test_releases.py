@@ -30,6 +30,7 @@ Run alone:  .venv/bin/pytest -m vm tests/vm/test_releases.py -v
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Tuple
@@ -128,7 +129,8 @@ def boot_cost_line(version: int, report: Dict[str, Any]) -> str:
             if "agent_again" in cost
             else ""
         )
-        + f"; guest load average {' '.join(cost.get('load_average', []))}"
+        + f"; load average: guest {' '.join(cost.get('load_average', []))}, host"
+        f" {' '.join(f'{load:.1f}' for load in os.getloadavg())}"
     )
 
 
