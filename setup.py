@@ -69,6 +69,8 @@ setup(
         # The reference implementation for benchmarks/placement_*.py (also in "test"), and
         # the PostgreSQL driver it needs there (it reads cursor.lastrowid, which psycopg 3 lacks).
         "bench": ["openstack-placement>=16.0", "psycopg2-binary>=2.9"],
+        # tests/vm/test_image.py (marker "image"): builds a guest image with packaging/dib/devtag-agent.
+        "image": ["diskimage-builder>=3.30"],
     },
     entry_points={
         "console_scripts": [

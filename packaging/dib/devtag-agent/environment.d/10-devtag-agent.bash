@@ -1,0 +1,4 @@
+# devtag-agent element: where the package comes from (see README.rst).
+export DIB_DEVTAG_AGENT_DEB=${DIB_DEVTAG_AGENT_DEB:-}
+export DIB_DEVTAG_AGENT_APT_SOURCE=${DIB_DEVTAG_AGENT_APT_SOURCE:-}
+export DIB_DEVTAG_AGENT_VERSION=${DIB_DEVTAG_AGENT_VERSION:-}
