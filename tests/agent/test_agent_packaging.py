@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import configparser
+import inspect
 import shlex
 import subprocess
 from pathlib import Path
@@ -67,6 +68,35 @@ def test_hotplug_unit_is_bound_to_its_device_and_prunes_on_removal():
     _commands_parse(unit)
     rules = (REPO / "udev-rules" / "70-devtag.rules").read_text()
     assert 'ENV{SYSTEMD_WANTS}+="devtag-agent-hotplug@.service"' in rules
+
+
+def test_hotplug_unit_lets_the_apply_reach_its_own_time_limits():
+    """systemd must not kill a hot-plug apply that is still within the agent's own bounds.
+
+    One hot-plug apply may wait for the state lock (another instance holds
+    it), ask the metadata service, re-read until the document tags the
+    device (--wait) and trigger and settle; each is bounded in the agent.  A
+    start timeout below their sum kills a slow but healthy apply, on a
+    loaded host before it wrote or triggered anything: the disk stays
+    without its link (issue 17: 60 s, below the lock wait plus the trigger
+    alone; at load ~18 the interpreter start alone took 36 s under TCG).
+    """
+    from devtag_agent.apply import apply_document
+    from devtag_agent.publish import Publisher
+    from devtag_agent.sources import read_metadata_service
+
+    def default(function, name):
+        return inspect.signature(function).parameters[name].default
+
+    unit = _unit("devtag-agent-hotplug@.service")
+    assert "--wait " not in unit["Service"]["ExecStart"]  # so the default below applies
+    bounds = (
+        default(apply_document, "lock_timeout")
+        + default(Publisher.trigger, "timeout")
+        + default(read_metadata_service, "total_timeout")
+        + cli.build_parser().parse_args(["apply"]).wait
+    )
+    assert float(unit["Service"]["TimeoutStartSec"]) >= bounds + 30  # + the interpreter's start under load
 
 
 def test_cloud_init_integration():
