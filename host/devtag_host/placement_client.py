@@ -1,19 +1,24 @@
 """A small client of the Placement API for devtag's own callers (the compute
 node reporter, the scheduler): the token, the microversion, the error bodies.
 
-One source for the microversion devtag's clients speak (:data:`MICROVERSION`):
-the scheduler reads it to know what the query may express.
+:data:`MICROVERSION` is the version calls are made at unless they ask for
+another (``call(..., microversion=(1, 30))``); :meth:`PlacementClient.served_versions`
+reads the range a service advertises in its root document, so a caller (the
+scheduler) can use the newest one both sides know and say clearly when the
+service is too old.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 from .errors import InputError, RuntimeFailure
 
 MICROVERSION: Tuple[int, int] = (1, 17)
 VERSION = f"placement {MICROVERSION[0]}.{MICROVERSION[1]}"  # the OpenStack-API-Version header
+_VERSION_TEXT = re.compile(r"^([0-9]{1,4})\.([0-9]{1,4})\Z")
 # Placement's no-keystone convention: any token is accepted by a server without a token file.
 NOAUTH_TOKEN = "admin"  # noqa: S105 - not a secret
 
@@ -53,8 +58,13 @@ class PlacementClient:
         self.timeout = timeout
         self.headers = {"x-auth-token": token, "openstack-api-version": VERSION, "accept": "application/json"}
 
-    def call(self, method: str, path: str, body: Any = None) -> Tuple[int, Any]:
-        kwargs: Dict[str, Any] = {"headers": self.headers, "timeout": self.timeout}
+    def call(
+        self, method: str, path: str, body: Any = None, *, microversion: Optional[Tuple[int, int]] = None
+    ) -> Tuple[int, Any]:
+        headers = self.headers
+        if microversion is not None:
+            headers = {**headers, "openstack-api-version": "placement {}.{}".format(*microversion)}
+        kwargs: Dict[str, Any] = {"headers": headers, "timeout": self.timeout}
         if body is not None:
             kwargs["json"] = body
         try:
@@ -65,6 +75,30 @@ class PlacementClient:
             raise RuntimeFailure(f"placement failed: {method} {path}: {response.status_code} {response.text[:200]}")
         data = response.json() if response.content else None
         return response.status_code, data
+
+    def served_versions(self) -> Optional[Tuple[Tuple[int, int], Tuple[int, int]]]:
+        """(min, max) microversion the service advertises at ``GET /``; None when it says nothing usable.
+
+        A service from before microversions (or a proxy answering for it) has
+        no such document: the caller then assumes the versions it always spoke.
+        """
+        status, data = self.call("GET", "/")
+        if status != 200:
+            return None
+        try:
+            document = data["versions"][0]
+            low, high = parse_version(document["min_version"]), parse_version(document["max_version"])
+        except (TypeError, KeyError, IndexError):
+            return None
+        if low is None or high is None or low > high:
+            return None
+        return low, high
+
+
+def parse_version(text: Any) -> Optional[Tuple[int, int]]:
+    """``"1.39"`` -> (1, 39); anything else -> None."""
+    match = _VERSION_TEXT.match(text) if isinstance(text, str) else None
+    return (int(match.group(1)), int(match.group(2))) if match else None
 
 
 def connection_failure(exc: BaseException) -> str:

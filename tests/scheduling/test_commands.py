@@ -46,7 +46,7 @@ def test_schedule_command(service, tmp_path, capsys, monkeypatch):
     assert main(["schedule", *common, "--image-metadata-prefilter"]) == 0
     out = capsys.readouterr().out
     assert (
-        "query: GET /allocation_candidates?resources=DISK_GB:1,MEMORY_MB:64,VCPU:1"
+        "query (placement 1.39): GET /allocation_candidates?resources=DISK_GB:1,MEMORY_MB:64,VCPU:1"
         "&required=COMPUTE_NET_VIF_MODEL_E1000,COMPUTE_STORAGE_BUS_SCSI,HW_CPU_X86_AVX2\n"
     ) in out
     assert "COMPUTE_STORAGE_BUS_SCSI (hw_disk_bus=scsi)" in out
@@ -96,11 +96,47 @@ def test_schedule_command(service, tmp_path, capsys, monkeypatch):
     assert "COMPUTE_NET_VIF_MODEL_SPAPR_VLAN" in captured.out and "candidates: none" in captured.out
     assert "no valid host" in captured.err
 
-    # Forbidden traits: filtered here and listed.
+    # Forbidden traits: in the query (1.22+), placement leaves the host out.
     forbids = write(tmp_path / "forbids.json", {**FLAVOR, "extra_specs": {"trait:HW_ARCH_AARCH64": "forbidden"}})
     assert main(["schedule", "--flavor", forbids, "--image", no_cpu, "--placement-url", service]) == 0
     out = capsys.readouterr().out
-    assert "excluded: arm-node" in out and "HW_ARCH_AARCH64" in out and "1. cli-node" in out
+    assert "&required=!HW_ARCH_AARCH64\n" in out and "forbidden (in the query): HW_ARCH_AARCH64" in out
+    assert "arm-node" not in out and "1. cli-node" in out
+    # Pinned to 1.17: filtered here and listed.
+    pinned = ["--microversion", "1.17", "--json"]
+    assert main(["schedule", "--flavor", forbids, "--image", no_cpu, "--placement-url", service, *pinned]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["microversion"] == "1.17" and document["forbidden_filtered_client_side"] is True
+    assert "!" not in document["query"]["path"]
+    assert [entry["name"] for entry in document["excluded"].values()] == ["arm-node"]
+    assert [c["host"]["name"] for c in document["candidates"]] == ["cli-node"]
+    assert main(["schedule", "--flavor", forbids, "--image", no_cpu, "--placement-url", service, "--limit", "1"]) == 0
+    assert "1. cli-node" in capsys.readouterr().out
+
+
+@pytest.mark.libvirt
+def test_schedule_command_granular_groups_and_old_placement(service, tmp_path, capsys):
+    groups = {"resources1:VCPU": "1", "resources2:MEMORY_MB": "64", "group_policy": "none"}
+    flavor = write(tmp_path / "flavor.json", {**FLAVOR, "extra_specs": groups})
+    common = ["schedule", "--flavor", flavor, "--placement-url", service]
+    assert main([*common, "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["query"]["params"]["resources1"] == "VCPU:1"
+    assert document["query"]["params"]["group_policy"] == "none"
+    assert document["groups"] == {
+        "1": {"resources": {"VCPU": 1}, "required": [], "forbidden": []},
+        "2": {"resources": {"MEMORY_MB": 64}, "required": [], "forbidden": []},
+    }
+    assert sorted(c["host"]["name"] for c in document["candidates"]) == ["arm-node", "cli-node"]
+    # A service pinned below 1.25: one line, exit 1, nothing merged.
+    assert main([*common, "--microversion", "1.24"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "need placement 1.25" in err and "speaks 1.24" in err
+    for bad in ("1.16", "1.40", "x"):
+        with pytest.raises(SystemExit) as done:
+            main([*common, "--microversion", bad])
+        assert done.value.code == 2
+    assert "expected a version from 1.17 to 1.39" in capsys.readouterr().err
 
 
 @pytest.mark.libvirt
@@ -175,6 +211,9 @@ def test_help_explains(capsys):
     for words in (
         "Ranking:",
         "forbidden traits",
+        "required=!TRAIT",
+        "group_policy",
+        "--microversion",
         "--image-metadata-prefilter",
         "exit status",
         "DEVTAG_IMAGE_METADATA_PREFILTER",

@@ -11,7 +11,7 @@ import pytest
 
 from devtag_host.compute import capabilities, host_facts, reporter
 from devtag_host.scheduling.client import allocation_tree_traits, check_instance_rebuild, schedule
-from devtag_host.scheduling.errors import InvalidImageProperty, NoValidHost, TraitConflict
+from devtag_host.scheduling.errors import InvalidImageProperty, NoValidHost, PlacementTooOld, TraitConflict
 from devtag_host.scheduling.request import build_request, flavor_from_json, image_from_json, trait_group
 
 from .conftest import FIXTURES
@@ -90,15 +90,117 @@ def test_candidates_only_include_hosts_that_satisfy_the_image(cloud, placement):
     assert hosts(placement, {"hw_architecture": "x86_64", "hw_emulation_architecture": "x86_64"})[0] == ["libvirt-node"]
 
 
+FORBIDS_ARM = {**FLAVOR, "extra_specs": {"trait:HW_ARCH_AARCH64": "forbidden"}}
+
+
 @pytest.mark.libvirt
-def test_forbidden_traits_are_filtered_client_side(cloud, placement):
-    flavor = {**FLAVOR, "extra_specs": {"trait:HW_ARCH_AARCH64": "forbidden"}}
-    names, result = hosts(placement, {"hw_disk_bus": "scsi"}, flavor)
+def test_forbidden_traits_go_into_the_query(cloud, placement):
+    names, result = hosts(placement, {"hw_disk_bus": "scsi"}, FORBIDS_ARM)
     assert names == ["libvirt-node"]
-    assert "!" not in result.query.get("required", "")  # placement 1.17 would refuse it
+    assert result.microversion == (1, 39) and not result.forbidden_filtered_client_side
+    assert result.query["required"] == "COMPUTE_STORAGE_BUS_SCSI,!HW_ARCH_AARCH64"
+    assert result.ranking.excluded == {}  # placement left it out
+
+
+@pytest.mark.libvirt
+def test_forbidden_traits_are_filtered_client_side_below_1_22(cloud, placement):
+    result = schedule(placement, request({"hw_disk_bus": "scsi"}, FORBIDS_ARM), microversion=(1, 21))
+    assert [result.name(candidate.host) for candidate in result.ranking.candidates] == ["libvirt-node"]
+    assert "!" not in result.query.get("required", "")  # placement before 1.22 would refuse it
     assert {result.name(uuid): traits for uuid, traits in result.ranking.excluded.items()} == {
         "arm-node": ["HW_ARCH_AARCH64"]
     }
+
+
+def _child(placement, parent: str, name: str, traits, inventory) -> str:
+    status, body = placement.call(
+        "POST", "/resource_providers", {"name": name, "parent_provider_uuid": parent}, microversion=(1, 20)
+    )
+    assert status == 200, body
+    for trait in traits:
+        placement.call("PUT", f"/traits/{trait}")
+    status, body = placement.call(
+        "PUT",
+        f"/resource_providers/{body['uuid']}/inventories",
+        {"resource_provider_generation": body["generation"], "inventories": inventory},
+    )
+    assert status == 200, body
+    change = {"traits": list(traits), "resource_provider_generation": body["resource_provider_generation"]}
+    assert placement.call("PUT", f"/resource_providers/{name_uuid(placement, name)}/traits", change)[0] == 200
+    return name_uuid(placement, name)
+
+
+def name_uuid(placement, name: str) -> str:
+    return placement.call("GET", f"/resource_providers?name={name}")[1]["resource_providers"][0]["uuid"]
+
+
+@pytest.fixture
+def nics(cloud, placement):
+    """Two SR-IOV NICs (4 VFs each) under the libvirt node, on physnets A and B."""
+    node = cloud["real"].uuid
+    vfs = {"SRIOV_NET_VF": {"total": 4}}
+    return {
+        "a": _child(placement, node, "libvirt-node_nic-a", ["CUSTOM_PHYSNET_A"], vfs),
+        "b": _child(placement, node, "libvirt-node_nic-b", ["CUSTOM_PHYSNET_B"], vfs),
+    }
+
+
+@pytest.mark.libvirt
+def test_granular_groups_pick_children_of_one_host(cloud, placement, nics):
+    specs = {
+        "resources1:SRIOV_NET_VF": "1",
+        "trait1:CUSTOM_PHYSNET_A": "required",
+        "resources_other:SRIOV_NET_VF": "1",
+        "trait_other:CUSTOM_PHYSNET_A": "forbidden",
+        "group_policy": "isolate",
+    }
+    names, result = hosts(placement, {}, {**FLAVOR, "extra_specs": specs})
+    assert names == ["libvirt-node"]
+    assert {key: value for key, value in result.query.items() if key != "resources"} == {
+        "resources1": "SRIOV_NET_VF:1",
+        "required1": "CUSTOM_PHYSNET_A",
+        "resources_other": "SRIOV_NET_VF:1",
+        "required_other": "!CUSTOM_PHYSNET_A",
+        "group_policy": "isolate",
+    }
+    (candidate,) = result.ranking.candidates
+    assert candidate.allocations[nics["a"]] == {"SRIOV_NET_VF": 1}
+    assert candidate.allocations[nics["b"]] == {"SRIOV_NET_VF": 1}
+    assert candidate.host == cloud["real"].uuid and candidate.free_after["SRIOV_NET_VF"] == 0.75
+
+    # Both groups on physnet A: isolate cannot split them, none puts both VFs on nic-a.
+    both_a = {**specs, "trait_other:CUSTOM_PHYSNET_A": "required"}
+    assert hosts(placement, {}, {**FLAVOR, "extra_specs": both_a})[0] == []
+    _, result = hosts(placement, {}, {**FLAVOR, "extra_specs": {**both_a, "group_policy": "none"}})
+    (candidate,) = result.ranking.candidates
+    assert candidate.allocations[nics["a"]] == {"SRIOV_NET_VF": 2} and nics["b"] not in candidate.allocations
+
+    # A numeric-only request is answered at 1.25 already; a string suffix needs 1.33.
+    numeric = {"resources1:SRIOV_NET_VF": "1", "trait1:CUSTOM_PHYSNET_B": "required"}
+    result = schedule(placement, request({}, {**FLAVOR, "extra_specs": numeric}), microversion=(1, 25))
+    assert [set(c.allocations) for c in result.ranking.candidates] == [{cloud["real"].uuid, nics["b"]}]
+    with pytest.raises(PlacementTooOld, match=r"need placement 1\.33; the service speaks 1\.32"):
+        schedule(placement, request({}, {**FLAVOR, "extra_specs": specs}), microversion=(1, 32))
+
+
+@pytest.mark.libvirt
+def test_an_older_placement_is_asked_at_what_it_serves(cloud, placement, nics, monkeypatch):
+    granular = request({}, {**FLAVOR, "extra_specs": {"resources1:SRIOV_NET_VF": "1"}})
+    # It advertises 1.17 (or nothing): the forbidden filter runs here, granular groups are refused unasked.
+    for advertised in (((1, 0), (1, 17)), None):
+        monkeypatch.setattr(placement, "served_versions", lambda advertised=advertised: advertised)
+        result = schedule(placement, request({"hw_disk_bus": "scsi"}, FORBIDS_ARM))
+        assert result.microversion == (1, 17) and result.forbidden_filtered_client_side
+        assert [result.name(c.host) for c in result.ranking.candidates] == ["libvirt-node"]
+        assert list(result.ranking.excluded) == [cloud["arm"].uuid]
+        with pytest.raises(PlacementTooOld, match=r"need placement 1\.25; the service speaks 1\.17"):
+            schedule(placement, granular)
+    # It advertises more than it serves: the real service answers 406 to 1.40; asked again at 1.17.
+    monkeypatch.setattr(placement, "served_versions", lambda: ((1, 0), (1, 40)))
+    result = schedule(placement, request({"hw_disk_bus": "scsi"}, FORBIDS_ARM))
+    assert result.microversion == (1, 17) and list(result.ranking.excluded) == [cloud["arm"].uuid]
+    with pytest.raises(PlacementTooOld, match=r"does not serve microversion 1\.40: Unacceptable version header"):
+        schedule(placement, granular)
 
 
 @pytest.mark.libvirt

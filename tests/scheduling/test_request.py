@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from devtag_host.scheduling.errors import InvalidFlavor, InvalidImageProperty, TraitConflict
+from devtag_host.scheduling.errors import InvalidFlavor, InvalidImageProperty, PlacementTooOld, TraitConflict
 from devtag_host.scheduling.request import (
     Flavor,
     Image,
@@ -12,6 +12,7 @@ from devtag_host.scheduling.request import (
     candidates_query,
     flavor_from_json,
     image_from_json,
+    needed_microversion,
     query_path,
 )
 
@@ -106,9 +107,13 @@ CONFLICTS = [
     ({}, {"hw_disk_bus": "nvme"}, True, InvalidImageProperty, ["hw_disk_bus"]),
     ({"trait:CUSTOM_X": "yes"}, {}, False, InvalidFlavor, ["'required' or 'forbidden'"]),
     ({"trait:NOT_A_TRAIT": "required"}, {}, False, InvalidFlavor, ["not a standard trait"]),
-    ({"trait1:CUSTOM_X": "required"}, {}, False, InvalidFlavor, ["numbered request groups"]),
-    ({"resources1:VCPU": "1"}, {}, False, InvalidFlavor, ["numbered request groups"]),
-    ({"group_policy": "isolate"}, {}, False, InvalidFlavor, ["numbered request groups"]),
+    ({"trait1:CUSTOM_X": "required"}, {}, False, InvalidFlavor, ["group '1' has traits but no resources1:CLASS"]),
+    ({"resources1:VCPU": "1", "resources2:VCPU": "1"}, {}, False, InvalidFlavor, ["2 request groups (1, 2)"]),
+    ({"resources1:VCPU": "1", "group_policy": "all"}, {}, False, InvalidFlavor, ["'none' or 'isolate'"]),
+    ({"resources1:NOT_A_CLASS": "1"}, {}, False, InvalidFlavor, ["unknown resource class"]),
+    ({"resources1:VCPU": "١"}, {}, False, InvalidFlavor, ["non-negative integer"]),
+    ({"resources1:VCPU": "9" * 40}, {}, False, InvalidFlavor, ["non-negative integer"]),
+    ({"resources1:VCPU": "1", "trait1:CUSTOM_X": "maybe"}, {}, False, InvalidFlavor, ["'required' or 'forbidden'"]),
     ({"resources:NOT_A_CLASS": "1"}, {}, False, InvalidFlavor, ["unknown resource class"]),
     ({"resources:VCPU": "-1"}, {}, False, InvalidFlavor, ["non-negative integer"]),
 ]
@@ -158,7 +163,7 @@ def test_query():
         image(hw_vif_model="e1000"),
         prefilter=True,
     ).group
-    params = candidates_query(group, limit=5)
+    params = candidates_query(group, limit=5, microversion=(1, 17))
     # 1.17: no !TRAIT, and no limit (the forbidden filter runs after the answer)
     assert params == {
         "resources": "DISK_GB:20,MEMORY_MB:2048,VCPU:2",
@@ -168,11 +173,45 @@ def test_query():
         "/allocation_candidates?resources=DISK_GB:20,MEMORY_MB:2048,VCPU:2"
         "&required=COMPUTE_NET_VIF_MODEL_E1000,HW_CPU_X86_AVX2"
     )
+    assert candidates_query(group, limit=5, microversion=(1, 21)) == params
     newer = candidates_query(group, limit=5, microversion=(1, 22))
     assert newer["required"] == "COMPUTE_NET_VIF_MODEL_E1000,HW_CPU_X86_AVX2,!CUSTOM_SLOW"
     assert newer["limit"] == "5"
     plain = candidates_query(build_request(flavor(), Image("i")).group, limit=3)
     assert plain == {"resources": "DISK_GB:20,MEMORY_MB:2048,VCPU:2", "limit": "3"}
+
+
+def test_granular_query_at_each_microversion():
+    specs = {
+        "resources1:SRIOV_NET_VF": "1",
+        "trait1:CUSTOM_PHYSNET_A": "required",
+        "trait1:CUSTOM_SLOW": "forbidden",
+        "resources2:VGPU": "1",
+        "group_policy": "isolate",
+        "trait:CUSTOM_FAST": "forbidden",
+    }
+    wanted = build_request(flavor(**specs), Image("i"))
+    assert wanted.group.resources == {"DISK_GB": 20, "MEMORY_MB": 2048, "VCPU": 2}
+    assert needed_microversion(wanted) == (1, 25)
+    assert candidates_query(wanted, microversion=(1, 39)) == {
+        "resources": "DISK_GB:20,MEMORY_MB:2048,VCPU:2",
+        "required": "!CUSTOM_FAST",
+        "resources1": "SRIOV_NET_VF:1",
+        "required1": "CUSTOM_PHYSNET_A,!CUSTOM_SLOW",
+        "resources2": "VGPU:1",
+        "group_policy": "isolate",
+    }
+    with pytest.raises(PlacementTooOld, match=r"\(1, 2\) need placement 1.25; the service speaks 1.22"):
+        candidates_query(wanted, microversion=(1, 22))
+    named = build_request(flavor(**{"resources_NIC-a:SRIOV_NET_VF": "1"}), Image("i"))
+    assert needed_microversion(named) == (1, 33)
+    assert candidates_query(named, microversion=(1, 33))["resources_NIC-a"] == "SRIOV_NET_VF:1"
+    with pytest.raises(PlacementTooOld, match=r"need placement 1\.33"):
+        candidates_query(named, microversion=(1, 32))
+    # One granular group needs no policy; a zero amount drops the class (and an empty group is refused).
+    assert "group_policy" not in candidates_query(named, microversion=(1, 39))
+    with pytest.raises(InvalidFlavor, match="no resources1:CLASS"):
+        build_request(flavor(**{"resources1:VGPU": "0", "trait1:CUSTOM_X": "required"}), Image("i"))
 
 
 def test_trait_group_for_a_rebuild():

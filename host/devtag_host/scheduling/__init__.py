@@ -5,9 +5,9 @@ One way through, one module per arrow:
 * :mod:`devtag_host.compute.capabilities` -- what a host can emulate, as traits
   (``COMPUTE_STORAGE_BUS_*``, ...); the compute node reporter publishes them.
 * :mod:`.prefilter` -- image device-model properties -> required traits (pure).
-* :mod:`.request` -- flavor + image -> one unnumbered request group -> the
+* :mod:`.request` -- flavor + image -> the unnumbered and granular request groups -> the
   ``GET /allocation_candidates`` query (pure).
-* :mod:`.ranking` -- candidates -> ranked hosts, forbidden traits filtered (pure).
+* :mod:`.ranking` -- candidates -> ranked hosts (forbidden traits filtered below placement 1.22) (pure).
 * :mod:`.rebuild` -- the rebuild pre-flight (pure); :mod:`.client` talks to placement.
 
     from devtag_host.scheduling import build_request, flavor_from_json, image_from_json

@@ -1,8 +1,11 @@
 """The placement edge of scheduling: candidates, provider names, provider-tree traits.
 
-Everything here is HTTP through :class:`~devtag_host.placement_client.PlacementClient`
-(microversion 1.17); the decisions are in :mod:`.request`, :mod:`.ranking` and
-:mod:`.rebuild`.
+Everything here is HTTP through :class:`~devtag_host.placement_client.PlacementClient`;
+the decisions are in :mod:`.request`, :mod:`.ranking` and :mod:`.rebuild`.
+``schedule`` asks at the newest microversion both the service (its root
+document) and devtag know, up to :data:`NEWEST_MICROVERSION`, so forbidden
+traits and granular groups go into the query; a service that answers 406
+anyway is asked again at 1.17 when the request needs nothing newer.
 
     client = PlacementClient("http://127.0.0.1:8778")
     result = schedule(client, build_request(flavor, image, prefilter=True))
@@ -11,15 +14,30 @@ Everything here is HTTP through :class:`~devtag_host.placement_client.PlacementC
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Set, Tuple
 
 from ..errors import InputError, RuntimeFailure
-from ..placement_client import MICROVERSION, PlacementClient
-from .errors import NoValidHost
+from ..placement_client import PlacementClient
+from .errors import NoValidHost, PlacementTooOld
 from .ranking import Ranking, rank
 from .rebuild import RebuildVerdict, check_rebuild
-from .request import RequestGroup, SchedulingRequest, candidates_query, query_path
+from .request import (
+    FORBIDDEN_TRAITS_MICROVERSION,
+    RequestGroup,
+    SchedulingRequest,
+    candidates_query,
+    needed_microversion,
+    query_path,
+)
+
+log = logging.getLogger(__name__)
+
+# The newest placement microversion whose allocation-candidates answer devtag reads.
+NEWEST_MICROVERSION: Tuple[int, int] = (1, 39)
+# Candidates with traits in the provider summaries: what the client-side forbidden filter needs.
+OLDEST_MICROVERSION: Tuple[int, int] = (1, 17)
 
 
 @dataclass
@@ -35,6 +53,11 @@ class ScheduleResult:
     query: Dict[str, str]
     ranking: Ranking
     providers: Dict[str, Provider] = field(default_factory=dict)  # of the listed candidates and exclusions
+    microversion: Tuple[int, int] = OLDEST_MICROVERSION
+
+    @property
+    def forbidden_filtered_client_side(self) -> bool:
+        return bool(self.request.group.forbidden) and self.microversion < FORBIDDEN_TRAITS_MICROVERSION
 
     def name(self, uuid: str) -> str:
         provider = self.providers.get(uuid)
@@ -66,22 +89,69 @@ def provider(client: PlacementClient, uuid: str) -> Provider:
     return Provider(data["uuid"], data["name"], data.get("root_provider_uuid") or data["uuid"])
 
 
-def schedule(client: PlacementClient, request: SchedulingRequest, *, limit: Optional[int] = None) -> ScheduleResult:
-    """Ask placement for candidates, drop forbidden-trait ones, rank, keep the best ``limit``.
+def _text(version: Tuple[int, int]) -> str:
+    return f"{version[0]}.{version[1]}"
 
-    ``limit`` is not sent to placement: its ``limit`` keeps the first N candidates
-    in its own order, before they are ranked.
+
+def choose_microversion(client: PlacementClient) -> Tuple[int, int]:
+    """The newest microversion the service advertises, up to :data:`NEWEST_MICROVERSION`.
+
+    A service with no usable version document is assumed to speak 1.17, the
+    version devtag's clients always spoke.
     """
-    query = candidates_query(request.group, microversion=MICROVERSION)
-    status, data = client.call("GET", query_path(query))
+    served = client.served_versions()
+    if served is None:
+        return OLDEST_MICROVERSION
+    newest = min(served[1], NEWEST_MICROVERSION)
+    if newest < OLDEST_MICROVERSION:
+        raise PlacementTooOld(
+            f"placement at {client.url} serves up to {_text(served[1])}; scheduling needs {_text(OLDEST_MICROVERSION)}"
+        )
+    return newest
+
+
+def _ask(client: PlacementClient, request: SchedulingRequest, version: Tuple[int, int]) -> Tuple[Dict[str, str], Any]:
+    query = candidates_query(request, microversion=version)
+    status, data = client.call("GET", query_path(query), microversion=version)
+    if status == 406:
+        raise PlacementTooOld(f"placement does not serve microversion {_text(version)}: {_detail(data)}")
     if status == 400 and _detail(data).startswith("No such trait"):
         # A trait placement has never heard of (a CUSTOM_ one nobody reported): no provider has it.
         raise NoValidHost(f"no valid host: {_detail(data)}")
-    data = _ok(status, data, "the allocation candidates query")
-    ranking = rank(data, request.group)
+    return query, _ok(status, data, "the allocation candidates query")
+
+
+def schedule(
+    client: PlacementClient,
+    request: SchedulingRequest,
+    *,
+    limit: Optional[int] = None,
+    microversion: Optional[Tuple[int, int]] = None,
+) -> ScheduleResult:
+    """Ask placement for candidates, rank them, keep the best ``limit``.
+
+    ``microversion`` pins the version asked at; by default it is the newest the
+    service advertises (:func:`choose_microversion`).  Below 1.22 forbidden
+    traits are filtered here; below 1.25 granular groups are a
+    :class:`PlacementTooOld`.  Unpinned, a 406 is retried once at 1.17 when the
+    request needs nothing newer (a proxy or an older service behind the
+    advertised one).  ``limit`` is not sent to placement: its ``limit`` keeps
+    the first N candidates in its own order, before they are ranked.
+    """
+    version = microversion or choose_microversion(client)
+    try:
+        query, data = _ask(client, request, version)
+    except PlacementTooOld:
+        if microversion is not None or version == OLDEST_MICROVERSION or needed_microversion(request) > (1, 17):
+            raise
+        log.warning("placement refused microversion %s; asking again at 1.17", _text(version))
+        version = OLDEST_MICROVERSION
+        query, data = _ask(client, request, version)
+    client_side = request.group if version < FORBIDDEN_TRAITS_MICROVERSION else RequestGroup(request.group.resources)
+    ranking = rank(data, client_side)
     if limit is not None:
         ranking.candidates = ranking.candidates[:limit]
-    result = ScheduleResult(request=request, query=query, ranking=ranking)
+    result = ScheduleResult(request=request, query=query, ranking=ranking, microversion=version)
     wanted: Set[str] = set(ranking.excluded)
     for candidate in ranking.candidates:
         wanted.update(candidate.allocations)
@@ -129,11 +199,21 @@ def summary(result: ScheduleResult) -> Mapping[str, Any]:
     """The result as a JSON-able document (``devtag-host schedule --json``)."""
     group = result.request.group
     return {
+        "microversion": _text(result.microversion),
         "query": {"path": query_path(result.query), "params": result.query},
         "resources": group.resources,
         "required": group.required,
         "forbidden": group.forbidden,
-        "forbidden_filtered_client_side": bool(group.forbidden) and MICROVERSION < (1, 22),
+        "forbidden_filtered_client_side": result.forbidden_filtered_client_side,
+        "groups": {
+            suffix: {
+                "resources": extra.resources,
+                "required": sorted(extra.required),
+                "forbidden": sorted(extra.forbidden),
+            }
+            for suffix, extra in result.request.granular.items()
+        },
+        "group_policy": result.request.group_policy,
         "prefilter": result.request.prefilter,
         "candidates": [
             {

@@ -7,11 +7,11 @@ import json
 import os
 import sys
 import uuid as uuidlib
-from typing import Any, Callable, Optional, TypeVar
+from typing import Any, Callable, Optional, Tuple, TypeVar
 
 from ..errors import InputError
-from ..placement_client import PlacementClient, client_token
-from .client import check_instance_rebuild, schedule, summary
+from ..placement_client import PlacementClient, client_token, parse_version
+from .client import NEWEST_MICROVERSION, OLDEST_MICROVERSION, check_instance_rebuild, schedule, summary
 from .errors import NoValidHost
 from .prefilter import ENVIRONMENT_VARIABLE, setting_from_environment
 from .request import Image, build_request, flavor_from_json, image_from_json, query_path, trait_group
@@ -25,20 +25,29 @@ _SCHEDULE_DESCRIPTION = f"""\
 Build the placement request for booting IMAGE with FLAVOR and print the
 GET /allocation_candidates query and the candidate hosts, best first.
 
-The request is one unnumbered group: VCPU, MEMORY_MB and DISK_GB (disk +
-ephemeral + swap) from the flavor, its resources:CLASS=N overrides, its
+The unnumbered group: VCPU, MEMORY_MB and DISK_GB (disk + ephemeral + swap)
+from the flavor, its resources:CLASS=N overrides, its
 trait:NAME=required|forbidden extra specs, the image's trait:NAME=required
 properties and, with --image-metadata-prefilter, the traits of the image's
 hw_disk_bus, hw_cdrom_bus, hw_video_model, hw_vif_model, hw_architecture and
 hw_emulation_architecture (e.g. hw_disk_bus=scsi -> COMPUTE_STORAGE_BUS_SCSI).
+Granular groups, as Nova reads them: the flavor's resourcesS:CLASS=N and
+traitS:NAME=required|forbidden extra specs form group S (a number, or from
+placement 1.33 any [A-Za-z0-9_-]{1, 64}); two or more groups need the extra
+spec group_policy=none|isolate.
 
 Ranking: the candidate that keeps the largest fraction of its capacity free,
 in the tightest requested class, after placing the instance comes first; ties
 by the mean over the requested classes, then provider UUID.
 
-Placement 1.17 cannot express forbidden traits (!TRAIT came in 1.22): they are
-checked here against the candidates' provider traits, and hosts dropped for
-them are listed.
+Microversion: the newest the service advertises (GET /), up to 1.39, or
+--microversion.  Forbidden traits go into the query as required=!TRAIT
+(1.22+) and granular groups as resourcesS/requiredS/group_policy (1.25+,
+string suffixes 1.33+).  Against a service older than 1.22, forbidden traits
+are checked here against the candidates' provider traits and the hosts
+dropped for them are listed; granular groups are refused (exit 1) rather than
+merged.  If the service answers 406 to the advertised version, the query is
+asked again at 1.17 when it needs nothing newer.
 
 FLAVOR is Nova's flavor JSON (vcpus, ram, disk, ephemeral, swap, extra_specs
 or OSC's properties); IMAGE is Glance's image JSON (properties at top level or
@@ -54,7 +63,7 @@ example:
   devtag-host schedule --flavor flavor.json --image image.json --image-metadata-prefilter
 
 exit status: 0 candidates found, 3 no valid host, 2 bad input (file, JSON, property, conflict),
-1 placement unreachable or failing
+1 placement unreachable, failing, or too old for the request (granular groups need 1.25)
 """
 
 _REBUILD_DESCRIPTION = """\
@@ -84,6 +93,12 @@ def register(commands: argparse._SubParsersAction) -> None:
     schedule.add_argument("--image", metavar="I.json", help="the image (default: no properties)")
     _placement_options(schedule)
     schedule.add_argument("--limit", type=_positive, metavar="N", help="show the best N candidates")
+    schedule.add_argument(
+        "--microversion",
+        type=_microversion,
+        metavar="X.Y",
+        help="ask placement at this microversion (1.17 to 1.39; default: the newest the service advertises)",
+    )
     schedule.add_argument("--json", action="store_true", help="print one JSON document instead of text")
     schedule.set_defaults(handler=_cmd_schedule)
 
@@ -121,6 +136,13 @@ def _positive(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
     return int(text)
+
+
+def _microversion(text: str) -> Tuple[int, int]:
+    version = parse_version(text)
+    if version is None or not OLDEST_MICROVERSION <= version <= NEWEST_MICROVERSION:
+        raise argparse.ArgumentTypeError(f"expected a version from 1.17 to 1.39, got {text[:20]!r}")
+    return version
 
 
 def read_json(path: str, option: str) -> Any:
@@ -166,7 +188,7 @@ def _cmd_schedule(args: argparse.Namespace) -> None:
     flavor = load(args.flavor, "--flavor", flavor_from_json)
     image = load(args.image, "--image", image_from_json) if args.image else Image("image", {})
     request = build_request(flavor, image, prefilter=prefilter_enabled(args.prefilter))
-    result = schedule(_client(args), request, limit=args.limit)
+    result = schedule(_client(args), request, limit=args.limit, microversion=args.microversion)
     if args.json:
         sys.stdout.write(json.dumps(summary(result), indent=2) + "\n")
     else:
@@ -183,13 +205,18 @@ def _shown(text: str) -> str:
 def _print_schedule(result: Any) -> None:
     group = result.request.group
     out = sys.stdout
-    out.write(f"query: GET {query_path(result.query)}\n")
+    version = "{}.{}".format(*result.microversion)
+    out.write(f"query (placement {version}): GET {query_path(result.query)}\n")
     if group.required:
         listed = ", ".join(f"{name} ({origin})" for name, origin in group.required.items())
         out.write(f"required: {listed}\n")
     if group.forbidden:
         listed = ", ".join(sorted(group.forbidden))
-        out.write(f"forbidden (checked against the candidates' traits; placement 1.17 has no !TRAIT): {listed}\n")
+        if result.forbidden_filtered_client_side:
+            out.write(f"forbidden (checked against the candidates' traits; placement {version} has no !TRAIT): ")
+        else:
+            out.write("forbidden (in the query): ")
+        out.write(f"{listed}\n")
     for uuid, names in sorted(result.ranking.excluded.items()):
         out.write(f"excluded: {_shown(result.name(uuid))} ({uuid}) has forbidden {', '.join(names)}\n")
     if not result.ranking.candidates:

@@ -1,8 +1,9 @@
-"""Scheduling's failures: bad input (exit 2 on the command line), or a refusal (exit 3)."""
+"""Scheduling's failures: bad input (exit 2 on the command line), a refusal (exit 3),
+or a placement service too old for the request (exit 1)."""
 
 from __future__ import annotations
 
-from ..errors import InputError, Refused
+from ..errors import InputError, Refused, RuntimeFailure
 
 
 class InvalidImageProperty(InputError):
@@ -23,3 +24,7 @@ class NoValidHost(Refused):
 
 class RebuildRefused(Refused):
     """The instance's providers lack a trait the new image needs."""
+
+
+class PlacementTooOld(RuntimeFailure):
+    """The request needs a microversion the placement service does not serve (granular groups before 1.25)."""

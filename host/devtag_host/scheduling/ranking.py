@@ -8,10 +8,14 @@ tightest class keeps the largest fraction comes first (it spreads instances,
 like Nova's default RAM/CPU/disk weighers); ties go to the larger mean over the
 classes, then to the smaller host UUID, so the order is deterministic.
 
-Forbidden traits: placement 1.17 cannot filter them (``!TRAIT`` is 1.22), so a
-candidate is dropped here when any provider in it carries one, read from the
-``traits`` of the provider summaries (1.17).  Dropped candidates are listed in
-:attr:`Ranking.excluded`, never silently lost.
+Forbidden traits: placement below 1.22 cannot filter them (``!TRAIT``), so
+against such a service a candidate is dropped here when any provider in it
+carries one, read from the ``traits`` of the provider summaries (1.17).  Dropped
+candidates are listed in :attr:`Ranking.excluded`, never silently lost.  (From
+1.22 the caller puts them in the query and passes a group without them.)
+
+A class several providers give (granular groups: one VF from each of two NICs)
+counts with its tightest provider.
 """
 
 from __future__ import annotations
@@ -114,5 +118,6 @@ def _free_after(allocations: Mapping[str, Mapping[str, int]], summaries: Mapping
             if not entry or not entry.get("capacity"):
                 continue
             capacity = float(entry["capacity"])
-            free[name] = max(0.0, (capacity - float(entry.get("used", 0)) - amount) / capacity)
+            left = max(0.0, (capacity - float(entry.get("used", 0)) - amount) / capacity)
+            free[name] = min(left, free.get(name, left))
     return dict(sorted(free.items()))
