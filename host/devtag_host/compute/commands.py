@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ..errors import InputError, RuntimeFailure
 from ..placement_client import PlacementClient, client_token
+from .devices import parse_device_spec
 from .host_capabilities import DEFAULT_MACHINE_TYPES
 from .host_facts import GIB, pool_gb, read_host
 from .reporter import ReportError, Settings, add_aggregate, report, report_shared_pool
@@ -26,6 +27,10 @@ def register(verbs: argparse._SubParsersAction) -> None:
         "info, DISK_GB from --storage-pool or --disk-path, HW_CPU_X86_* traits from the host CPU, the "
         "COMPUTE_STORAGE_BUS_*, COMPUTE_GRAPHICS_MODEL_*, COMPUTE_NET_VIF_MODEL_*, COMPUTE_ARCH_* and HW_ARCH_* "
         "traits of what it can emulate (domain capabilities of --virt-type), one allocation per running domain. "
+        "With --pci-device, the host PCI devices it names (libvirt's node devices) become child providers "
+        "named NODE_ADDRESS with class CUSTOM_PCI_<VENDOR>_<PRODUCT> (or the spec's resource_class) and "
+        "traits COMPUTE_MANAGED_PCI_DEVICE plus the spec's; VFs count in their PF's provider; a class "
+        "that moves from the node into them moves with its allocations in one POST /reshaper. "
         "With --shared-pool/--shared-path and --aggregate, also keep a sharing DISK_GB "
         "provider up to date. Runs once, or every --interval seconds.",
     )
@@ -42,6 +47,15 @@ def register(verbs: argparse._SubParsersAction) -> None:
     sub.add_argument("--reserved-memory-mb", type=int, default=512)
     sub.add_argument("--reserved-disk-gb", type=int, default=0)
     sub.add_argument("--trait", action="append", default=[], help="an extra trait to set (repeatable)")
+    sub.add_argument(
+        "--pci-device",
+        metavar="JSON",
+        action="append",
+        default=[],
+        help="publish matching host PCI devices as child providers, as Nova's [pci] device_spec: "
+        '\'{"vendor_id": "8086", "product_id": "10ca", "address": "0000:02:*", '
+        '"resource_class": "CUSTOM_VF", "traits": "CUSTOM_PHYSNET_A"}\' (repeatable; first match wins)',
+    )
     sub.add_argument(
         "--virt-type",
         default="qemu",
@@ -82,6 +96,7 @@ def _cmd_report(args: argparse.Namespace) -> None:
         reserved_disk_gb=args.reserved_disk_gb,
         prune=args.prune,
         extra_traits=tuple(args.trait),
+        pci_specs=tuple(parse_device_spec(text) for text in args.pci_device),
     )
     args.machine_types = parse_machine_types(args.machine_type)
     client = PlacementClient(args.placement_url, token)
@@ -109,6 +124,7 @@ def _report_once(client: PlacementClient, settings: Settings, args: argparse.Nam
             storage_pool=args.storage_pool,
             virt_type=args.virt_type,
             machine_types=args.machine_types,
+            pci_devices=bool(args.pci_device),
         )
         try:
             summary = report(client, facts, settings)

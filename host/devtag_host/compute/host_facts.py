@@ -19,6 +19,7 @@ import os_traits
 
 from ..errors import RuntimeFailure
 from . import host_capabilities
+from .devices import PciDevice, parse_pci_device
 
 GIB = 1024**3
 CPU_TRAIT_PREFIX = "HW_CPU_X86_"
@@ -45,6 +46,8 @@ class HostFacts:
     domains: List[DomainUsage] = field(default_factory=list)
     # None: not read (libvirt described no machine type); the provider's capability traits stay as they are.
     capability_traits: Optional[Set[str]] = None
+    # None: not read (not asked for, or libvirt has no node-device driver on this connection).
+    pci_devices: Optional[List[PciDevice]] = None
 
 
 def cpu_traits(features: List[str]) -> Set[str]:
@@ -104,6 +107,19 @@ def local_disk_gb(domain: Any) -> int:
     return -(-total // GIB)
 
 
+def read_pci_devices(connection: Any) -> List[PciDevice]:
+    """The host's PCI functions from libvirt's node-device API (``virConnectListAllNodeDevices``)."""
+    import libvirt
+
+    try:
+        found = connection.listAllDevices(libvirt.VIR_CONNECT_LIST_NODE_DEVICES_CAP_PCI_DEV)
+        documents = [device.XMLDesc(0) for device in found]
+    except libvirt.libvirtError as exc:
+        raise RuntimeFailure(f"cannot list the host's PCI devices: {exc.get_error_message()}") from None
+    devices = [parse_pci_device(document) for document in documents]
+    return sorted((device for device in devices if device is not None), key=lambda device: device.address)
+
+
 def read_host(
     connection: Any,
     *,
@@ -112,11 +128,13 @@ def read_host(
     storage_pool: Optional[str] = None,
     virt_type: Optional[str] = None,
     machine_types: Optional[Mapping[str, Sequence[Optional[str]]]] = None,
+    pci_devices: bool = False,
 ) -> HostFacts:
     """The facts to report, read from an open libvirt connection.
 
     ``virt_type`` (default ``qemu``) and ``machine_types`` (default ``pc`` and ``q35``
-    on x86) choose the domain capabilities the capability traits are read from.
+    on x86) choose the domain capabilities the capability traits are read from;
+    ``pci_devices`` reads the host's PCI devices too (for ``--pci-device``).
     """
     import libvirt
 
@@ -150,4 +168,5 @@ def read_host(
         cpu_features=features,
         domains=sorted(domains, key=lambda d: d.uuid),
         capability_traits=None if found is None else set(found.traits),
+        pci_devices=read_pci_devices(connection) if pci_devices else None,
     )

@@ -9,7 +9,19 @@ its ``HW_CPU_X86_*`` traits, its capability traits (``COMPUTE_STORAGE_BUS_*``,
 ``HW_ARCH_*``: :mod:`devtag_host.compute.capabilities`) and one allocation per
 running domain (consumer = domain UUID).  The reporter owns exactly those trait
 namespaces: any other trait on the provider (an operator's ``CUSTOM_RACK6``)
-stays.  Every write carries the generation it read and is retried on 409.  ``report_shared_pool`` keeps a
+stays.
+
+Devices (``Settings.pci_specs``, :mod:`.devices`) become child providers of
+the node with their own inventory and traits (the reporter owns all traits of
+those children); a child it made and the specs no longer name is deleted once
+nothing is allocated from it.  When a class the node itself used to offer
+moves into children while consumers hold it on the node (an older reporter, or
+an operator, put it there), the move is one ``POST /reshaper`` (1.38): the
+new inventories and those consumers' allocations in a single transaction,
+each consumer's generation checked, so no allocation is lost or doubled and a
+concurrent writer gets a 409 instead of a silent overwrite.
+
+Every write carries the generation it read and is retried on 409.  ``report_shared_pool`` keeps a
 sharing provider (``MISC_SHARES_VIA_AGGREGATE``) in step with a shared storage
 pool.  Running it twice changes nothing the second time.
 
@@ -36,6 +48,7 @@ import os_traits
 
 from ..placement_client import PlacementClient, error_code, error_detail
 from .capabilities import PREFIXES
+from .devices import ChildProvider, DeviceSpec, device_providers, provider_uuid
 from .host_facts import CPU_TRAIT_PREFIX, DomainUsage, HostFacts, cpu_traits
 
 log = logging.getLogger(__name__)
@@ -61,6 +74,12 @@ class Settings:
     user_id: str = "devtag"
     prune: bool = False  # delete allocations on this node of consumers that are not running here
     extra_traits: Tuple[str, ...] = ()
+    pci_specs: Tuple[DeviceSpec, ...] = ()  # host PCI devices to publish as child providers
+
+
+# Child providers: 1.14; the reshaper with consumer types: 1.38 (reads the types at 1.38 too).
+TREE_MICROVERSION = (1, 14)
+RESHAPER_MICROVERSION = (1, 38)
 
 
 def _retrying(action: Callable[[], Tuple[int, Any]], what: str, attempts: int = 5) -> Any:
@@ -214,8 +233,28 @@ def report(client: PlacementClient, facts: HostFacts, settings: Settings) -> Rep
     """Make placement agree with ``facts``; idempotent."""
     provider = ensure_provider(client, facts.uuid, facts.name)
     summary = ReportSummary(provider["uuid"])
-    if set_inventory(client, facts.uuid, desired_inventory(facts, settings)):
+    root_inventory = desired_inventory(facts, settings)
+    children: List[ChildProvider] = []
+    if settings.pci_specs:
+        if facts.pci_devices is None:
+            raise ReportError("--pci-device given but libvirt listed no node devices (no node-device driver?)")
+        children = device_providers(facts.uuid, facts.name, facts.pci_devices, settings.pci_specs)
+    ensure_custom_names(client, children)
+    for child in children:
+        if ensure_child(client, child, facts.uuid):
+            summary.changed.append(f"provider {child.name}")
+    moved = reshape_into_children(client, facts.uuid, root_inventory, children)
+    if moved:
+        summary.changed.append(f"reshaped {moved} allocation(s) into device providers")
+    if set_inventory(client, facts.uuid, root_inventory):
         summary.changed.append("inventory")
+    for child in children:
+        if set_inventory(client, child.uuid, child.inventory()):
+            summary.changed.append(f"inventory {child.name}")
+        if set_traits(client, child.uuid, set(child.traits), prefix=""):
+            summary.changed.append(f"traits {child.name}")
+    for name in remove_stale_children(client, facts.uuid, {child.uuid for child in children}, summary):
+        summary.changed.append(f"removed provider {name}")
     managed = cpu_traits(facts.cpu_features) | set(settings.extra_traits)
     prefixes: Tuple[str, ...] = (MANAGED_TRAIT_PREFIX,)
     if facts.capability_traits is not None:
@@ -280,3 +319,162 @@ def report_shared_pool(
     if set_traits(client, uuid, {os_traits.MISC_SHARES_VIA_AGGREGATE}, prefix="MISC_SHARES_"):
         summary.changed.append("traits")
     return summary
+
+
+def ensure_custom_names(client: PlacementClient, children: List[ChildProvider]) -> None:
+    """Create the ``CUSTOM_`` resource classes and traits the device providers use (PUT: idempotent)."""
+    classes = sorted({child.resource_class for child in children if child.resource_class.startswith("CUSTOM_")})
+    traits = sorted({name for child in children for name in child.traits if name.startswith("CUSTOM_")})
+    for path in [f"/resource_classes/{name}" for name in classes] + [f"/traits/{name}" for name in traits]:
+        status, data = client.call("PUT", path)
+        if status not in (201, 204):
+            raise ReportError(f"create {path}: {status} {error_detail(data)}")
+
+
+def ensure_child(client: PlacementClient, child: ChildProvider, parent: str) -> bool:
+    """Create the device provider under ``parent`` (or rename it); True when it was created or renamed."""
+    status, data = client.call("GET", f"/resource_providers/{child.uuid}", microversion=TREE_MICROVERSION)
+    if status == 200:
+        if data.get("parent_provider_uuid") != parent:
+            raise ReportError(f"provider {child.uuid} ({data['name']}) is not a child of {parent}")
+        if data["name"] == child.name:
+            return False
+        body = {"name": child.name, "parent_provider_uuid": parent}
+        status, data = client.call("PUT", f"/resource_providers/{child.uuid}", body, microversion=TREE_MICROVERSION)
+        if status != 200:
+            raise ReportError(f"rename provider {child.uuid}: {status} {error_detail(data)}")
+        return True
+    body = {"name": child.name, "uuid": child.uuid, "parent_provider_uuid": parent}
+    status, data = client.call("POST", "/resource_providers", body, microversion=TREE_MICROVERSION)
+    if status != 201:
+        raise ReportError(f"create provider {child.name}: {status} {error_detail(data)}")
+    return True
+
+
+def _allocation_plan(
+    holders: Dict[str, int], free: List[Tuple[str, int]], resource_class: str
+) -> Dict[str, Dict[str, int]]:
+    """Consumer -> {child: amount} for ``holders`` (consumer -> amount of the class), filling children in order."""
+    plan: Dict[str, Dict[str, int]] = {}
+    room = {child: amount for child, amount in free}
+    for consumer, amount in sorted(holders.items()):
+        left = amount
+        for child, _ in free:
+            take = min(left, room[child])
+            if take > 0:
+                plan.setdefault(consumer, {})[child] = take
+                room[child] -= take
+                left -= take
+        if left:
+            raise ReportError(
+                f"cannot move {resource_class} into device providers: "
+                f"they offer {sum(n for _, n in free)}, consumers hold {sum(holders.values())}"
+            )
+    return plan
+
+
+def reshape_into_children(
+    client: PlacementClient, root: str, root_inventory: Dict[str, Dict[str, Any]], children: List[ChildProvider]
+) -> int:
+    """Move classes that leave the node's inventory for its children, with their allocations, in one reshape.
+
+    Returns how many consumers' allocations moved (0: nothing to reshape, the
+    plain inventory writes do the rest).  Retried as a whole on 409.
+    """
+    for attempt in range(5):
+        body = _reshape_body(client, root, root_inventory, children)
+        if body is None:
+            return 0
+        status, data = client.call("POST", "/reshaper", body, microversion=RESHAPER_MICROVERSION)
+        if status == 204:
+            log.info("reshaped %d consumer(s) of %s into device providers", len(body["allocations"]), root)
+            return len(body["allocations"])
+        if status == 409 and attempt < 4:
+            time.sleep(0.05 * (attempt + 1))
+            continue
+        raise ReportError(f"reshape of {root}: {status} {error_detail(data)}")
+    raise ReportError(f"reshape of {root}: gave up")  # pragma: no cover
+
+
+def _read(client: PlacementClient, path: str, what: str) -> Any:
+    status, data = client.call("GET", path, microversion=RESHAPER_MICROVERSION)
+    if status != 200:
+        raise ReportError(f"{what}: {status} {error_detail(data)}")
+    return data
+
+
+def _reshape_body(
+    client: PlacementClient, root: str, root_inventory: Dict[str, Dict[str, Any]], children: List[ChildProvider]
+) -> Optional[Dict[str, Any]]:
+    """The POST /reshaper body, or None when no allocation has to move."""
+    current = _read(client, f"/resource_providers/{root}/inventories", f"inventory of {root}")
+    offered = {child.resource_class for child in children}
+    leaving = sorted(name for name in current["inventories"] if name not in root_inventory and name in offered)
+    if not leaving:
+        return None
+    on_root = _read(client, f"/resource_providers/{root}/allocations", f"allocations on {root}")["allocations"]
+    holders = {
+        name: {
+            consumer: entry["resources"][name] for consumer, entry in on_root.items() if entry["resources"].get(name)
+        }
+        for name in leaving
+    }
+    if not any(holders.values()):
+        return None
+    inventories: Dict[str, Any] = {
+        root: {"resource_provider_generation": current["resource_provider_generation"], "inventories": root_inventory}
+    }
+    moves: Dict[str, Dict[str, Dict[str, int]]] = {}  # consumer -> child -> {class: amount}
+    for name in leaving:
+        free = []
+        for child in (child for child in children if child.resource_class == name):
+            used = _read(client, f"/resource_providers/{child.uuid}/usages", f"usages of {child.name}")
+            inventories[child.uuid] = {
+                "resource_provider_generation": used["resource_provider_generation"],
+                "inventories": child.inventory(),
+            }
+            free.append((child.uuid, child.total - used["usages"].get(name, 0)))
+        for consumer, amounts in _allocation_plan(holders[name], free, name).items():
+            for child_uuid, amount in amounts.items():
+                moves.setdefault(consumer, {}).setdefault(child_uuid, {})[name] = amount
+    allocations = {}
+    for consumer, targets in sorted(moves.items()):
+        held = _read(client, f"/allocations/{consumer}", f"allocations of {consumer}")
+        resources = {rp: dict(entry["resources"]) for rp, entry in held["allocations"].items()}
+        for name in leaving:
+            resources.get(root, {}).pop(name, None)
+        for child_uuid, amounts in targets.items():
+            for name, amount in amounts.items():
+                resources.setdefault(child_uuid, {})[name] = resources.get(child_uuid, {}).get(name, 0) + amount
+        allocations[consumer] = {
+            "allocations": {rp: {"resources": wanted} for rp, wanted in resources.items() if wanted},
+            "project_id": held["project_id"],
+            "user_id": held["user_id"],
+            "consumer_generation": held["consumer_generation"],
+            "consumer_type": held.get("consumer_type") or "INSTANCE",
+        }
+    return {"inventories": inventories, "allocations": allocations}
+
+
+def remove_stale_children(client: PlacementClient, root: str, wanted: Set[str], summary: ReportSummary) -> List[str]:
+    """Delete the device providers this reporter made under ``root`` that are no longer wanted.
+
+    "Made by this reporter": its UUID is the one :func:`.devices.provider_uuid`
+    derives from its name, so an operator's own children are never touched.  One
+    with allocations stays (its consumers would lose them) and is reported failed.
+    """
+    tree = _read(client, f"/resource_providers?in_tree={root}", f"the provider tree of {root}")
+    removed = []
+    for entry in sorted(tree["resource_providers"], key=lambda e: e["name"]):
+        if entry["uuid"] == root or entry["uuid"] in wanted:
+            continue
+        if entry["uuid"] != provider_uuid(root, entry["name"]):
+            continue
+        status, data = client.call("DELETE", f"/resource_providers/{entry['uuid']}", microversion=TREE_MICROVERSION)
+        if status == 204:
+            removed.append(entry["name"])
+        else:
+            message = f"device provider {entry['name']} no longer configured but kept: {error_detail(data)}"
+            log.warning("%s", message)
+            summary.failed.append(message)
+    return removed
