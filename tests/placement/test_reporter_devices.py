@@ -178,6 +178,44 @@ def test_flat_inventory_moves_into_the_device_provider_with_its_allocations(host
     assert reporter.report(placement, host, settings(NIC)).changed == []
 
 
+def test_a_write_racing_the_reshape_is_kept(host, placement, monkeypatch):
+    """Another writer changes the consumer between the reporter's read and its reshape: the
+    reshape is refused on the consumer generation (409), re-read and retried, and both changes stand."""
+    consumer = str(uuid.uuid4())
+    before = _flat_era(placement, host, {consumer: 1})
+    call = placement.call
+    raced = []
+
+    def racing(method, path, body=None, **options):
+        if method == "POST" and path == "/reshaper" and not raced:
+            _, held = call("GET", f"/allocations/{consumer}", microversion=RESHAPE)
+            grown = {
+                "allocations": {host.uuid: {"resources": {"VCPU": 1, "MEMORY_MB": 128, VF_CLASS: 1}}},
+                "project_id": "project-a",
+                "user_id": "user-a",
+                "consumer_generation": held["consumer_generation"],
+                "consumer_type": "INSTANCE",
+            }
+            raced.append(call("PUT", f"/allocations/{consumer}", grown, microversion=RESHAPE)[0])
+            reply = call(method, path, body, **options)
+            raced.append(reply)
+            return reply
+        return call(method, path, body, **options)
+
+    monkeypatch.setattr(placement, "call", racing)
+    summary = reporter.report(placement, host, settings(NIC))
+    assert raced[0] == 204  # the other writer got in
+    assert raced[1][0] == 409 and raced[1][1]["errors"][0]["code"] == "placement.concurrent_update"
+    assert "reshaped 1 allocation(s) into device providers" in summary.changed
+    _, held = call("GET", f"/allocations/{consumer}", microversion=RESHAPE)
+    nic = devices.provider_uuid(host.uuid, "cn1_0000:02:00.0")
+    assert {rp: entry["resources"] for rp, entry in held["allocations"].items()} == {
+        host.uuid: {"VCPU": 1, "MEMORY_MB": 128},
+        nic: {VF_CLASS: 1},
+    }
+    assert held["consumer_generation"] == before[consumer] + 2
+
+
 def test_a_reshape_that_does_not_fit_changes_nothing(host, placement):
     consumer = str(uuid.uuid4())
     _flat_era(placement, host, {consumer: 2})

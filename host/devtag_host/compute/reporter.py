@@ -389,8 +389,8 @@ def reshape_into_children(
         if status == 204:
             log.info("reshaped %d consumer(s) of %s into device providers", len(body["allocations"]), root)
             return len(body["allocations"])
-        if status == 409 and attempt < 4:
-            time.sleep(0.05 * (attempt + 1))
+        if status == 409 and error_code(data) == "placement.concurrent_update" and attempt < 4:
+            time.sleep(0.05 * (attempt + 1))  # a provider or consumer changed since it was read: read again
             continue
         raise ReportError(f"reshape of {root}: {status} {error_detail(data)}")
     raise ReportError(f"reshape of {root}: gave up")  # pragma: no cover
