@@ -10,6 +10,7 @@ import uuid
 import pytest
 
 from devtag_host.compute import capabilities, host_facts, reporter
+from devtag_host.scheduling import client as scheduling_client
 from devtag_host.scheduling.client import allocation_tree_traits, check_instance_rebuild, schedule
 from devtag_host.scheduling.errors import InvalidImageProperty, NoValidHost, PlacementTooOld, TraitConflict
 from devtag_host.scheduling.request import build_request, flavor_from_json, image_from_json, trait_group
@@ -175,10 +176,14 @@ def test_granular_groups_pick_children_of_one_host(cloud, placement, nics):
     (candidate,) = result.ranking.candidates
     assert candidate.allocations[nics["a"]] == {"SRIOV_NET_VF": 2} and nics["b"] not in candidate.allocations
 
-    # A numeric-only request is answered at 1.25 already; a string suffix needs 1.33.
-    numeric = {"resources1:SRIOV_NET_VF": "1", "trait1:CUSTOM_PHYSNET_B": "required"}
-    result = schedule(placement, request({}, {**FLAVOR, "extra_specs": numeric}), microversion=(1, 25))
+    # Numeric suffixes can be asked from 1.25, but candidates span provider trees only from 1.29.
+    numeric = request(
+        {}, {**FLAVOR, "extra_specs": {"resources1:SRIOV_NET_VF": "1", "trait1:CUSTOM_PHYSNET_B": "required"}}
+    )
+    assert schedule(placement, numeric, microversion=(1, 25)).ranking.candidates == []
+    result = schedule(placement, numeric, microversion=(1, 29))
     assert [set(c.allocations) for c in result.ranking.candidates] == [{cloud["real"].uuid, nics["b"]}]
+    # A string suffix needs 1.33.
     with pytest.raises(PlacementTooOld, match=r"need placement 1\.33; the service speaks 1\.32"):
         schedule(placement, request({}, {**FLAVOR, "extra_specs": specs}), microversion=(1, 32))
 
@@ -195,8 +200,9 @@ def test_an_older_placement_is_asked_at_what_it_serves(cloud, placement, nics, m
         assert list(result.ranking.excluded) == [cloud["arm"].uuid]
         with pytest.raises(PlacementTooOld, match=r"need placement 1\.25; the service speaks 1\.17"):
             schedule(placement, granular)
-    # It advertises more than it serves: the real service answers 406 to 1.40; asked again at 1.17.
+    # It advertises more than it serves (and devtag knew 1.40): the real service answers 406; asked again at 1.17.
     monkeypatch.setattr(placement, "served_versions", lambda: ((1, 0), (1, 40)))
+    monkeypatch.setattr(scheduling_client, "NEWEST_MICROVERSION", (1, 40))
     result = schedule(placement, request({"hw_disk_bus": "scsi"}, FORBIDS_ARM))
     assert result.microversion == (1, 17) and list(result.ranking.excluded) == [cloud["arm"].uuid]
     with pytest.raises(PlacementTooOld, match=r"does not serve microversion 1\.40: Unacceptable version header"):
