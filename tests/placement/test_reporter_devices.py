@@ -228,6 +228,47 @@ def test_a_reshape_that_does_not_fit_changes_nothing(host, placement):
     assert held["allocations"][host.uuid]["resources"][VF_CLASS] == 2
 
 
+GUEST = """<domain type='test'><name>guest1</name><uuid>6695eb01-f6a4-8304-79aa-97f2502e193f</uuid>
+  <memory>65536</memory><vcpu>2</vcpu><os><type arch='x86_64'>hvm</type></os><devices>
+  <hostdev mode='subsystem' type='pci' managed='yes'>
+    <source><address domain='0x0000' bus='0x02' slot='0x10' function='0x2'/></source></hostdev>
+  <hostdev mode='subsystem' type='pci' managed='yes'>
+    <source><address domain='0x0000' bus='0x01' slot='0x00' function='0x0'/></source></hostdev>
+</devices></domain>"""
+
+
+def test_a_running_guest_holds_its_passed_through_devices(tmp_path, placement):
+    """A domain with a VF and the GPU as <hostdev> (running on the test driver) holds one unit of
+    each device provider, kept in step with its hostdevs."""
+    libvirt = pytest.importorskip("libvirt")
+    config = tmp_path / "host.xml"
+    config.write_text(HOST_XML.read_text(encoding="utf-8").replace("</node>", GUEST + "</node>"), encoding="utf-8")
+    connection = libvirt.open(f"test://{config}")
+    try:
+        facts = host_facts.read_host(connection, name="cn1", pci_devices=True)
+    finally:
+        connection.close()
+    facts.disk_gb = None
+    (guest,) = facts.domains
+    assert guest.pci_addresses == ("0000:01:00.0", "0000:02:10.2")
+    summary = reporter.report(placement, facts, settings(NIC, GPU))
+    assert summary.failed == [] and "allocation guest1" in summary.changed
+    nic = devices.provider_uuid(facts.uuid, "cn1_0000:02:00.0")
+    gpu = devices.provider_uuid(facts.uuid, "cn1_0000:01:00.0")
+    _, held = placement.call("GET", f"/allocations/{guest.uuid}")
+    assert {rp: entry["resources"] for rp, entry in held["allocations"].items()} == {
+        facts.uuid: {"VCPU": 2, "MEMORY_MB": 64},
+        nic: {VF_CLASS: 1},
+        gpu: {"CUSTOM_GPU_FIRE": 1},
+    }
+    assert reporter.report(placement, facts, settings(NIC, GPU)).changed == []
+    # The GPU is given back (no longer a hostdev): only its allocation goes.
+    guest.pci_addresses = ("0000:02:10.2",)
+    assert reporter.report(placement, facts, settings(NIC, GPU)).changed == ["allocation guest1"]
+    _, held = placement.call("GET", f"/allocations/{guest.uuid}")
+    assert set(held["allocations"]) == {facts.uuid, nic}
+
+
 @pytest.mark.parametrize(
     "spec, words",
     [

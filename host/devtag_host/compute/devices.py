@@ -135,6 +135,22 @@ def parse_pci_device(xml: str) -> Optional[PciDevice]:
     )
 
 
+def hostdev_pci_addresses(domain_xml: str) -> Tuple[str, ...]:
+    """The host PCI functions a domain has passed through (``<hostdev mode='subsystem' type='pci'>``)."""
+    root = ElementTree.fromstring(domain_xml)
+    found = []
+    for hostdev in root.findall("devices/hostdev"):
+        if hostdev.get("type") != "pci" or hostdev.get("mode", "subsystem") != "subsystem":
+            continue
+        element = hostdev.find("source/address")
+        if element is not None:
+            try:
+                found.append(_address(element))
+            except ValueError:
+                continue
+    return tuple(sorted(found))
+
+
 def _id(spec: Dict[str, Any], key: str) -> Optional[str]:
     value = spec.get(key)
     if value is None or value == "*":

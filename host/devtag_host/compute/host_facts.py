@@ -19,7 +19,7 @@ import os_traits
 
 from ..errors import RuntimeFailure
 from . import host_capabilities
-from .devices import PciDevice, parse_pci_device
+from .devices import PciDevice, hostdev_pci_addresses, parse_pci_device
 
 GIB = 1024**3
 CPU_TRAIT_PREFIX = "HW_CPU_X86_"
@@ -33,6 +33,7 @@ class DomainUsage:
     vcpus: int
     memory_mb: int
     disk_gb: int = 0  # file-backed disks, virtual size, rounded up
+    pci_addresses: Tuple[str, ...] = ()  # host PCI functions passed through (<hostdev type='pci'>)
 
 
 @dataclass
@@ -145,7 +146,14 @@ def read_host(
         for domain in connection.listAllDomains(libvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE):
             _state, max_kib, _mem, vcpus, _time = domain.info()
             domains.append(
-                DomainUsage(domain.UUIDString(), domain.name(), vcpus, max(1, max_kib // 1024), local_disk_gb(domain))
+                DomainUsage(
+                    domain.UUIDString(),
+                    domain.name(),
+                    vcpus,
+                    max(1, max_kib // 1024),
+                    local_disk_gb(domain),
+                    hostdev_pci_addresses(domain.XMLDesc(0)),
+                )
             )
     except libvirt.libvirtError as exc:
         raise RuntimeFailure(f"cannot read the host from libvirt: {exc.get_error_message()}") from None

@@ -182,12 +182,31 @@ def set_traits(
     return changed
 
 
+def device_allocations(domain: DomainUsage, children: List[ChildProvider]) -> Dict[str, Dict[str, int]]:
+    """{child provider: {class: amount}} for the host PCI functions the domain has as ``<hostdev>``."""
+    owner = {address: child for child in children for address in child.addresses}
+    wanted: Dict[str, Dict[str, int]] = {}
+    for address in domain.pci_addresses:
+        child = owner.get(address)
+        if child is not None:
+            amounts = wanted.setdefault(child.uuid, {})
+            amounts[child.resource_class] = amounts.get(child.resource_class, 0) + 1
+    return wanted
+
+
 def set_domain_allocation(
-    client: PlacementClient, provider: str, domain: DomainUsage, settings: Settings, local_disk: bool = False
+    client: PlacementClient,
+    provider: str,
+    domain: DomainUsage,
+    settings: Settings,
+    local_disk: bool = False,
+    children: Optional[List[ChildProvider]] = None,
 ) -> bool:
     """The domain's allocation on this node, keeping what it holds elsewhere (shared disk).
 
     With ``local_disk`` (the node reports DISK_GB) its file-backed disks count as DISK_GB here.
+    With the node's device ``children``, each host PCI function it has as ``<hostdev>``
+    counts on its device provider, and nothing else on those providers.
     """
     wanted = {"VCPU": domain.vcpus, "MEMORY_MB": domain.memory_mb}
     if local_disk and domain.disk_gb:
@@ -196,9 +215,12 @@ def set_domain_allocation(
     if status != 200:
         raise ReportError(f"allocations of {domain.name}: {status} {error_detail(current)}")
     held = {rp: entry["resources"] for rp, entry in current["allocations"].items()}
-    if held.get(provider) == wanted:
+    wanted_here = {provider: wanted, **device_allocations(domain, children or [])}
+    ours = set(wanted_here) | {child.uuid for child in children or []}
+    if {rp: held[rp] for rp in ours if rp in held} == wanted_here:
         return False
-    held[provider] = wanted
+    held = {rp: resources for rp, resources in held.items() if rp not in ours}
+    held.update(wanted_here)
     body = {
         "allocations": {rp: {"resources": resources} for rp, resources in held.items()},
         "project_id": current.get("project_id", settings.project_id),
@@ -264,7 +286,9 @@ def report(client: PlacementClient, facts: HostFacts, settings: Settings) -> Rep
         summary.changed.append("traits")
     for domain in facts.domains:
         try:
-            if set_domain_allocation(client, facts.uuid, domain, settings, local_disk=bool(facts.disk_gb)):
+            if set_domain_allocation(
+                client, facts.uuid, domain, settings, local_disk=bool(facts.disk_gb), children=children
+            ):
                 summary.changed.append(f"allocation {domain.name}")
         except ReportError as exc:
             log.warning("%s", exc)
