@@ -29,7 +29,6 @@ apt_packages=(
     udev iproute2                                        # udevadm verify, network namespaces
     postgresql nginx wrk                                 # placement on PostgreSQL, HTTP baselines
     debhelper dh-python python3-all python3-setuptools lintian  # build and lint the .debs
-    python3-libvirt                                      # the man pages are written from devtag-host's parsers, which load libvirt
     rpm                                                  # rpmbuild, for the RPM spec
     debootstrap e2fsprogs                                # the end-to-end test's Debian 12 guest image
     libvirt-daemon                                       # libvirtd: live-migration hosts; attach storage pool

@@ -234,6 +234,62 @@ def test_imports_inside_functions_have_a_listed_reason() -> None:
     assert unexplained == [], "import at the top, or add the heavy dependency's reason to IN_FUNCTION_IMPORTS"
 
 
+def _loaded_with(module: str) -> Set[str]:
+    """What importing ``module`` runs: imports at module level, not in functions nor under TYPE_CHECKING."""
+    path = MODULES[module]
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    found: Set[str] = set()
+
+    def walk(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+                continue  # class bodies run, but none here imports
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                walk(ast.Module(body=child.orelse, type_ignores=[]))
+                continue
+            if isinstance(child, ast.Import):
+                found.update(alias.name for alias in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                if child.level:
+                    base = ".".join(
+                        package[: len(package) - child.level + 1] + ([child.module] if child.module else [])
+                    )
+                else:
+                    base = child.module or ""
+                found.update(
+                    f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base for alias in child.names
+                )
+            walk(child)
+
+    walk(ast.parse(path.read_text(), filename=str(path)))
+    return found
+
+
+def test_the_parsers_load_without_libvirt() -> None:
+    """LIBVIRT for the whole command line: building devtag-host's parser (--help, every verb's
+    --help, the man pages written at package build time) loads no libvirt.  A verb whose code
+    needs it names its handler "module:function" (attach/commands.py), imported when it runs."""
+    from devtag_host.cli import COMMAND_MODULES
+
+    via: Dict[str, str] = {}
+    pending = ["devtag_host.cli", *COMMAND_MODULES]
+    while pending:
+        module = pending.pop()
+        parts = module.split(".")
+        for imported in [".".join(parts[:n]) for n in range(1, len(parts))] + sorted(_loaded_with(module)):
+            if imported.split(".")[0] != "devtag_host":
+                if imported.split(".")[0] == "libvirt":
+                    chain = [module]
+                    while chain[-1] in via:
+                        chain.append(via[chain[-1]])
+                    raise AssertionError(LIBVIRT + ": libvirt is loaded by " + " <- ".join(chain))
+                continue
+            own = _own(imported)
+            if own not in via and own not in ("devtag_host.cli", *COMMAND_MODULES):
+                via[own] = module
+                pending.append(own)
+
+
 # Test support in the package, each with who moves it to tests/support/.
 KNOWN_TEST_SUPPORT: Set[str] = set()
 

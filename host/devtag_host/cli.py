@@ -13,7 +13,7 @@ import importlib
 import json
 import logging
 import sys
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from . import __version__
 from .errors import DevtagError, InputError, Refused, RuntimeFailure
@@ -40,7 +40,8 @@ MAX_XML_FILE_BYTES = 64 * 1024 * 1024
 
 # Each host capability (config drive, metadata server, placement, ...) adds its
 # verbs from its own module: ``register(subparsers)`` adds sub-commands whose
-# ``handler(args)`` raises DevtagError subclasses for exit codes 2 and 1.
+# ``handler(args)`` raises DevtagError subclasses for exit codes 2 and 1 (a handler
+# may be named "module:function", imported only when its verb runs: see _handler).
 COMMAND_MODULES: Tuple[str, ...] = (
     "devtag_host.configdrive.commands",
     "devtag_host.metadata_server.commands",
@@ -48,7 +49,6 @@ COMMAND_MODULES: Tuple[str, ...] = (
     "devtag_host.fwcfg.commands",
     "devtag_host.scheduling.commands",
     "devtag_host.attach.commands",
-    "devtag_host.attach.lifecycle_commands",
 )
 
 _DESCRIPTION = """\
@@ -277,7 +277,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     level = logging.DEBUG if args.debug else logging.INFO if args.verbose else logging.WARNING
     logging.basicConfig(level=level, format="devtag-host: %(levelname)s: %(message)s")
     try:
-        args.handler(args)
+        handler = _handler(args.handler)
+    except ModuleNotFoundError as exc:  # e.g. an attach verb on a host without python3-libvirt
+        return _fail(args, f"{args.command} needs the Python module {exc.name!r}, which is not installed", 1)
+    try:
+        handler(args)
     except DevtagError as exc:
         return _fail(args, str(exc), exit_status(exc))
     except _INPUT_ERRORS as exc:
@@ -289,6 +293,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         return 130
     return 0
+
+
+def _handler(handler: Any) -> Callable[[argparse.Namespace], Any]:
+    """A verb's handler: its function, or ``"module:function"`` imported now (as COMMAND_MODULES
+    are): the attach verbs' parsers name their handlers so, which load libvirt only when one runs."""
+    if isinstance(handler, str):
+        module, _, function = handler.partition(":")
+        handler = getattr(importlib.import_module(module), function)
+    return handler
 
 
 def exit_status(exc: DevtagError) -> int:

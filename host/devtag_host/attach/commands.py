@@ -1,29 +1,25 @@
-"""``devtag-host volume ...``, ``attach-volume``, ``detach-volume``, ``attach-interface``,
-``detach-interface`` and ``attachments reconcile|list|check``."""
+"""The parsers of ``devtag-host volume ...``, ``attach-volume``, ``detach-volume``,
+``attach-interface``, ``detach-interface``, ``attachments reconcile|list|check``,
+``live-migrate``, ``evacuate``, ``recover-evacuated``, ``shelve-offload``,
+``unshelve`` and ``swap-volume``.
+
+Parsers only: each verb names its handler in :mod:`devtag_host.attach.verbs`
+as ``"module:function"``, which ``cli.py`` imports when the verb runs.  The
+handlers reach the flows, and the flows load libvirt; ``devtag-host --help``,
+every verb's ``--help``, the man pages written at package build time and the
+verbs that never touch libvirt (``devices --xml``, ``placement serve``) must
+build this parser without python3-libvirt.  A name resolved at dispatch keeps
+that true without an import inside a function (tests/test_layering.py checks
+that nothing these parsers load imports libvirt).
+"""
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
-import sys
-from dataclasses import asdict
-from typing import Any, Dict, Iterator, List
-
-from sqlalchemy.exc import SQLAlchemyError
-
-from .. import virt
-from ..errors import DevtagError, InputError, RuntimeFailure
-from . import model
-from .backends import BackendError
-from .flows import ComputeHost, DetachTimeout
-from .invariants import check_invariants
-from .live_migration import peer_host
-from .model import parse_size
-from .storage_daemon import StorageDaemonError
-from .store import AttachmentStore
+from typing import Any
 
 DETACH_TIMEOUT_EXIT = 3
+VERBS = "devtag_host.attach.verbs"
 
 _STORE_HELP = """\
 The attachment store is $DEVTAG_ATTACH_DB, else the SQLite file attach.sqlite in
@@ -34,10 +30,16 @@ storage pool in <state dir>/volumes; 'nbd' volumes are exported by qemu-nbd.
 """
 
 
-class StillAttached(RuntimeFailure):
-    """The guest did not release the device: it stays attached (exit status 3)."""
+_MOVE_HELP = """\
+Every host involved uses the same attachment store (--db; PostgreSQL when the
+hosts are different machines).  docs/attach-migration.md describes the order
+of the steps, rollback and reconcile.
+"""
 
-    exit_code = DETACH_TIMEOUT_EXIT
+
+def _verb(function: str) -> str:
+    """The handler ``function`` of :mod:`devtag_host.attach.verbs`, resolved by cli.py at dispatch."""
+    return f"{VERBS}:{function}"
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -66,16 +68,16 @@ def register(commands: argparse._SubParsersAction) -> None:
     create.add_argument("--size", required=True, metavar="SIZE", help="bytes, or with K/M/G/T (binary) suffix")
     create.add_argument("--backend", metavar="B", default="pool", help="pool (default) or nbd")
     create.add_argument("--multiattach", action="store_true", help="may be attached to several instances")
-    create.set_defaults(handler=_cmd_volume_create)
+    create.set_defaults(handler=_verb("cmd_volume_create"))
     listing = common(parser(verbs, "list", "list volumes with status and attachments"))
     listing.add_argument("--json", action="store_true", help="print JSON")
-    listing.set_defaults(handler=_cmd_volume_list)
+    listing.set_defaults(handler=_verb("cmd_volume_list"))
     show = common(parser(verbs, "show", "show one volume as JSON"))
     show.add_argument("name", metavar="NAME")
-    show.set_defaults(handler=_cmd_volume_show)
+    show.set_defaults(handler=_verb("cmd_volume_show"))
     delete = common(parser(verbs, "delete", "delete a volume (refused while attached)"))
     delete.add_argument("name", metavar="NAME")
-    delete.set_defaults(handler=_cmd_volume_delete)
+    delete.set_defaults(handler=_verb("cmd_volume_delete"))
 
     attach = common(
         parser(
@@ -90,7 +92,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     attach.add_argument("volume", metavar="VOLUME")
     attach.add_argument("--tag", metavar="T", help="role tag (unique per domain and device type)")
     attach.add_argument("--bus", default="virtio", choices=("virtio", "scsi", "usb", "sata"))
-    attach.set_defaults(handler=_cmd_attach_volume)
+    attach.set_defaults(handler=_verb("cmd_attach_volume"))
 
     detach = common(
         parser(
@@ -105,7 +107,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     detach.add_argument("domain", metavar="DOMAIN")
     detach.add_argument("volume", metavar="VOLUME")
     detach.add_argument("--timeout", type=float, default=30.0, metavar="S", help="seconds to wait (default 30)")
-    detach.set_defaults(handler=_cmd_detach_volume)
+    detach.set_defaults(handler=_verb("cmd_detach_volume"))
 
     nic = common(parser(commands, "attach-interface", "hot-plug a tagged NIC"))
     nic.add_argument("domain", metavar="DOMAIN")
@@ -116,7 +118,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     nic.add_argument("--model", default="virtio", help="virtio (default), e1000, e1000e, rtl8139")
     nic.add_argument("--tag", metavar="T", help="role tag (unique per domain and device type)")
     nic.add_argument("--mac", metavar="MAC", help="default: a free 52:54:00 address")
-    nic.set_defaults(handler=_cmd_attach_interface)
+    nic.set_defaults(handler=_verb("cmd_attach_interface"))
 
     unplug = common(
         parser(
@@ -130,7 +132,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     unplug.add_argument("domain", metavar="DOMAIN")
     unplug.add_argument("mac", metavar="MAC")
     unplug.add_argument("--timeout", type=float, default=30.0, metavar="S", help="seconds to wait (default 30)")
-    unplug.set_defaults(handler=_cmd_detach_interface)
+    unplug.set_defaults(handler=_verb("cmd_detach_interface"))
 
     attachments = parser(commands, "attachments", "list, check and reconcile attachments")
     verbs = attachments.add_subparsers(dest="attachments_command", metavar="VERB", required=True)
@@ -151,190 +153,56 @@ def register(commands: argparse._SubParsersAction) -> None:
         metavar="NAME=URI",
         help="another host's libvirt, to finish a live migration to it (repeatable; docs/attach-migration.md)",
     )
-    reconcile.set_defaults(handler=_cmd_reconcile)
+    reconcile.set_defaults(handler=_verb("cmd_reconcile"))
     check = common(parser(verbs, "check", "check the invariants (exit 1 if any is violated)"))
     check.add_argument("--domain", action="append", metavar="NAME", help="only these domains (repeatable)")
-    check.set_defaults(handler=_cmd_check)
+    check.set_defaults(handler=_verb("cmd_check"))
     alist = common(parser(verbs, "list", "list attachments as JSON"), libvirt=False)
-    alist.set_defaults(handler=_cmd_attachments_list)
+    alist.set_defaults(handler=_verb("cmd_attachments_list"))
+    _register_moves(commands)
 
 
-@contextlib.contextmanager
-def translated_errors() -> Iterator[None]:
-    """The package's errors as the CLI's two (three) exit statuses."""
-    try:
-        yield
-    except DevtagError:
-        raise
-    except (model.NotFound, model.InvalidInput, model.Conflict) as exc:
-        raise InputError(str(exc)) from None
-    except (model.AttachError, BackendError, StorageDaemonError) as exc:
-        raise RuntimeFailure(str(exc)) from None
-    except SQLAlchemyError as exc:
-        raise RuntimeFailure(f"attachment store: {exc}") from None
-
-
-def open_store(args: argparse.Namespace) -> Any:
-    with translated_errors():
-        return AttachmentStore(args.db)
-
-
-@contextlib.contextmanager
-def _host(args: argparse.Namespace, **options: Any) -> Iterator[Any]:
-    store = open_store(args)
-    connection = virt.open_connection(getattr(args, "connect", None))
-    try:
-        with translated_errors():
-            yield ComputeHost(connection, store, host=args.host, **options)
-    finally:
-        connection.close()
-        store.close()
-
-
-def _volume_json(volume: Any) -> Dict[str, Any]:
-    return {
-        "id": volume.id,
-        "name": volume.name,
-        "backend": volume.backend,
-        "size_bytes": volume.size_bytes,
-        "multiattach": volume.multiattach,
-        "status": volume.status,
-        "lifecycle": volume.lifecycle,
-        "location": volume.location,
-        "attachments": [_attachment_json(a) for a in volume.attachments],
-    }
-
-
-def _attachment_json(attachment: Any) -> Dict[str, Any]:
-    data = asdict(attachment)
-    data.pop("connector", None)
-    return data
-
-
-def _cmd_volume_create(args: argparse.Namespace) -> None:
-    with translated_errors():
-        size = parse_size(args.size)
-    with _host(args) as host:
-        volume = host.create_volume(args.name, size, backend=args.backend, multiattach=args.multiattach)
-    print(f"volume {volume.name} ({volume.id}): {volume.size_bytes} bytes on backend {volume.backend}")
-
-
-def _cmd_volume_list(args: argparse.Namespace) -> None:
-    store = open_store(args)
-    try:
-        with translated_errors():
-            volumes = store.list_volumes()
-    finally:
-        store.close()
-    if args.json:
-        json.dump([_volume_json(v) for v in volumes], sys.stdout, indent=2)
-        sys.stdout.write("\n")
-        return
-    rows: List[List[str]] = [["NAME", "ID", "BACKEND", "SIZE", "STATUS", "ATTACHMENTS"]]
-    for volume in volumes:
-        attached = ", ".join(f"{a.instance_uuid}@{a.host or '-'} {a.status}" for a in volume.attachments)
-        status = volume.status if volume.lifecycle == "ready" else volume.lifecycle
-        rows.append([volume.name, volume.id, volume.backend, str(volume.size_bytes), status, attached or "-"])
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
-    for row in rows:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1])
-
-
-def _cmd_volume_show(args: argparse.Namespace) -> None:
-    store = open_store(args)
-    try:
-        with translated_errors():
-            volume = store.get_volume(args.name)
-    finally:
-        store.close()
-    json.dump(_volume_json(volume), sys.stdout, indent=2)
-    sys.stdout.write("\n")
-
-
-def _cmd_volume_delete(args: argparse.Namespace) -> None:
-    with _host(args) as host:
-        host.delete_volume(args.name)
-    print(f"volume {args.name} deleted")
-
-
-def _cmd_attach_volume(args: argparse.Namespace) -> None:
-    with _host(args) as host:
-        attachment = host.attach_volume(args.domain, args.volume, tag=args.tag, bus=args.bus)
-    tag = f", tag {attachment.tag}" if attachment.tag else ""
-    print(
-        f"{args.volume} attached to {args.domain} at {attachment.address} ({args.bus}{tag}); attachment {attachment.id}"
-    )
-
-
-def _cmd_detach_volume(args: argparse.Namespace) -> None:
-    with _host(args, detach_timeout=args.timeout) as host:
-        try:
-            host.detach_volume(args.domain, args.volume)
-        except DetachTimeout as exc:
-            raise StillAttached(str(exc)) from None
-    print(f"{args.volume} detached from {args.domain}")
-
-
-def _cmd_attach_interface(args: argparse.Namespace) -> None:
-    with _host(args) as host:
-        nic = host.attach_interface(
-            args.domain,
-            network=args.network,
-            bridge=args.bridge,
-            user=args.user,
-            model_name=args.model,
-            tag=args.tag,
-            mac=args.mac,
+def _register_moves(commands: argparse._SubParsersAction) -> None:
+    def verb(name: str, help_text: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(
+            name,
+            help=help_text,
+            description=help_text + "\n\n" + _MOVE_HELP,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
         )
-    tag = f", tag {nic.tag}" if nic.tag else ""
-    print(f"NIC {nic.mac} attached to {args.domain} at {nic.address} ({nic.model}{tag})")
+        sub.add_argument("-c", "--connect", metavar="URI", help="this host's libvirt (default: embedded QEMU driver)")
+        sub.add_argument("--db", metavar="URL", help="attachment store (sqlite:///FILE or postgresql://...)")
+        sub.add_argument("--host", metavar="NAME", help="this host's name (default: $DEVTAG_HOST, hostname)")
+        return sub
 
+    migrate = verb("live-migrate", "live-migrate a domain and its volume attachments to another host")
+    migrate.add_argument("domain", metavar="DOMAIN")
+    migrate.add_argument("--to", required=True, metavar="NAME=URI", help="the destination host's name and libvirt URI")
+    migrate.add_argument("--migrate-uri", metavar="URI", help="where the memory goes, e.g. tcp://10.0.0.2:49152")
+    migrate.add_argument("--listen-address", metavar="ADDR", help="address the destination QEMU listens on")
+    migrate.add_argument("--p2p", action="store_true", help="peer to peer: the source libvirt reaches the destination")
+    migrate.set_defaults(handler=_verb("cmd_live_migrate"))
 
-def _cmd_detach_interface(args: argparse.Namespace) -> None:
-    with _host(args, detach_timeout=args.timeout) as host:
-        try:
-            host.detach_interface(args.domain, args.mac)
-        except DetachTimeout as exc:
-            raise StillAttached(str(exc)) from None
-    print(f"NIC {args.mac} detached from {args.domain}")
+    evacuate = verb("evacuate", "rebuild the instance of a dead (fenced) host here, with its volumes")
+    evacuate.add_argument("definition", metavar="DOMAIN.xml", help="the instance's saved domain definition")
+    evacuate.add_argument("--from-host", required=True, metavar="NAME", help="the dead host (it is not contacted)")
+    evacuate.add_argument("--no-start", action="store_true", help="define the domain but do not start it")
+    evacuate.set_defaults(handler=_verb("cmd_evacuate"))
 
+    recover = verb("recover-evacuated", "on a host that is back: destroy the instances evacuated from it")
+    recover.set_defaults(handler=_verb("cmd_recover"))
 
-def _cmd_reconcile(args: argparse.Namespace) -> None:
-    with _host(args) as host, contextlib.ExitStack() as peers:
-        for spec in args.peer:
-            host.add_peer(peers.enter_context(peer_host(spec, host.store)))
-        report = host.reconcile()
-    if args.json:
-        json.dump(report, sys.stdout, indent=2, default=str)
-        sys.stdout.write("\n")
-        return
-    for item in report:
-        subject = item.get("flow") or item.get("attachment") or item.get("mac") or item.get("instance")
-        print(f"{subject}: {item['outcome']}" + (f" ({item['reason']})" if item.get("reason") else ""))
-    pending = [item for item in report if item["outcome"] == "pending"]
-    if pending:
-        raise RuntimeFailure(f"{len(pending)} operation(s) could not finish yet; run reconcile again later")
-    if not report:
-        print("nothing to reconcile")
+    shelve = verb("shelve-offload", "power off and undefine a domain; its volumes stay reserved for it")
+    shelve.add_argument("domain", metavar="DOMAIN")
+    shelve.set_defaults(handler=_verb("cmd_shelve"))
 
+    unshelve = verb("unshelve", "define and start a shelved instance here, reconnecting its volumes")
+    unshelve.add_argument("instance", metavar="UUID")
+    unshelve.add_argument("--no-start", action="store_true", help="define the domain but do not start it")
+    unshelve.set_defaults(handler=_verb("cmd_unshelve"))
 
-def _cmd_check(args: argparse.Namespace) -> None:
-    with _host(args) as host:
-        problems = check_invariants(host, domains=args.domain)
-    for problem in problems:
-        print(problem)
-    if problems:
-        raise RuntimeFailure(f"{len(problems)} invariant violation(s)")
-    print("attachments are consistent")
-
-
-def _cmd_attachments_list(args: argparse.Namespace) -> None:
-    store = open_store(args)
-    try:
-        with translated_errors():
-            rows = [_attachment_json(a) for a in store.attachments()]
-            rows += [{"nic": True, **asdict(i)} for i in store.interfaces()]
-    finally:
-        store.close()
-    json.dump(rows, sys.stdout, indent=2)
-    sys.stdout.write("\n")
+    swap = verb("swap-volume", "copy a volume into another under the running guest and switch to it")
+    swap.add_argument("domain", metavar="DOMAIN")
+    swap.add_argument("old", metavar="OLD_VOLUME")
+    swap.add_argument("new", metavar="NEW_VOLUME")
+    swap.set_defaults(handler=_verb("cmd_swap"))
