@@ -63,21 +63,56 @@ def _offline_security_supported() -> bool:
 needs_analyze = pytest.mark.skipif(not _offline_security_supported(), reason="needs systemd-analyze >= 252")
 
 
-# The agent units' sandbox (3.1 / 2.9: ProtectSystem=strict with /run/devtag and
-# /run/udev writable, CAP_SYS_ADMIN + CAP_NET_ADMIN, block devices read-only, a
-# system call filter) passed the end-to-end VM with the config drive on the units
-# as they were before issue 16's ordering changes; re-applying it to the new units
-# needs the VM test again, so it is not in yet.
-AGENT_NOT_HARDENED_YET = pytest.mark.xfail(strict=True, reason="issue 14: agent units still 9.4 UNSAFE")
-
-
 @needs_analyze
-@pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=AGENT_NOT_HARDENED_YET) if "agent" in n else n for n in sorted(LIMITS)]
-)
+@pytest.mark.parametrize("name", sorted(LIMITS))
 def test_sandbox_exposure_is_within_its_limit(name: str) -> None:
     score = exposure(UNITS / name)
     assert score <= LIMITS[name], f"{name}: exposure {score} > {LIMITS[name]}"
+
+
+def service_settings(unit_file: Path) -> Dict[str, List[str]]:
+    """Every KEY=value of the [Service] section, values of repeated keys in order."""
+    settings: Dict[str, List[str]] = {}
+    section = ""
+    for line in unit_file.read_text().splitlines():
+        if line.startswith("["):
+            section = line.strip()
+        elif section == "[Service]" and "=" in line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            settings.setdefault(key, []).append(value)
+    return settings
+
+
+AGENT_UNITS = sorted(n for n in LIMITS if "agent" in n)
+
+
+@pytest.mark.parametrize("name", AGENT_UNITS)
+def test_agent_units_keep_what_the_agent_needs(name: str) -> None:
+    """The sandbox must not take away what apply does (the VM tests prove it; this keeps the reasons).
+
+    udevadm trigger writes sysfs uevent files (no ProtectKernelTunables=, which makes /sys read-only);
+    altnames and udev's event monitor live in the host's network namespace (no PrivateNetwork=) and
+    need rtnetlink/uevent sockets and CAP_NET_ADMIN; /run/devtag is the one writable directory.
+    """
+    settings = service_settings(UNITS / name)
+    assert settings["ProtectSystem"] == ["strict"] and settings["RuntimeDirectory"] == ["devtag"]
+    assert settings["RuntimeDirectoryPreserve"] == ["yes"]  # the state outlives the oneshot
+    assert "ProtectKernelTunables" not in settings and "PrivateNetwork" not in settings
+    assert "PrivateDevices" not in settings  # the config drive is a block device
+    families = settings["RestrictAddressFamilies"][0].split()
+    assert {"AF_UNIX", "AF_NETLINK"} <= set(families)
+    caps = settings["CapabilityBoundingSet"][0].split()
+    assert "CAP_NET_ADMIN" in caps
+    reads_config_drive = "configdrive" in settings["ExecStart"][0]
+    assert ("CAP_SYS_ADMIN" in caps) == reads_config_drive  # mount(2), read-only, in the unit's namespace
+    assert ("@mount" in settings["SystemCallFilter"][0]) == reads_config_drive
+    asks_metadata_service = "metadata" in settings["ExecStart"][0].split("--source ")[1].split()[0].split(",")
+    assert ("AF_INET" in families) == asks_metadata_service
+    assert settings["IPAddressDeny"] == ["any"]
+    assert settings.get("IPAddressAllow", []) == (["localhost link-local"] if asks_metadata_service else [])
+    loads_fw_cfg = "fwcfg" in settings["ExecStart"][0]
+    assert settings.get("ProtectKernelModules") == ["yes"]
+    assert ("-+/sbin/modprobe -q qemu_fw_cfg" in settings.get("ExecStartPre", [])) == loads_fw_cfg
 
 
 def test_every_unit_is_gated() -> None:

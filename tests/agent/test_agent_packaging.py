@@ -36,7 +36,9 @@ def test_boot_unit_runs_after_cloud_init_local_and_before_the_network():
     after = unit["Unit"]["After"].split()
     before = unit["Unit"]["Before"].split()
     assert "cloud-init-local.service" in after and "systemd-udev-trigger.service" in after
-    assert "network-pre.target" in before and "cloud-init.service" in before
+    assert "network-pre.target" in before
+    # cloud-init's network stage under both its names: up to 24.2 (Debian 11, 12) and from 24.3 (Debian 13)
+    assert {"cloud-init.service", "cloud-init-network.service"} <= set(before)
     assert unit["Service"]["Type"] == "oneshot"
     _commands_parse(unit)
     # Before the network only what needs none: the metadata service is the second pass's.
@@ -49,7 +51,8 @@ def test_boot_unit_runs_after_cloud_init_local_and_before_the_network():
 def test_second_pass_runs_after_cloud_init_and_the_network_and_only_when_pulled_in():
     unit = _unit("devtag-agent-network.service")
     after = unit["Unit"]["After"].split()
-    assert {"devtag-agent.service", "cloud-init.service", "network-online.target"} <= set(after)
+    stages = {"cloud-init.service", "cloud-init-network.service"}  # cloud-init <= 24.2, >= 24.3
+    assert {"devtag-agent.service", "network-online.target", *stages} <= set(after)
     assert unit["Unit"]["Wants"] == "network-online.target"
     assert "cloud-final.service" in unit["Unit"]["Before"].split()  # runcmd sees the tags
     assert not unit.has_section("Install")  # static: a boot that needs no second pass does not wait for it

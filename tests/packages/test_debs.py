@@ -59,6 +59,7 @@ def test_agent_depends_only_on_distro_packages(debs: Path) -> None:
         "/lib/systemd/system/devtag-agent-network.service",
         "/lib/systemd/system/devtag-agent-hotplug@.service",
         "/lib/systemd/system/cloud-init.service.d/10-devtag.conf",
+        "/lib/systemd/system/cloud-init-network.service.d/10-devtag.conf",  # Debian 13: cloud-init >= 24.3
         "/usr/lib/python3/dist-packages/devtag_agent/cli.py",
         "/usr/lib/python3/dist-packages/devtag_schema/device-role-tagging-1.json",
     ):
@@ -106,7 +107,7 @@ def test_the_installed_units_run_what_the_packages_install(debs: Path, tmp_path:
                 assert installed.is_file() and installed.stat().st_mode & 0o111, (unit.name, path)
             else:  # the distribution's
                 assert path in SYSTEM_TOOLS, (unit.name, path)
-        if _offline_security_supported() and "agent" not in unit.name:  # agent units: see test_units.py
+        if _offline_security_supported():
             assert exposure(unit) <= LIMITS[unit.name], unit.name
 
 

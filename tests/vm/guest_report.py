@@ -131,6 +131,18 @@ def unit_times(unit):
     return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
 
+def network_stage():
+    """cloud-init's network stage under this release's name for it (24.3 renamed it), and what orders it."""
+    for unit in ("cloud-init-network.service", "cloud-init.service"):
+        _, out, _ = run(
+            "systemctl", "show", unit, "-p", "Id,LoadState,After,Wants,DropInPaths,ExecMainStartTimestampMonotonic"
+        )
+        props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+        if props.get("LoadState") == "loaded":
+            return props
+    return None
+
+
 def hotplug_event(links):
     """What the host checks after a hot-plug: the links, whose disks they are, the agent's view."""
     serials, properties = {}, {}
@@ -216,6 +228,7 @@ def main():
     ]
     # The second pass (after cloud-init's network stage), when this boot pulled it in.
     report["second_pass_unit"] = unit_times("devtag-agent-network.service")
+    report["network_stage"] = network_stage()
     report["second_pass_journal"] = run(
         "journalctl", "-b", "-u", "devtag-agent-network.service", "--no-pager", "-o", "cat"
     )[1][-6000:]

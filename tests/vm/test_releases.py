@@ -108,6 +108,21 @@ def check_udev_verify(report: Dict[str, Any], version: int) -> None:
         assert verdict[0] == 0, verdict[1]
 
 
+def check_network_stage_order(report: Dict[str, Any], version: int) -> None:
+    """cloud-init's network stage (cloud-init-network.service from cloud-init 24.3: Debian 13) runs after
+    the first pass and pulls in the second, which runs after it: the package's drop-in reached it."""
+    stage = report["network_stage"]
+    assert stage is not None, "no cloud-init network stage unit"
+    assert stage["Id"] == ("cloud-init-network.service" if version >= 13 else "cloud-init.service"), stage
+    assert any(path.endswith(".service.d/10-devtag.conf") for path in stage["DropInPaths"].split()), stage
+    assert "devtag-agent.service" in stage["After"].split(), stage
+    assert "devtag-agent-network.service" in stage["Wants"].split(), stage
+    agent_done = int(report["agent_unit"]["ExecMainExitTimestampMonotonic"])
+    stage_start = int(stage["ExecMainStartTimestampMonotonic"])
+    second_start = int(report["second_pass_unit"]["ExecMainStartTimestampMonotonic"])
+    assert 0 < agent_done <= stage_start < second_start, (agent_done, stage_start, second_start)
+
+
 def boot_cost_line(version: int, report: Dict[str, Any]) -> str:
     """kernel start -> tags ready, the agent's share, and the floor it is compared with."""
     cost = report["boot_cost"]
@@ -153,6 +168,7 @@ def test_release_resolves_tags_configures_nics_hot_plugs_and_reboots(
         assert first["source"] == "configdrive", first["journal"]
         check_nics_by_tag(first)
         check_udev_verify(first, version)
+        check_network_stage_order(first, version)
         print("\n" + boot_cost_line(version, first))
         hot_plug_through_the_metadata_service(libvirt_conn, domain, directory)
         domain.reboot(0)
