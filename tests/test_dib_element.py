@@ -48,5 +48,8 @@ def test_final_check_names_what_the_package_installs() -> None:
     installed = set(re.findall(r"packaging/systemd/(devtag-agent[\w@.-]*\.service)", rules))
     required = set(re.findall(r"/lib/systemd/system/(devtag-agent[\w@.-]*\.service)", check))
     assert installed and installed == required
-    assert "cloud-init.service.d/10-devtag.conf" in rules and "cloud-init.service.d/10-devtag.conf" in check
+    stages = re.search(r"for stage in ([\w -]+); do", rules)
+    assert stages, "debian/rules no longer installs the drop-in per cloud-init stage name"
+    dropins = set(re.findall(r"/lib/systemd/system/([\w-]+)\.service\.d/10-devtag\.conf", check))
+    assert dropins == set(stages.group(1).split())
     assert "udev-rules/70-devtag.rules" in rules and "/usr/lib/udev/rules.d/70-devtag.rules" in check
