@@ -110,6 +110,7 @@ def test_the_python_api_follows_the_same_rule() -> None:
 
 
 @pytest.mark.libvirt
+@pytest.mark.timeout(900)  # many steps; as the session's first libvirt test it also waits for QEMU's probe
 def test_every_transport_publishes_as_nova_on_a_real_domain(
     libvirt_conn: Any, libvirt_uri: str, define_domain: Callable, image_dir: Path, tmp_path: Path
 ) -> None:
