@@ -32,6 +32,7 @@ apt_packages=(
     rpm                                                  # rpmbuild, for the RPM spec
     debootstrap e2fsprogs                                # the end-to-end test's Debian 12 guest image
     libvirt-daemon                                       # libvirtd: live-migration hosts; attach storage pool
+    libvirt-clients                                      # virsh: the README's quick start (run by a test)
 )
 missing=()
 for package in "${apt_packages[@]}"; do

@@ -38,7 +38,7 @@ LAYERS: Dict[str, Set[str]] = {
     "metadata_server": {"errors", "inputs", "metadata", "serving", "virt"},
     "fwcfg": {"errors", "metadata", "virt"},
     # Placement's world: the service, the node reporting to it, the scheduler asking it.
-    "placement": {"errors", "db", "inputs", "serving"},
+    "placement": {"errors", "db", "inputs", "serving", "state"},
     "compute": {"errors", "placement_client", "virt"},
     "scheduling": {"errors", "compute", "placement_client"},
     "attach": {"db", "errors", "locks", "metadata", "state", "virt"},

@@ -184,7 +184,9 @@ def apply_document(
         if resolution.problem:
             what = f"{entry.get('type')}, tags {entry.get('tags', [])}"
             message = f"devices/{resolution.index} ({what}): {resolution.problem}"
-            if resolution.ignored:
+            if resolution.ignored or not entry.get("tags"):
+                # An untagged entry (a document built with --all-devices) has no role
+                # to publish: not finding its device is no problem for anyone.
                 log.info("ignored: %s", message)
                 report.ignored.append(message)
             else:

@@ -5,6 +5,9 @@ The plain Python API::
     from devtag_host import devices_for_domain, devices_from_xml
     document = devices_for_domain("web1")                 # default: embedded libvirt
     document = devices_from_xml(open("web1.xml").read())  # offline
+
+Both list what Nova would publish (tagged disks, tagged or VLAN NICs);
+``all_devices=True`` lists every NIC and disk.
 """
 
 from __future__ import annotations
@@ -18,12 +21,14 @@ __version__ = "0.1.0"
 __all__ = ["__version__", "devices_for_domain", "devices_from_xml"]
 
 
-def devices_from_xml(xml: str | bytes) -> Dict[str, Any]:
+def devices_from_xml(xml: str | bytes, *, all_devices: bool = False) -> Dict[str, Any]:
     """The schema-valid ``{"devices": [...]}`` document of a domain XML document."""
-    return devices_document(parse_domain_xml(xml))
+    return devices_document(parse_domain_xml(xml), all_devices=all_devices)
 
 
-def devices_for_domain(name: str, *, uri: Optional[str] = None, connection: Any = None) -> Dict[str, Any]:
+def devices_for_domain(
+    name: str, *, uri: Optional[str] = None, connection: Any = None, all_devices: bool = False
+) -> Dict[str, Any]:
     """The devices document of a domain on a libvirt connection (live XML if running).
 
     Pass an open ``connection`` to reuse it; otherwise ``uri`` (default: the
@@ -34,7 +39,7 @@ def devices_for_domain(name: str, *, uri: Optional[str] = None, connection: Any 
     own = connection is None
     connection = connection or virt.open_connection(uri)
     try:
-        return devices_document(virt.read_domain(virt.lookup_domain(connection, name)))
+        return devices_document(virt.read_domain(virt.lookup_domain(connection, name)), all_devices=all_devices)
     finally:
         if own:
             connection.close()

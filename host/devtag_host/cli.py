@@ -70,6 +70,7 @@ examples:
   devtag-host tag web1 sdb oracledb fast
   devtag-host untag web1 sdb fast
   devtag-host devices web1
+  devtag-host devices --all web1
   devtag-host devices --xml web1.xml --tag sdb=oracledb
 
 exit status: 0 success, 2 bad input (also: untag of a tag the device does not
@@ -119,7 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
         "devices",
         help="print the devices metadata of a domain",
         description='Print {"devices": [...]}, validated against the devtag schema, for a domain on a '
-        "libvirt connection or, with --xml, for a domain XML file (offline).",
+        "libvirt connection or, with --xml, for a domain XML file (offline). As Nova, it lists the devices "
+        "the guest has a role to find: tagged disks, tagged NICs and NICs with a VLAN; --all lists every one.",
     )
     connect_option(devices)
     devices.add_argument("domain", metavar="DOMAIN", nargs="?", help="domain name, UUID or id")
@@ -133,6 +135,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     devices.add_argument("--inactive", action="store_true", help="use the persistent definition of a running domain")
     devices.add_argument("--compact", action="store_true", help="print on one line")
+    devices.add_argument(
+        "--all",
+        "--all-devices",
+        dest="all_devices",
+        action="store_true",
+        help='list every NIC and disk, untagged ones with "tags": [] (default: what Nova publishes, '
+        "tagged devices and NICs with a VLAN)",
+    )
     devices.set_defaults(handler=_cmd_devices)
 
     demo = commands.add_parser(
@@ -216,7 +226,7 @@ def _cmd_devices(args: argparse.Namespace) -> None:
         for device, tag in key_value_pairs(args.tag, "--tag", "DEVICE=TAG"):
             domain = _with_entries(domain, add_tags(domain, device, [tag]))
         try:
-            document = devices_document(domain)
+            document = devices_document(domain, all_devices=args.all_devices)
         except InvalidDocumentError as exc:  # e.g. a <serial> the schema refuses: the file is the bad input
             raise InputError(str(exc)) from None
         _print_document(document, compact=args.compact)
@@ -232,7 +242,7 @@ def _cmd_devices(args: argparse.Namespace) -> None:
             domain = virt.read_domain(handle, inactive=args.inactive)
         finally:
             connection.close()
-    _print_document(devices_document(domain), compact=args.compact)
+    _print_document(devices_document(domain, all_devices=args.all_devices), compact=args.compact)
 
 
 def _with_entries(domain: Domain, entries: Any) -> Domain:

@@ -268,3 +268,31 @@ def test_altnames_are_recorded_only_when_set(vm, recorder):
     assert run_cli("--root", root, "apply", "--source", "configdrive") == 0
     ens4 = next(d for d in _index(machine.root)["devices"] if d["name"] == "ens4")
     assert ens4["altnames"] == ["nfvfunc2", "shared"]
+
+
+def test_untagged_entries_of_a_full_map_are_no_problem(tmp_path, caplog):
+    """A document built with ``--all-devices`` lists untagged devices too: one whose
+    device is not found is ignored (no warning, no exit 4), one that is found gets nothing."""
+    import logging
+
+    from .fakesys import FakeMachine
+
+    machine = FakeMachine(tmp_path)
+    machine.virtio_disk(machine.pci("0000:00:04.0"), "virtio0", "vda", "252:0", serial="root-disk")
+    machine.virtio_disk(machine.pci("0000:00:05.0"), "virtio1", "vdb", "252:16", serial="data-disk")
+    machine.config_drive(
+        {
+            "devices": [
+                {"type": "disk", "bus": "pci", "address": "0000:00:04.0", "serial": "root-disk", "tags": []},
+                {"type": "disk", "bus": "pci", "address": "0000:00:05.0", "serial": "data-disk", "tags": ["data"]},
+                {"type": "nic", "bus": "pci", "address": "0000:00:09.0", "mac": "52:54:00:00:00:99", "tags": []},
+            ]
+        }
+    )
+    with caplog.at_level(logging.INFO):
+        assert run_cli("--root", str(tmp_path), "apply", "--source", "configdrive", "--no-trigger") == 0
+    index = json.loads((tmp_path / "run/devtag/current/devices.json").read_text())
+    assert [(d["name"], d["tags"]) for d in index["devices"]] == [("vdb", ["data"])]
+    assert index["unmatched"] == [], "an untagged entry's missing device is nobody's problem"
+    assert len(index["ignored"]) == 1 and "devices/2 (nic, tags [])" in index["ignored"][0]
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING and "devices/2" in r.getMessage()]

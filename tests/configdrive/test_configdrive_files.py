@@ -37,6 +37,7 @@ def test_meta_data_carries_identity_keys_meta_and_devices() -> None:
         public_keys=(("mykey", "ssh-ed25519 AAAAC3Nza me@host"),),
         meta=(("role", "db"),),
         files=(("/etc/motd", b"x"),),
+        all_devices=True,
     )
     document = as_json(instance_files(instance), "openstack/latest/meta_data.json")
     assert document["uuid"] == UUID
@@ -49,6 +50,8 @@ def test_meta_data_carries_identity_keys_meta_and_devices() -> None:
     assert [d["type"] for d in devices] == ["nic", "disk"], "the config drive itself is not listed"
     assert devices[0]["mac"] == "52:54:00:12:34:01" and devices[0]["tags"] == ["nfvfunc1"]
     assert devices[1]["serial"] == "vol-a"
+    published = as_json(instance_files(web1()), "openstack/latest/meta_data.json")["devices"]
+    assert published == devices[:1], "by default, as Nova: the tagged NIC only, not the untagged disk"
 
 
 def test_older_versions_drop_what_nova_did_not_have_yet() -> None:

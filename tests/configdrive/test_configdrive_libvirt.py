@@ -48,7 +48,9 @@ def test_write_set_smbios_attach_and_boot(libvirt_conn: Any, define_domain: Call
     handle = make_domain(define_domain, image_dir, "cd-boot")
     virt.update_tags(handle, lambda domain: add_tags(domain, "vol-root", ["root"]))
     before = devices_for_domain("cd-boot", connection=libvirt_conn)
-    assert [d["tags"] for d in before["devices"]] == [[], ["root"]]
+    assert [d["tags"] for d in before["devices"]] == [["root"]], "as Nova: the untagged NIC is not listed"
+    full = devices_for_domain("cd-boot", connection=libvirt_conn, all_devices=True)
+    assert [d["tags"] for d in full["devices"]] == [[], ["root"]]
     iso = image_dir / "cd-boot-config.iso"
     instance = write_config_drive_for_domain(
         "cd-boot", iso, connection=libvirt_conn, user_data=b"#cloud-config\n", smbios=True, attach=True
@@ -63,7 +65,10 @@ def test_write_set_smbios_attach_and_boot(libvirt_conn: Any, define_domain: Call
     assert len(drive) == 1 and drive[0].device == "cdrom" and drive[0].source_file == str(iso)
     assert drive[0].target_bus == "ide", "i440fx gets an IDE cdrom"
     after = devices_for_domain("cd-boot", connection=libvirt_conn)
-    assert after == before, "tags survive the SMBIOS redefinition; the config drive is never listed"
+    assert after == before, "tags survive the SMBIOS redefinition"
+    assert devices_for_domain("cd-boot", connection=libvirt_conn, all_devices=True) == full, (
+        "the config drive is never listed"
+    )
     xml = handle.XMLDesc(0)
     assert "<entry name='product'>OpenStack Nova</entry>" in xml and "<smbios mode='sysinfo'/>" in xml
 

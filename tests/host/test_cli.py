@@ -48,7 +48,7 @@ def test_devices_offline_with_tags(offline_xml: Path) -> None:
 
 
 def test_devices_from_stdin_compact(offline_xml: Path) -> None:
-    result = run("devices", "--xml", "-", "--compact", stdin=OFFLINE_XML)
+    result = run("devices", "--xml", "-", "--compact", "--all", stdin=OFFLINE_XML)
     assert result.returncode == 0
     assert result.stdout.count("\n") == 1 and json.loads(result.stdout)["devices"]
 

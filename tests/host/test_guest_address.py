@@ -14,7 +14,7 @@ def pci(bus: int, slot: int, function: int = 0, domain: int = 0) -> str:
 def entries(devices: str, virt_type: str = "kvm", arch: str = "x86_64") -> list:
     xml = f"""<domain type='{virt_type}'><name>d</name><os><type arch='{arch}'>hvm</type></os>
       <devices>{devices}</devices></domain>"""
-    return devices_document(parse_domain_xml(xml))["devices"]
+    return devices_document(parse_domain_xml(xml), all_devices=True)["devices"]  # tagged or not
 
 
 Q35_BRIDGES = f"""

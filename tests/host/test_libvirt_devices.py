@@ -79,7 +79,7 @@ def check_against_libvirt_and_qemu(domain: Any) -> List[Dict[str, Any]]:
     """Assert every entry of the running domain matches libvirt's XML and QEMU; return the entries."""
     live_xml = domain.XMLDesc(0)
     model = parse_domain_xml(live_xml)
-    document = devices_document(model)
+    document = devices_document(model, all_devices=True)  # every device, tagged or not
     assert is_valid_document(document)
     devices = taggable_devices(model)
     assert len(document["devices"]) == len(devices)

@@ -147,7 +147,7 @@ def test_untag_some_or_all() -> None:
 
 
 def test_config_drive_is_never_listed() -> None:
-    document = devices_document(parsed())
+    document = devices_document(parsed(), all_devices=True)
     assert [d.get("serial") for d in document["devices"] if d["type"] == "disk"] == ["vol-a", None, None]
     assert len(document["devices"]) == 5
 

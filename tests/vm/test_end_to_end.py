@@ -20,8 +20,10 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
@@ -76,6 +78,8 @@ EXPECTED_NICS = {"nfvfunc1": NICS["nic1"], "nfvfunc2": NICS["nic2"]}
 HOTPLUG_TAG = "hot plugged"  # its link is hot\x20plugged
 HOTPLUG_SERIAL = "hotplug-disk"
 HOTPLUG_TIMEOUT = 120
+# The operator's command (the venv's console script), for what runs in its own process.
+DEVTAG_HOST = [str(Path(sys.executable).parent / "devtag-host")]
 
 
 @pytest.fixture(scope="session")
@@ -376,19 +380,27 @@ CLOUD_INIT_WAITS = "cc:" + urllib.parse.quote("datasource: {OpenStack: {max_wait
 
 
 def test_multi_nic_guest_on_a_metadata_only_cloud_gets_every_tag_and_hot_plug(
-    libvirt_uri: str, libvirt_conn: Any, guest_image: GuestImage, vm_dir: Path
+    guest_image: GuestImage, vm_dir: Path
 ) -> None:
     """The package's defaults only: the second pass publishes, hot-plug works.
 
-    The metadata service runs in proxy mode (``--proxy-shared-secret-file``:
-    it trusts nothing but the signed headers) behind a signing proxy on the
-    address QEMU maps the guest's 169.254.169.254:80 to.
+    Driven as an operator would, with command lines on one libvirt daemon (a
+    throw-away session libvirtd, so several processes share it):
+    ``devtag-host tag``, then ``devtag-host metadata-server
+    --proxy-shared-secret-file`` in its own process (proxy mode: it trusts
+    nothing but the signed headers) behind a signing proxy on the address QEMU
+    maps the guest's 169.254.169.254:80 to, then ``devtag-host volume create``,
+    ``attach-volume --tag``, ``detach-volume``.
     """
+    from devtag_host import virt
     from devtag_host.configdrive.domain import set_nova_smbios
-    from devtag_host.metadata_server import MetadataService
+    from tests.support.migration_testing import _daemon_user, libvirtd_available, throwaway_libvirt_host
+    from tests.support.services import free_port
 
     from .signing_proxy import SigningProxy
 
+    if not libvirtd_available():
+        pytest.skip("needs libvirtd (Debian: libvirt-daemon, ./setup.sh)")
     deadline = time.monotonic() + PORT_80_WAIT
     while not _port_80_free():  # another metadata test (of a parallel run) may hold it for a while
         if time.monotonic() > deadline:
@@ -397,45 +409,117 @@ def test_multi_nic_guest_on_a_metadata_only_cloud_gets_every_tag_and_hot_plug(
 
     directory = vm_dir / "metadata-only"
     directory.mkdir(mode=0o755)
-    domain = define_tagged(
-        libvirt_conn,
-        libvirt_uri,
-        "e2e-mdonly",
-        guest_image,
-        directory,
-        extra=CLOUD_INIT_WAITS,
-        extra_xml=METADATA_NIC,
-        nic_extra=METADATA_ONLY_NICS,
-    )
-    set_nova_smbios(domain)
-    secret_file = directory / "metadata-proxy-secret"
-    secret_file.write_text(secrets.token_hex(32) + "\n")
-    secret = secret_file.read_bytes().strip()  # as `devtag-host metadata-server --proxy-shared-secret-file` reads it
-    service = MetadataService(libvirt_conn, proxy_secret=secret, log_requests=False)
-    port = service.start_in_thread(host="127.0.0.1", port=0)
-    with pytest.raises(urllib.error.HTTPError, match="403"):  # proxy mode: an unsigned request gets nothing
-        urllib.request.urlopen(f"http://127.0.0.1:{port}/openstack/latest/meta_data.json", timeout=10)
-    proxy = SigningProxy(("127.0.0.1", 80), ("127.0.0.1", port), secret, domain.UUIDString(), "e2e-project")
-    try:
-        started = time.monotonic()
-        domain.create()
-        report = wait_for_report(directory, 1, BOOT_TIMEOUT + LOCAL_STAGE_DHCP_SECONDS)
-        boot_seconds = time.monotonic() - started
-        check_report(report)
-        # The first pass, before the network, found nothing; the second published.
-        assert "no metadata source answered" in report["journal"], report["journal"]
-        assert report["source"] in ("instance-data", "metadata"), report["second_pass_journal"]
-        assert f"applied {report['source']}:" in report["second_pass_journal"], report["second_pass_journal"]
-        assert report["second_pass_unit"]["Result"] == "success", report["second_pass_unit"]
-        assert [r for r in proxy.requests if r[2] == 200], proxy.requests
-        report_timings(f"metadata service only, second pass via {report['source']}", boot_seconds, report)
-        hot_plug_and_unplug(libvirt_conn, domain, directory)
-    finally:
-        proxy.stop()
-        service.stop()
-        if domain.isActive():
-            domain.destroy()
-        domain.undefine()
+    state = Path(tempfile.mkdtemp(prefix="dte18-"))  # $DEVTAG_STATE_DIR of the commands: short, sockets below
+    state.chmod(0o755)
+    daemon_user = _daemon_user()  # the session daemon's QEMU writes the serial logs, its pool the volumes
+    for owned in (directory, state):
+        if daemon_user is not None:
+            os.chown(owned, daemon_user.pw_uid, daemon_user.pw_gid)
+    with throwaway_libvirt_host("e2e18") as libvirtd:
+        env = {**os.environ, "DEVTAG_LIBVIRT_URI": libvirtd.uri, "DEVTAG_STATE_DIR": str(state)}
+        connection = virt.open_connection(libvirtd.uri)
+        domain = define_tagged(
+            connection,
+            libvirtd.uri,
+            "e2e-mdonly",
+            guest_image,
+            directory,
+            extra=CLOUD_INIT_WAITS,
+            extra_xml=METADATA_NIC,
+            nic_extra=METADATA_ONLY_NICS,
+        )
+        set_nova_smbios(domain)
+        secret_file = directory / "metadata-proxy-secret"
+        secret_file.write_text(secrets.token_hex(32) + "\n")
+        secret = (
+            secret_file.read_bytes().strip()
+        )  # as `devtag-host metadata-server --proxy-shared-secret-file` reads it
+        port = free_port()
+        server_log = open(directory / "metadata-server.log", "wb")
+        server = subprocess.Popen(
+            [*DEVTAG_HOST, "metadata-server", "--listen", f"127.0.0.1:{port}", "--proxy-shared-secret-file",
+             str(secret_file)],
+            env=env,
+            stdout=server_log,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        proxy = None
+        try:
+            _wait_for_forbidden(f"http://127.0.0.1:{port}/openstack/latest/meta_data.json", server)  # proxy mode
+            proxy = SigningProxy(("127.0.0.1", 80), ("127.0.0.1", port), secret, domain.UUIDString(), "e2e-project")
+            started = time.monotonic()
+            domain.create()
+            report = wait_for_report(directory, 1, BOOT_TIMEOUT + LOCAL_STAGE_DHCP_SECONDS)
+            boot_seconds = time.monotonic() - started
+            check_report(report)
+            # The first pass, before the network, found nothing; the second published.
+            assert "no metadata source answered" in report["journal"], report["journal"]
+            assert report["source"] in ("instance-data", "metadata"), report["second_pass_journal"]
+            assert f"applied {report['source']}:" in report["second_pass_journal"], report["second_pass_journal"]
+            assert report["second_pass_unit"]["Result"] == "success", report["second_pass_unit"]
+            assert [r for r in proxy.requests if r[2] == 200], proxy.requests
+            report_timings(f"metadata service only, second pass via {report['source']}", boot_seconds, report)
+            hot_plug_and_unplug_with_the_cli(domain.name(), directory, env)
+        finally:
+            if proxy is not None:
+                proxy.stop()
+            server.terminate()
+            server.wait(timeout=30)
+            server_log.close()
+            if domain.isActive():
+                domain.destroy()
+            domain.undefine()
+            connection.close()
+            shutil.rmtree(state, ignore_errors=True)
+    # uvicorn shuts down cleanly on SIGTERM, then re-raises it (as systemd expects of a service).
+    assert server.returncode in (0, -signal.SIGTERM), (directory / "metadata-server.log").read_text()[-2000:]
+
+
+def _wait_for_forbidden(url: str, server: subprocess.Popen[bytes], timeout: float = 60) -> None:
+    """Until the server answers an unsigned request with 403 (it is in proxy mode and up)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert server.poll() is None, "devtag-host metadata-server exited"
+        try:
+            urllib.request.urlopen(url, timeout=5)  # noqa: S310 (a loopback http URL built here)
+        except urllib.error.HTTPError as exc:
+            assert exc.code == 403, exc
+            return
+        except OSError:
+            time.sleep(0.2)
+            continue
+        raise AssertionError("an unsigned request got an answer from a proxy-mode server")
+    raise AssertionError(f"the metadata server did not listen within {timeout:.0f} s")
+
+
+def hot_plug_and_unplug_with_the_cli(domain: str, directory: Path, env: Dict[str, str]) -> None:
+    """``devtag-host volume create``, ``attach-volume --tag``, ``detach-volume``: the link
+    appears in the guest's /dev/disk/by-tag and goes (the hot-plug unit asks the metadata
+    service, which follows libvirt's events)."""
+    link = _link(HOTPLUG_TAG)
+
+    def run(*argv: str) -> str:
+        result = subprocess.run([*DEVTAG_HOST, *argv], env=env, capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, f"devtag-host {' '.join(argv)}: {result.stderr}"
+        return result.stdout
+
+    run("volume", "create", "hotplug", "--size", "64M")
+    volume = json.loads(run("volume", "show", "hotplug"))
+    started = time.monotonic()
+    run("attach-volume", domain, "hotplug", "--tag", HOTPLUG_TAG, "--bus", "scsi")
+    seen, event = wait_for_event(directory, 0, lambda e: link in e["by_tag"])
+    attached = time.monotonic() - started
+    assert volume["id"][:20] in (event["serials"][link] or ""), event["serials"]  # serial = volume id
+    assert [d for d in event["list"] if HOTPLUG_TAG in d["tags"]], event["list"]
+    run("attachments", "check")
+    started = time.monotonic()
+    run("detach-volume", domain, "hotplug")
+    _, event = wait_for_event(directory, seen, lambda e: link not in e["by_tag"])
+    detached = time.monotonic() - started
+    assert not [d for d in event["list"] if HOTPLUG_TAG in d["tags"]], event["list"]
+    run("volume", "delete", "hotplug")
+    run("attachments", "check")
+    print(f"\n[hot-plug, CLI] attach to link in the guest {attached:.1f} s; detach to link gone {detached:.1f} s")
 
 
 def hot_plug_and_unplug(connection: Any, domain: Any, directory: Path) -> None:

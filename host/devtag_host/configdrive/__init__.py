@@ -76,11 +76,13 @@ def write_config_drive_for_domain(
     files: Sequence[Tuple[str, bytes]] = (),
     smbios: bool = False,
     attach: bool = False,
+    all_devices: bool = False,
 ) -> Instance:
     """Write the config drive of a libvirt domain; optionally set SMBIOS and attach it.
 
     The devices document comes from the live XML of a running domain, else
-    from its persistent definition.  Returns the :class:`Instance` written.
+    from its persistent definition: the devices Nova would publish, or every
+    NIC and disk with ``all_devices``.  Returns the :class:`Instance` written.
     """
     from .. import virt
 
@@ -91,6 +93,7 @@ def write_config_drive_for_domain(
         domain = virt.read_domain(handle, inactive=not handle.isActive())
         instance = instance_from_domain(
             domain,
+            all_devices=all_devices,
             user_data=user_data,
             network_data=network_data,
             vendor_data=dict(vendor_data or {}),

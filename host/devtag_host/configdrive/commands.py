@@ -50,6 +50,11 @@ def register(commands: Any) -> None:
         "--smbios", action="store_true", help="set the SMBIOS product to 'OpenStack Nova' (next boot)"
     )
     configdrive.add_argument("--attach", action="store_true", help="attach the image to the domain as a cdrom")
+    configdrive.add_argument(
+        "--all-devices",
+        action="store_true",
+        help="list every NIC and disk in the devices document (default: as Nova, tagged ones and NICs with a VLAN)",
+    )
     configdrive.set_defaults(handler=_cmd_configdrive)
 
 
@@ -82,6 +87,7 @@ def _cmd_configdrive(args: argparse.Namespace) -> None:
             files=files,
             smbios=args.smbios,
             attach=args.attach,
+            all_devices=args.all_devices,
         )
     except ImageTooLargeError as exc:
         raise InputError(str(exc)) from None

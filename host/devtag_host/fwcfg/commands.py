@@ -23,6 +23,12 @@ def register(commands: Any) -> None:
     switch = fwcfg.add_mutually_exclusive_group()
     switch.add_argument("--enable", action="store_true", help="add (or refresh) the fw_cfg entry")
     switch.add_argument("--disable", action="store_true", help="remove the fw_cfg entry")
+    fwcfg.add_argument(
+        "--all-devices",
+        action="store_true",
+        help="with --enable: list every NIC and disk, also in later refreshes (default: as Nova, tagged ones "
+        "and NICs with a VLAN)",
+    )
     fwcfg.set_defaults(handler=_cmd_fwcfg)
 
 
@@ -30,13 +36,15 @@ def _cmd_fwcfg(args: argparse.Namespace) -> None:
     from .. import virt
     from .domain import disable, enable, status  # imports virt: libvirt loads only when this verb runs
 
+    if args.all_devices and not args.enable:
+        raise InputError("--all-devices goes with --enable")
     connection = virt.open_connection(args.connect)
     try:
         handle = virt.lookup_domain(connection, args.domain)
         running = " (running: from its next boot)" if handle.isActive() else ""
         try:
             if args.enable:
-                payload = enable(handle)
+                payload = enable(handle, all_devices=args.all_devices)
                 devices = len(decode_payload(payload)["devices"])
                 print(f"{handle.name()}: fw_cfg {FW_CFG_NAME} on, {devices} devices, {len(payload)} bytes{running}")
             elif args.disable:

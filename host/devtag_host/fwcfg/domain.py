@@ -34,17 +34,56 @@ def entry_text(root: ET.Element) -> Optional[str]:
     return None if entry is None else (entry.text or "")
 
 
+# ``fwcfg --enable --all-devices`` is remembered in the domain's own <metadata>
+# (libvirt keeps foreign-namespace elements verbatim), so the refresh after
+# each tag change keeps listing every device.
+CHOICE_NAMESPACE = "https://devtag.dev/xmlns/fwcfg/1"
+_CHOICE = f"{{{CHOICE_NAMESPACE}}}fwcfg"
+ET.register_namespace("devtag-fwcfg", CHOICE_NAMESPACE)
+
+
+def _all_devices_chosen(root: ET.Element) -> bool:
+    metadata = root.find("metadata")
+    choice = None if metadata is None else metadata.find(_CHOICE)
+    return choice is not None and choice.get("devices") == "all"
+
+
+def _remember_choice(root: ET.Element, all_devices: bool) -> bool:
+    """Record (or drop) the all-devices choice; True if the XML changed."""
+    metadata = root.find("metadata")
+    choice = None if metadata is None else metadata.find(_CHOICE)
+    if all_devices:
+        if choice is not None and choice.get("devices") == "all":
+            return False
+        if metadata is None:
+            metadata = ET.SubElement(root, "metadata")
+        if choice is None:
+            choice = ET.SubElement(metadata, _CHOICE)
+        choice.set("devices", "all")
+        return True
+    if choice is None or metadata is None:
+        return False
+    metadata.remove(choice)
+    return True
+
+
 def _payload_for(root: ET.Element) -> str:
-    document = devices_document(parse_domain_xml(ET.tostring(root, encoding="unicode")))
+    domain = parse_domain_xml(ET.tostring(root, encoding="unicode"))
+    document = devices_document(domain, all_devices=_all_devices_chosen(root))
     return encode_payload(document)
 
 
-def enable(handle: Any) -> str:
-    """Write the domain's devices document into its definition; returns the payload."""
+def enable(handle: Any, *, all_devices: bool = False) -> str:
+    """Write the domain's devices document into its definition; returns the payload.
+
+    The document lists what Nova would publish, or every NIC and disk with
+    ``all_devices``; the choice is kept for later refreshes until the next ``enable``.
+    """
     written = ""
 
     def edit(root: ET.Element) -> bool:
         nonlocal written
+        chose = _remember_choice(root, all_devices)
         sysinfo = _fwcfg_sysinfo(root, create=True)
         assert sysinfo is not None  # create=True makes one
         entry = _our_entry(sysinfo)
@@ -52,7 +91,7 @@ def enable(handle: Any) -> str:
             entry = ET.SubElement(sysinfo, "entry", {"name": FW_CFG_NAME})
         written = _payload_for(root)
         if entry.text == written and entry.get("file") is None:
-            return False
+            return chose
         entry.attrib.pop("file", None)
         entry.text = written
         return True
@@ -67,8 +106,9 @@ def disable(handle: Any) -> bool:
     def edit(root: ET.Element) -> bool:
         sysinfo = _fwcfg_sysinfo(root, create=False)
         entry = _our_entry(sysinfo)
+        forgot = _remember_choice(root, False)
         if sysinfo is None or entry is None:
-            return False
+            return forgot
         sysinfo.remove(entry)
         if not list(sysinfo):
             root.remove(sysinfo)

@@ -12,7 +12,7 @@ from .device_tags import (
     remove_tags,
     tags_of,
 )
-from .document import TooManyDevicesError, device_entries, devices_document
+from .document import TooManyDevicesError, device_entries, devices_document, published_by_nova
 from .domain_xml import TAGS_NAMESPACE, DomainXmlError, parse_domain_xml, tag_entries_xml
 from .model import Domain, TagEntry
 from .tags import TagError, check_tag, is_valid_tag
@@ -37,6 +37,7 @@ __all__ = [
     "is_valid_document",
     "is_valid_tag",
     "parse_domain_xml",
+    "published_by_nova",
     "remove_tags",
     "tag_entries_xml",
     "tags_of",

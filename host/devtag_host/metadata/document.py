@@ -4,6 +4,13 @@ The document is Nova-compatible (``type``, ``bus``, ``address``, ``mac``,
 ``serial``, ``vlan``, ``vf_trusted``, ``tags``) plus devtag's additions
 (``pci_path``, ``controller``), and is validated against the shared schema
 before anyone sees it.
+
+What is published follows Nova's libvirt driver (``_build_device_metadata``):
+a disk is listed when it carries a tag, a NIC when it carries a tag or a VLAN
+(``vf_trusted`` is a field of a listed NIC, never a reason to list one).  An
+untagged device has no role for the guest to find, and every guest agent would
+otherwise have to skip it.  ``all_devices=True`` lists every NIC and disk, for
+operators who want the full map (``devtag-host devices --all``).
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ class TooManyDevicesError(InputError, ValueError):
 
 
 def device_entries(domain: Domain) -> List[Dict[str, Any]]:
-    """One metadata entry per NIC and disk (config drive excluded), in XML order."""
+    """One metadata entry per NIC and disk (config drive excluded), in XML order, tagged or not."""
     devices = taggable_devices(domain)
     if len(devices) > MAX_DEVICES:
         raise TooManyDevicesError(
@@ -65,6 +72,11 @@ def device_entries(domain: Domain) -> List[Dict[str, Any]]:
     return entries
 
 
+def published_by_nova(entry: Dict[str, Any]) -> bool:
+    """Whether Nova would list this entry: a tag, or a NIC with a VLAN."""
+    return bool(entry.get("tags")) or (entry.get("type") == "nic" and entry.get("vlan") is not None)
+
+
 def _add_disk_fields(entry: Dict[str, Any], disk: Disk, bus: str) -> None:
     if disk.serial:
         entry["serial"] = disk.serial
@@ -72,9 +84,16 @@ def _add_disk_fields(entry: Dict[str, Any], disk: Disk, bus: str) -> None:
         entry["path"] = posixpath.join("/dev", disk.target_dev)
 
 
-def devices_document(domain: Domain, *, validate: bool = True) -> Dict[str, Any]:
-    """The ``{"devices": [...]}`` document of ``domain``, schema-validated."""
-    document = {"devices": device_entries(domain)}
+def devices_document(domain: Domain, *, validate: bool = True, all_devices: bool = False) -> Dict[str, Any]:
+    """The ``{"devices": [...]}`` document of ``domain``, schema-validated.
+
+    By default the devices Nova would list (:func:`published_by_nova`);
+    ``all_devices`` lists every NIC and disk, untagged ones with ``"tags": []``.
+    """
+    entries = device_entries(domain)
+    if not all_devices:
+        entries = [entry for entry in entries if published_by_nova(entry)]
+    document = {"devices": entries}
     if validate:
         validate_document(document)
     return document

@@ -202,11 +202,14 @@ def instance_files(instance: Instance) -> Dict[str, bytes]:
     return files
 
 
-def instance_from_domain(domain: Domain, **fields: Any) -> Instance:
-    """The :class:`Instance` of a parsed domain; ``fields`` set the rest (user data, keys, ...)."""
+def instance_from_domain(domain: Domain, *, all_devices: bool = False, **fields: Any) -> Instance:
+    """The :class:`Instance` of a parsed domain; ``fields`` set the rest (user data, keys, ...).
+
+    Its ``devices`` are those Nova would publish, or every NIC and disk with ``all_devices``.
+    """
     if not domain.uuid:
         raise InputError(f"domain {domain.name!r} has no UUID")
-    document = devices_document(domain)
+    document = devices_document(domain, all_devices=all_devices)
     return Instance(
         uuid=domain.uuid,
         name=domain.name,

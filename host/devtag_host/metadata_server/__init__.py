@@ -49,11 +49,14 @@ class MetadataService:
         log_requests: bool = True,
         access_log: Optional[Callable[[str], None]] = None,
         reconnect: Optional[Callable[[], Any]] = None,
+        all_devices: bool = False,
     ) -> None:
         from .libvirt_watch import LibvirtWatcher
 
         self.directory = InstanceDirectory()
-        self.watcher = LibvirtWatcher(connection, self.directory, extras=extras, reconnect=reconnect)
+        self.watcher = LibvirtWatcher(
+            connection, self.directory, extras=extras, reconnect=reconnect, all_devices=all_devices
+        )
         if proxy_secret is None and addresses is None:
             addresses = AddressBook(leases=self.watcher.leases)
         self._addresses = addresses

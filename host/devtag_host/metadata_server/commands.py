@@ -53,6 +53,11 @@ def register(commands: Any) -> None:
         help="DIR/<uuid>/{user_data,meta.json,public_keys,vendor_data.json,network_data.json}",
     )
     server.add_argument("--no-access-log", action="store_true", help="do not log each request")
+    server.add_argument(
+        "--all-devices",
+        action="store_true",
+        help="list every NIC and disk in meta_data.json (default: as Nova, tagged ones and NICs with a VLAN)",
+    )
     server.set_defaults(handler=_cmd_metadata_server)
 
 
@@ -81,6 +86,7 @@ def _cmd_metadata_server(args: argparse.Namespace) -> None:
             log_requests=access_log is not None,
             access_log=access_log,
             reconnect=lambda: virt.open_connection(args.connect, read_only=True),
+            all_devices=args.all_devices,
         )
         announce(
             f"metadata server on {served}",
@@ -89,6 +95,7 @@ def _cmd_metadata_server(args: argparse.Namespace) -> None:
             else "instances identified by source address",
             f"{_domain_count(connection)} domain(s) on {connection.getURI()}",
             "access log: JSON lines on standard error" if access_log else "no access log",
+            "every NIC and disk listed" if args.all_devices else "tagged devices listed (as Nova)",
         )
         try:
             service.run(sockets=listeners)

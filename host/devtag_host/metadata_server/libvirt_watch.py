@@ -47,7 +47,8 @@ class LibvirtWatcher:
     """Mirror the domains of ``connection`` into ``directory``.
 
     ``extras(uuid)`` returns more :class:`~devtag_host.metadata.instance.Instance`
-    fields (user data, keys, meta) for a domain; default none.
+    fields (user data, keys, meta) for a domain; default none.  The devices
+    served are those Nova would publish, or every NIC and disk with ``all_devices``.
 
     When the connection closes (libvirtd restarted), ``reconnect()`` is called
     until it returns a new connection (every 1 s, backing off to 10 s); the
@@ -64,8 +65,10 @@ class LibvirtWatcher:
         resync_interval: float = 60.0,
         lease_interval: float = 2.0,
         reconnect: Optional[Callable[[], libvirt.virConnect]] = None,
+        all_devices: bool = False,
     ) -> None:
         self._connection = connection
+        self._all_devices = all_devices
         self._reconnect = reconnect
         self._directory = directory
         self._extras = extras
@@ -242,7 +245,7 @@ class LibvirtWatcher:
             )
             return
         try:
-            instance = instance_from_domain(domain, **extras)
+            instance = instance_from_domain(domain, all_devices=self._all_devices, **extras)
             self._directory.put(instance, active=active, owner=facts.owner, ports=facts.ports)
         except (DevtagError, ValueError, TypeError, RecursionError) as exc:
             log.warning("not serving domain %s: %s", uuid, exc)

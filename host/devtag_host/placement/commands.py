@@ -20,13 +20,19 @@ _DESCRIPTION = """\
 An OpenStack-Placement-compatible service (API microversions 1.0-1.17).
 
 Without --db, the database is $DEVTAG_PLACEMENT_DB, else the SQLite file
-~/.local/share/devtag/placement.sqlite.  For several API workers or hosts use
-PostgreSQL: --db postgresql://user@host/placement.
+placement.sqlite in devtag's state directory: /var/lib/devtag for root,
+else ~/.local/share/devtag ($XDG_DATA_HOME/devtag); $DEVTAG_STATE_DIR moves
+it.  For several API workers or hosts use PostgreSQL:
+--db postgresql://user@host/placement.
 
 Clients send X-Auth-Token.  With --auth-token-file only the token in that file
 is accepted; without it any token is (the osc-placement convention is 'admin')
 and the server refuses to listen on anything but loopback.
 """
+_DEFAULT_DB = (
+    "default: $DEVTAG_PLACEMENT_DB, else placement.sqlite in /var/lib/devtag for root, "
+    "~/.local/share/devtag for other users, $DEVTAG_STATE_DIR if set"
+)
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -45,7 +51,9 @@ def register(commands: argparse._SubParsersAction) -> None:
         epilog=SERVE_EXIT_STATUS,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    serve.add_argument("--db", metavar="URL", help="SQLAlchemy URL (sqlite:///FILE or postgresql://...)")
+    serve.add_argument(
+        "--db", metavar="URL", help=f"SQLAlchemy URL (sqlite:///FILE or postgresql://...; {_DEFAULT_DB})"
+    )
     serve.add_argument(
         "--listen",
         metavar="ADDR:PORT",
@@ -66,7 +74,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     serve.set_defaults(handler=_cmd_serve)
 
     sync = verbs.add_parser("db-sync", help="create or upgrade the database schema")
-    sync.add_argument("--db", metavar="URL", help="SQLAlchemy URL (default: the SQLite file)")
+    sync.add_argument("--db", metavar="URL", help=f"SQLAlchemy URL ({_DEFAULT_DB})")
     sync.set_defaults(handler=_cmd_db_sync)
 
     compute_commands.register(verbs)

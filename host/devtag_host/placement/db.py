@@ -29,6 +29,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection
 
 from .. import db
+from ..state import state_dir
 
 DEFAULT_DB_ENV = "DEVTAG_PLACEMENT_DB"
 MAX_INT = 2147483647
@@ -134,12 +135,16 @@ provider_traits = Table(
 
 
 def default_url() -> str:
-    """``$DEVTAG_PLACEMENT_DB``, else a SQLite file under ~/.local/share/devtag."""
+    """``$DEVTAG_PLACEMENT_DB``, else the SQLite file ``placement.sqlite`` in :func:`state_dir`.
+
+    That is /var/lib/devtag for root (a service's state, not root's home), else
+    ``$XDG_DATA_HOME/devtag`` (``$DEVTAG_STATE_DIR`` moves both), as for the
+    embedded libvirt root and the attachment store.
+    """
     configured = os.environ.get(DEFAULT_DB_ENV)
     if configured:
         return configured
-    data_home = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
-    return f"sqlite:///{os.path.join(data_home, 'devtag', 'placement.sqlite')}"
+    return f"sqlite:///{state_dir() / 'placement.sqlite'}"
 
 
 class Store(db.Store):
