@@ -109,6 +109,10 @@ def test_1_21_to_1_24_member_of_and_forbidden_traits_on_candidates(client):
     set_traits(client, a, "CUSTOM_GOLD")
     assert candidate_uuids(client, f"resources=VCPU:1&member_of={agg1}", "1.21") == {a}
     assert candidate_uuids(client, f"resources=VCPU:1&member_of=in:{agg1},{agg3}", "1.21") == {a, c}
+    # Before 1.21 member_of is an unknown parameter of candidates, as upstream's schema has it.
+    early = client.get(f"/allocation_candidates?resources=VCPU:1&member_of={agg1}", headers=at("1.20"))
+    assert early.status_code == 400, early.text
+    assert "Additional properties are not allowed ('member_of' was unexpected)" in early.text
     # 1.22: forbidden traits.
     assert candidate_uuids(client, "resources=VCPU:1&required=!CUSTOM_GOLD", "1.22") == {b, c}
     assert (
@@ -127,9 +131,7 @@ def test_1_21_to_1_24_member_of_and_forbidden_traits_on_candidates(client):
 
 def test_1_23_code_in_errors(client):
     missing = f"/resource_providers/{uuid.uuid4()}"
-    assert client.get(missing, headers=at("1.23")).json()["errors"][0]["code"] == (
-        "placement.resource_provider.not_found"
-    )
+    assert client.get(missing, headers=at("1.23")).json()["errors"][0]["code"] == "placement.undefined_code"
     old = client.get(missing, headers=at("1.22")).json()["errors"][0]
     assert "code" not in old and old["status"] == 404 and old["request_id"].startswith("req-")
 
@@ -212,7 +214,7 @@ def test_1_28_consumer_generations(client):
     assert got["consumer_generation"] == 1 and got["project_id"] == "p"
     assert "consumer_generation" not in client.get(f"/allocations/{consumer}", headers=at("1.27")).json()
     conflict = put(None, 2)
-    assert conflict.status_code == 409 and "expected 1 but got null" in conflict.json()["errors"][0]["detail"]
+    assert conflict.status_code == 409 and "expected 1 but got None" in conflict.json()["errors"][0]["detail"]
     assert put(1, 2).status_code == 204
     assert client.get(f"/allocations/{consumer}", headers=v).json()["consumer_generation"] == 2
     by_provider = client.get(f"/resource_providers/{rp}/allocations", headers=v).json()["allocations"]
@@ -542,3 +544,25 @@ def test_hostile_candidate_queries_never_500(client):
     for query in queries:
         response = client.get(f"/allocation_candidates?{query}", headers=at("1.39"))
         assert response.status_code in (200, 400), (query, response.text)
+
+
+def test_reshaper_and_traits_answers_as_upstream(client):
+    """Found by the differential test: upstream's reshaper checks no inventory
+    capacity (reserved above total passes), its PUT .../traits answer carries the
+    1.15 cache headers, and member_of on candidates starts at 1.21."""
+    cn = new_provider(client, "cn1")
+    v = at("1.30")
+    reshape = {
+        "inventories": {cn: {"resource_provider_generation": 0, "inventories": {"VCPU": {"total": 4, "reserved": 8}}}},
+        "allocations": {},
+    }
+    response = client.post("/reshaper", json=reshape, headers=v)
+    assert response.status_code == 204, response.text
+    assert client.get(f"/resource_providers/{cn}/inventories").json()["inventories"]["VCPU"]["reserved"] == 8
+    traits = client.put(f"/resource_providers/{cn}/traits", json={"traits": [], "resource_provider_generation": 1})
+    assert traits.status_code == 200 and traits.headers["cache-control"] == "no-cache"
+    assert "last-modified" in traits.headers
+    early = client.put(
+        f"/resource_providers/{cn}/traits", json={"traits": [], "resource_provider_generation": 1}, headers=at("1.14")
+    )
+    assert early.status_code == 200 and "cache-control" not in early.headers

@@ -114,9 +114,7 @@ def replace(connection: Connection, wanted: List[ConsumerAllocations]) -> None:
     providers = ids_by_uuid(connection, provider_uuids)
     # The first unknown provider in request order, as upstream names it.
     for uuid in (uuid for item in wanted for uuid in item.resources if uuid not in providers):
-        raise errors.bad_request(
-            f"Allocation for resource provider '{uuid}' that does not exist.", errors.RESOURCE_PROVIDER_NOT_FOUND
-        )
+        raise errors.bad_request(f"Allocation for resource provider '{uuid}' that does not exist.")
     class_names = {name for item in wanted for per in item.resources.values() for name in per}
     class_ids = resource_class.require_ids(connection, class_names, "allocation")
 

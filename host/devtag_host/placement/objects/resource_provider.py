@@ -72,7 +72,8 @@ def get(connection: Connection, uuid: str) -> Optional[Provider]:
 def get_or_404(connection: Connection, uuid: str) -> Provider:
     provider = get(connection, uuid)
     if provider is None:
-        raise errors.not_found(f"No resource provider with uuid {uuid} found", errors.RESOURCE_PROVIDER_NOT_FOUND)
+        # Upstream's code here is the default one (it names RESOURCE_PROVIDER_NOT_FOUND only in reshaper).
+        raise errors.not_found(f"No resource provider with uuid {uuid} found")
     return provider
 
 
