@@ -566,3 +566,52 @@ def test_reshaper_and_traits_answers_as_upstream(client):
         f"/resource_providers/{cn}/traits", json={"traits": [], "resource_provider_generation": 1}, headers=at("1.14")
     )
     assert early.status_code == 200 and "cache-control" not in early.headers
+
+
+def test_reshaper_checks_in_upstream_order_and_words(client):
+    """The inventories' providers in body order, then consumer generations, then the
+    allocations' providers, then classes: each refusal worded as upstream's."""
+    cn = new_provider(client, "cn1", uuid="aaaaaaaa-1111-4111-8111-111111111111")
+    missing = "bbbbbbbb-1111-4111-8111-111111111111"
+    consumer = str(uuid.uuid4())
+    v = at("1.30")
+
+    def reshape(inventories: dict, allocations: dict) -> httpx.Response:
+        return client.post("/reshaper", json={"inventories": inventories, "allocations": allocations}, headers=v)
+
+    def moved(rp: str, resources: dict, generation: object = None) -> dict:
+        one = {"allocations": {rp: {"resources": resources}}, "project_id": "p", "user_id": "u"}
+        return {consumer: {**one, "consumer_generation": generation}}
+
+    ours = {cn: {"resource_provider_generation": 0, "inventories": {"VCPU": {"total": 4}}}}
+    nowhere = {missing: {"resource_provider_generation": 0, "inventories": {}}}
+    first = reshape({**nowhere, **ours}, moved(cn, {"VCPU": 1}, generation=3))
+    assert first.status_code == 400 and error_code(first) == "placement.resource_provider.not_found"
+    stale_consumer = reshape(ours, moved(missing, {"VCPU": 1}, generation=3))
+    assert stale_consumer.status_code == 409 and "expected null but got 3" in stale_consumer.text
+    unknown_rp = reshape(ours, moved(missing, {"BOGUS": 1}))
+    assert unknown_rp.status_code == 400
+    assert f"Allocation for resource provider '{missing}' that does not exist." in unknown_rp.text
+    bogus = {cn: {"resource_provider_generation": 0, "inventories": {"BOGUS": {"total": 4}}}}
+    unknown_class = reshape(bogus, moved(cn, {"VCPU": 1}))
+    assert unknown_class.status_code == 400
+    assert unknown_class.json()["errors"][0]["detail"] == "malformed reshaper data: No such resource class BOGUS."
+    put = client.put(
+        f"/allocations/{consumer}",
+        json={"allocations": {cn: {"resources": {"BOGUS": 1}}}, "project_id": "p", "user_id": "u"},
+    )
+    assert put.json()["errors"][0]["detail"] == (
+        f"Unable to allocate inventory for consumer {consumer}: No such resource class BOGUS."
+    )
+    posted = client.post(
+        "/allocations",
+        json={consumer: {"allocations": {cn: {"resources": {"BOGUS": 1}}}, "project_id": "p", "user_id": "u"}},
+    )
+    assert posted.json()["errors"][0]["detail"] == "Unable to allocate inventory No such resource class BOGUS."
+    inventory = client.put(
+        f"/resource_providers/{cn}/inventories",
+        json={"resource_provider_generation": 0, "inventories": bogus[cn]["inventories"]},
+    )
+    assert inventory.json()["errors"][0]["detail"] == (
+        f"Unknown resource class in inventory for resource provider {cn}: No such resource class BOGUS."
+    )

@@ -36,11 +36,11 @@ def _back_off(attempt: int) -> None:
     time.sleep(random.uniform(0, min(0.1, 0.002 * 2**attempt)))  # noqa: S311 - jitter, not crypto
 
 
-def write_with_retries(call: Call, wanted: List[allocation.ConsumerAllocations]) -> None:
+def write_with_retries(call: Call, wanted: List[allocation.ConsumerAllocations], unknown_class_prefix: str) -> None:
     for attempt in range(RETRIES):
         try:
             with call.store.write() as connection:
-                allocation.replace(connection, wanted)
+                allocation.replace(connection, wanted, unknown_class_prefix)
             return
         except ConcurrentUpdate:
             if attempt == RETRIES - 1:
@@ -81,7 +81,7 @@ def put_allocations(call: Call) -> Reply:
     for uuid, per_class in items:
         _merge(resources, uuid, per_class)
     wanted = wanted_allocations(call, consumer, resources, body)
-    write_with_retries(call, [wanted])
+    write_with_retries(call, [wanted], f"Unable to allocate inventory for consumer {consumer}: ")
     return Reply(204)
 
 
@@ -110,7 +110,7 @@ def wanted_allocations(
 def post_allocations(call: Call) -> Reply:
     body = validate(call.body, schema.post_schema(call.version.minor))
     wanted = [wanted_allocations(call, consumer, merged_resources(item), item) for consumer, item in body.items()]
-    write_with_retries(call, wanted)
+    write_with_retries(call, wanted, "Unable to allocate inventory ")
     return Reply(204)
 
 

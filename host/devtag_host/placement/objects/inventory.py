@@ -91,12 +91,17 @@ def _usage(connection: Connection, provider_id: int) -> Dict[str, int]:
 
 
 def replace_all(
-    connection: Connection, provider: Provider, wanted: Dict[str, Inventory], check_in_use: bool = True
+    connection: Connection,
+    provider: Provider,
+    wanted: Dict[str, Inventory],
+    check_in_use: bool = True,
+    unknown_class_prefix: str = "",
 ) -> None:
     """Set the provider's whole inventory (PUT .../inventories); bumps the generation.
     The reshaper (1.30) moves allocations in the same transaction and checks after
     it instead (``check_in_use=False``)."""
-    class_ids = resource_class.require_ids(connection, wanted, "inventory")
+    prefix = unknown_class_prefix or f"Unknown resource class in inventory for resource provider {provider.uuid}: "
+    class_ids = resource_class.require_ids(connection, wanted, prefix)
     used = _used_of_provider(connection, provider.id)
     removed = set(used) - set(wanted)
     busy = {name for name in removed if used[name]}
@@ -131,7 +136,12 @@ def add(connection: Connection, provider: Provider, name: str, inventory: Invent
             errors.CONCURRENT_UPDATE,
         )
     current[name] = inventory
-    replace_all(connection, provider, current)
+    replace_all(
+        connection,
+        provider,
+        current,
+        unknown_class_prefix=f"Unable to create inventory for resource provider {provider.uuid}: ",
+    )
 
 
 def update(connection: Connection, provider: Provider, name: str, inventory: Inventory) -> None:
