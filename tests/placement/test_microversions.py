@@ -615,3 +615,22 @@ def test_reshaper_checks_in_upstream_order_and_words(client):
     assert inventory.json()["errors"][0]["detail"] == (
         f"Unknown resource class in inventory for resource provider {cn}: No such resource class BOGUS."
     )
+
+
+def test_candidates_checks_in_upstream_order(client):
+    """Group by group as upstream: unknown class (400), no provider in member_of
+    (no candidate, the group's unknown traits unseen), unknown trait (400); the
+    query schema (group_policy, limit) before any group."""
+    agg = str(uuid.uuid4())
+    empty = {"allocation_requests": [], "provider_summaries": {}}
+    nobody = client.get(f"/allocation_candidates?resources=VCPU:1&member_of={agg}&required=CUSTOM_NOPE")
+    assert nobody.status_code == 200 and nobody.json() == empty
+    bogus = client.get(f"/allocation_candidates?resources=BOGUS:1&member_of={agg}")
+    assert bogus.status_code == 400
+    assert "Invalid resource class in resources parameter: No such resource class BOGUS." in bogus.text
+    rp = new_provider(client, "cn1")
+    set_aggregates(client, rp, agg)
+    unknown = client.get(f"/allocation_candidates?resources=VCPU:1&member_of={agg}&required=CUSTOM_NOPE")
+    assert unknown.status_code == 400 and "No such trait(s): CUSTOM_NOPE." in unknown.text
+    policy = client.get(f"/allocation_candidates?resources=VCPU:1&member_of1=!{agg}&resources1=VCPU:1&group_policy=x")
+    assert policy.status_code == 400 and "'x' is not one of ['none', 'isolate']" in policy.text

@@ -96,6 +96,19 @@ def parse(query: List[Tuple[str, str]], version: Version) -> CandidateRequest:
         seen.setdefault(key, []).append(value)
 
     request = CandidateRequest(groups=[])
+    # Upstream's query schema (limit, group_policy) is checked before any group is parsed.
+    if "limit" in seen:
+        value = seen["limit"][0]
+        if not value.isdigit() or int(value) < 1 or len(value) > 18:
+            raise errors.bad_request(f"Invalid query string parameters: '{value[:20]}' does not match '^[1-9][0-9]*$'")
+        request.limit = int(value)
+    if "group_policy" in seen:
+        value = seen["group_policy"][0]
+        if value not in ("none", "isolate"):
+            raise errors.bad_request(
+                f"Invalid query string parameters: '{value[:40]}' is not one of ['none', 'isolate']"
+            )
+        request.group_policy = value
     by_suffix: Dict[str, Group] = {}
     for key, values in seen.items():
         if key in request_wide and version.at_least(request_wide[key]):
@@ -113,18 +126,6 @@ def parse(query: List[Tuple[str, str]], version: Version) -> CandidateRequest:
         else:
             group.in_tree = parse_uuid("in_tree", values[-1])
 
-    if "limit" in seen:
-        value = seen["limit"][0]
-        if not value.isdigit() or int(value) < 1 or len(value) > 18:
-            raise errors.bad_request(f"Invalid query string parameters: '{value[:20]}' does not match '^[1-9][0-9]*$'")
-        request.limit = int(value)
-    if "group_policy" in seen:
-        value = seen["group_policy"][0]
-        if value not in ("none", "isolate"):
-            raise errors.bad_request(
-                f"Invalid query string parameters: '{value[:40]}' is not one of ['none', 'isolate']"
-            )
-        request.group_policy = value
     if "root_required" in seen:
         if len(seen["root_required"]) > 1:
             raise errors.bad_request(
