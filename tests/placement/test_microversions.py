@@ -625,6 +625,9 @@ def test_candidates_checks_in_upstream_order(client):
     empty = {"allocation_requests": [], "provider_summaries": {}}
     nobody = client.get(f"/allocation_candidates?resources=VCPU:1&member_of={agg}&required=CUSTOM_NOPE")
     assert nobody.status_code == 200 and nobody.json() == empty
+    query = f"resources=VCPU:1&member_of={agg}&root_required=CUSTOM_NOPE"
+    root = client.get(f"/allocation_candidates?{query}", headers=at("1.35"))
+    assert root.status_code == 400 and "No such trait(s): CUSTOM_NOPE." in root.text
     bogus = client.get(f"/allocation_candidates?resources=BOGUS:1&member_of={agg}")
     assert bogus.status_code == 400
     assert "Invalid resource class in resources parameter: No such resource class BOGUS." in bogus.text

@@ -30,10 +30,13 @@ def list_candidates(call: Call) -> Reply:
 
 
 def _no_group_can_match(connection: Connection, request: candidate_request.CandidateRequest) -> bool:
-    """Upstream's order, group by group: an unknown resource class is a 400; no provider in the ``member_of``
+    """Upstream's order: root_required's unknown traits are a 400; then group by
+    group: an unknown resource class is a 400; no provider in the ``member_of``
     aggregates means no candidate (before the group's traits are looked up: an
-    unknown trait is then no 400); then the group's unknown traits are a 400; then
-    an unknown ``in_tree`` provider means no candidate."""
+    unknown trait is then no 400); the group's unknown traits are a 400; an
+    unknown ``in_tree`` provider means no candidate."""
+    roots = request.root_traits  # request-wide, looked up before any group
+    trait.require_ids(connection, [*(n for any_of in roots.required for n in sorted(any_of)), *sorted(roots.forbidden)])
     for group in request.groups:
         resource_class.require_ids(connection, group.resources, "Invalid resource class in resources parameter: ")
         members = None
