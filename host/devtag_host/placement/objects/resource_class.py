@@ -91,7 +91,7 @@ def rename(connection: Connection, name: str, new_name: str) -> None:
 
 def delete(connection: Connection, name: str) -> None:
     if not is_custom(name):
-        raise errors.bad_request(f"Cannot delete standard resource class {name}: ")
+        raise errors.bad_request(f"Error in delete resource class: Cannot delete standard resource class {name}.")
     found = ids_by_name(connection, [name])
     if name not in found:
         raise errors.not_found(f"No such resource class {name}.")
