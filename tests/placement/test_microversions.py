@@ -637,3 +637,22 @@ def test_candidates_checks_in_upstream_order(client):
     assert unknown.status_code == 400 and "No such trait(s): CUSTOM_NOPE." in unknown.text
     policy = client.get(f"/allocation_candidates?resources=VCPU:1&member_of1=!{agg}&resources1=VCPU:1&group_policy=x")
     assert policy.status_code == 400 and "'x' is not one of ['none', 'isolate']" in policy.text
+
+
+def test_stale_generations_worded_per_route_as_upstream(client):
+    """Found by the random differential run: upstream words a stale generation per
+    route, without the provider's uuid."""
+    rp = new_provider(client, "cn1")
+    stale = client.put(
+        f"/resource_providers/{rp}/inventories", json={"resource_provider_generation": 5, "inventories": {}}
+    )
+    assert stale.status_code == 409 and error_code(stale) == "placement.concurrent_update"
+    assert stale.json()["errors"][0]["detail"] == "resource provider generation conflict"
+    one = client.put(f"/resource_providers/{rp}/inventories/VCPU", json={"resource_provider_generation": 5, "total": 1})
+    assert one.json()["errors"][0]["detail"] == "resource provider generation conflict"
+    aggregates = client.put(
+        f"/resource_providers/{rp}/aggregates", json={"aggregates": [], "resource_provider_generation": 5}
+    )
+    assert aggregates.status_code == 409 and aggregates.json()["errors"][0]["detail"] == (
+        "Resource provider's generation already changed. Please update the generation and try again."
+    )

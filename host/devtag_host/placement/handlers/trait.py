@@ -76,11 +76,7 @@ def set_provider_traits(call: Call) -> Reply:
     body = validate(call.body, schema.PUT_PROVIDER_TRAITS)  # as upstream: the body before the provider
     with call.store.write() as connection:
         provider = rp.get_or_404(connection, call.params["uuid"])
-        if provider.generation != body["resource_provider_generation"]:  # then the generation, in its words
-            raise errors.conflict(
-                "Resource provider's generation already changed. Please update the generation and try again.",
-                errors.CONCURRENT_UPDATE,
-            )
+        rp.check_generation(provider, body["resource_provider_generation"], rp.GENERATION_CHANGED)  # then this
         found = trait.ids_by_name(connection, body["traits"])
         missing = sorted(set(body["traits"]) - set(found))
         if missing:  # upstream names them all here (in no particular order)

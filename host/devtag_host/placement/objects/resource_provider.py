@@ -342,6 +342,11 @@ def bump_generation(connection: Connection, provider: Provider) -> int:
     return provider.generation
 
 
-def check_generation(provider: Provider, seen: int) -> None:
+GENERATION_CHANGED = "Resource provider's generation already changed. Please update the generation and try again."
+
+
+def check_generation(provider: Provider, seen: int, detail: str = "resource provider generation conflict") -> None:
+    """The generation the client read must be the provider's: else a 409 in the
+    route's words (upstream words it per route; the default is its inventories')."""
     if provider.generation != seen:
-        raise ConcurrentUpdate(provider.uuid)
+        raise errors.conflict(detail, errors.CONCURRENT_UPDATE)
