@@ -568,6 +568,8 @@ def compare(services: Any, requests: List[Request]) -> None:
         # Upstream wraps its message in webob's text (and a schema dump); the
         # message itself must be upstream's, word for word.
         for mine, theirs in zip(details(got[2]), details(want[2])):
+            if "IntegrityError)" in theirs:  # upstream shows its database's own text (SQLite's, here): not a contract
+                mine, theirs = mine.split(":", 1)[0], theirs.split("(", 1)[0]
             assert our_ids(mine) in their_ids(theirs), f"{where}\nours     {mine!r}\nupstream {theirs!r}"
         assert significant_headers(got[1], our_ids) == significant_headers(want[1], their_ids), (
             f"{where}\nours     {significant_headers(got[1], our_ids)}\n"
