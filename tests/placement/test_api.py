@@ -106,7 +106,10 @@ def test_provider_lifecycle(client):
     assert renamed.status_code == 200 and renamed.json()["name"] == "cn1-renamed"
     assert client.delete(f"/resource_providers/{rp}").status_code == 204
     missing = client.get(f"/resource_providers/{rp}")
-    assert missing.status_code == 404 and error_code(missing) == "placement.resource_provider.not_found"
+    # Upstream names no code of its own for an unknown provider (only reshaper does).
+    assert missing.status_code == 404 and error_code(missing) == "placement.undefined_code"
+    gone = client.delete(f"/resource_providers/{rp}")
+    assert gone.status_code == 404 and error_code(gone) == "placement.undefined_code"
 
 
 def test_provider_with_given_uuid_and_bad_bodies(client):
@@ -346,7 +349,7 @@ def test_resource_classes(client):
     assert {"VCPU", "MEMORY_MB", "DISK_GB", "IPV4_ADDRESS"} <= set(names)
     assert client.post("/resource_classes", json={"name": "CUSTOM_FPGA"}).status_code == 201
     dup = client.post("/resource_classes", json={"name": "CUSTOM_FPGA"})
-    assert dup.status_code == 409 and error_code(dup) == "placement.duplicate_name"
+    assert dup.status_code == 409 and error_code(dup) == "placement.undefined_code"  # as upstream: no code here
     assert client.post("/resource_classes", json={"name": "FPGA"}).status_code == 400
     assert client.get("/resource_classes/CUSTOM_FPGA").json()["name"] == "CUSTOM_FPGA"
     assert client.put("/resource_classes/CUSTOM_GPU").status_code == 201
@@ -358,7 +361,11 @@ def test_resource_classes(client):
     rp = new_provider(client, "cn1")
     set_inventory(client, rp, CUSTOM_FPGA={"total": 2})
     assert client.delete("/resource_classes/CUSTOM_FPGA").status_code == 409
-    assert client.delete("/resource_classes/VCPU").status_code == 400
+    standard = client.delete("/resource_classes/VCPU")
+    assert standard.status_code == 400
+    assert standard.json()["errors"][0]["detail"] == (
+        "Error in delete resource class: Cannot delete standard resource class VCPU."
+    )  # upstream's words (the random differential run found ours differed)
     assert client.delete("/resource_classes/CUSTOM_VGPU").status_code == 204
     assert client.get("/resource_classes/CUSTOM_VGPU").status_code == 404
     assert client.get("/resource_classes", headers={"openstack-api-version": "placement 1.1"}).status_code == 404
@@ -380,8 +387,25 @@ def test_details_as_openstack_placement_does_them(client):
     odd = {"resource_class": "DISK_GB", "total": 8, "min_unit": 5, "max_unit": 2}
     assert client.post(f"/resource_providers/{rp}/inventories", json=odd).status_code == 201
     assert client.get("/allocations/not-a-uuid").json() == {"allocations": {}}
+    # Upstream compares the generation first (its words), then names every unknown trait.
     unknown_and_stale = {"traits": ["CUSTOM_NOPE"], "resource_provider_generation": 99}
-    assert client.put(f"/resource_providers/{rp}/traits", json=unknown_and_stale).status_code == 400
+    stale = client.put(f"/resource_providers/{rp}/traits", json=unknown_and_stale)
+    assert stale.status_code == 409 and error_code(stale) == "placement.concurrent_update"
+    assert "Resource provider's generation already changed. Please update the generation" in stale.text
+    generation = client.get(f"/resource_providers/{rp}").json()["generation"]
+    unknown = {"traits": ["CUSTOM_NOPE", "CUSTOM_B"], "resource_provider_generation": generation}
+    answer = client.put(f"/resource_providers/{rp}/traits", json=unknown)
+    assert answer.status_code == 400 and "No such trait CUSTOM_B, CUSTOM_NOPE" in answer.text
+    # ... but the query filters stop at the first unknown one, as upstream's lookup does.
+    listed = client.get("/resource_providers?required=CUSTOM_NOPE,CUSTOM_B")
+    assert listed.status_code == 400
+    detail = listed.json()["errors"][0]["detail"]
+    assert detail == 'Invalid trait(s) in "required" parameter: No such trait(s): CUSTOM_NOPE.'
+    # The body of PUT .../traits is read before the provider is looked up.
+    missing = f"/resource_providers/{uuid.uuid4()}/traits"
+    assert client.put(missing, json={"traits": "x"}).status_code == 400
+    associated = client.get("/traits?associated=x")
+    assert associated.json()["errors"][0]["detail"] == 'The query parameter "associated" only accepts "true" or "false"'
     response = client.get("/resource_providers", headers={"openstack-api-version": "placement 1.01"})
     assert response.headers["openstack-api-version"] == "placement 1.1"
 
@@ -416,3 +440,86 @@ def test_upstream_wording_and_order_of_provider_errors(client):
     assert created.status_code == 200, created.text
     renamed = client.put(f"/resource_providers/{created.json()['uuid']}", json={"name": "cached2"})
     assert renamed.headers["cache-control"] == "no-cache" and "last-modified" in renamed.headers  # 1.15+
+
+
+def test_allocation_amounts_beyond_32_bits_meet_the_provider_checks_as_upstream(client):
+    """Upstream's schema has no maximum for an amount: an unknown provider is named
+    first (400), a known one refuses it by max_unit (409); never a schema error or a 500."""
+    missing = str(uuid.uuid4())
+    consumer = str(uuid.uuid4())
+    for amount in (2**31, 2**63, 10**30):
+        body = {"allocations": {missing: {"resources": {"VCPU": amount}}}, "project_id": "p", "user_id": "u"}
+        unknown = client.put(f"/allocations/{consumer}", json=body)
+        assert unknown.status_code == 400, unknown.text
+        assert f"Allocation for resource provider '{missing}' that does not exist." in unknown.text
+    rp = new_provider(client, "cn1")
+    set_inventory(client, rp, VCPU={"total": 2147483647, "allocation_ratio": 16.0})
+    for amount in (2**31, 2**63, 10**30):
+        body = {"allocations": {rp: {"resources": {"VCPU": amount}}}, "project_id": "p", "user_id": "u"}
+        refused = client.put(f"/allocations/{consumer}", json=body)
+        assert refused.status_code == 409, refused.text
+        assert f"The requested amount ({amount}) violates min_unit" in refused.text
+    assert client.get(f"/resource_providers/{rp}/usages").json()["usages"] == {"VCPU": 0}
+
+
+def test_inventory_capacity_checked_as_upstream(client):
+    """Upstream checks an inventory's capacity int((total - reserved) * ratio), nothing
+    else: positive before 1.26, not negative from 1.26, in its words; its schema sets
+    no lower bound on allocation_ratio and lets the generation come along in POST."""
+    rp = new_provider(client, "cn1")
+    old, new = {"openstack-api-version": "placement 1.25"}, {"openstack-api-version": "placement 1.26"}
+
+    def put(headers: dict, **record: object) -> httpx.Response:
+        generation = client.get(f"/resource_providers/{rp}").json()["generation"]
+        body = {"resource_provider_generation": generation, "inventories": {"VCPU": record}}
+        return client.put(f"/resource_providers/{rp}/inventories", json=body, headers=headers)
+
+    zero_ratio = put(old, total=4, allocation_ratio=0)
+    assert zero_ratio.status_code == 400, zero_ratio.text
+    assert (
+        f"Unable to update inventory for resource provider {rp}: Invalid inventory for 'VCPU' on resource "
+        f"provider '{rp}'. The reserved value is greater than or equal to total."
+    ) in zero_ratio.text
+    assert put(new, total=4, allocation_ratio=0).status_code == 200
+    assert put(new, total=4, reserved=5, allocation_ratio=0).status_code == 200  # capacity int(-0.0) == 0
+    negative = put(new, total=4, allocation_ratio=-1.5)
+    assert negative.status_code == 400 and "The reserved value is greater than total." in negative.text
+    created = client.post(
+        f"/resource_providers/{rp}/inventories",
+        json={"resource_class": "DISK_GB", "total": 4, "reserved": 4, "resource_provider_generation": 99},
+        headers=old,
+    )
+    assert created.status_code == 400
+    assert f"Unable to create inventory for resource provider {rp}: Invalid inventory for 'DISK_GB'" in created.text
+    body = {"resource_class": "DISK_GB", "total": 4, "resource_provider_generation": 99}
+    assert client.post(f"/resource_providers/{rp}/inventories", json=body).status_code == 201
+
+
+def test_consumer_ids_spelled_as_upstream_stores_them(client):
+    """A PUT's path id is stored in the canonical form (lower case, dashed); GET and
+    DELETE look the path's id up as spelled, POST keys are stored as spelled; a
+    provider is looked up as the body spells it (upper case: unknown)."""
+    rp = new_provider(client, "cn1", uuid="aaaaaaaa-1111-4111-8111-111111111111")
+    set_inventory(client, rp, VCPU={"total": 8})
+    consumer = "c0000000-0000-4000-8000-0000000000ab"
+    body = {"allocations": {rp: {"resources": {"VCPU": 1}}}, "project_id": "p", "user_id": "u"}
+    for spelling in (consumer.upper(), consumer.replace("-", ""), "{" + consumer + "}", "urn:uuid:" + consumer):
+        assert client.put(f"/allocations/{spelling}", json=body).status_code == 204, spelling
+        assert client.get(f"/allocations/{consumer}").json()["allocations"][rp]["resources"] == {"VCPU": 1}
+        if spelling != consumer:
+            assert client.get(f"/allocations/{spelling}").json() == {"allocations": {}}
+    listed = client.get(f"/resource_providers/{rp}/allocations").json()["allocations"]
+    assert list(listed) == [consumer]
+    assert client.put("/allocations/c0000000_0000_4000_8000_0000000000ab", json=body).status_code == 400
+    assert client.delete(f"/allocations/{consumer.upper()}").status_code == 404
+    gone = client.delete("/allocations/not-a-uuid")
+    assert gone.status_code == 404 and "No allocations for consumer 'not-a-uuid'" in gone.text
+    assert client.delete(f"/allocations/{consumer}").status_code == 204
+    shouting = "C0000000-0000-4000-8000-0000000000CD"
+    assert client.post("/allocations", json={shouting: body}).status_code == 204
+    assert list(client.get(f"/resource_providers/{rp}/allocations").json()["allocations"]) == [shouting]
+    upper_rp = {**body, "allocations": {rp.upper(): {"resources": {"VCPU": 1}}}}
+    unknown = client.put(f"/allocations/{consumer}", json=upper_rp)
+    assert unknown.status_code == 400 and "that does not exist" in unknown.text
+    assert client.get(f"/resource_providers?uuid={rp.upper()}").json()["resource_providers"] == []
+    assert client.get(f"/resource_providers?in_tree={rp.upper()}").json()["resource_providers"] == []

@@ -109,6 +109,10 @@ def test_1_21_to_1_24_member_of_and_forbidden_traits_on_candidates(client):
     set_traits(client, a, "CUSTOM_GOLD")
     assert candidate_uuids(client, f"resources=VCPU:1&member_of={agg1}", "1.21") == {a}
     assert candidate_uuids(client, f"resources=VCPU:1&member_of=in:{agg1},{agg3}", "1.21") == {a, c}
+    # Before 1.21 member_of is an unknown parameter of candidates, as upstream's schema has it.
+    early = client.get(f"/allocation_candidates?resources=VCPU:1&member_of={agg1}", headers=at("1.20"))
+    assert early.status_code == 400, early.text
+    assert "Additional properties are not allowed ('member_of' was unexpected)" in early.text
     # 1.22: forbidden traits.
     assert candidate_uuids(client, "resources=VCPU:1&required=!CUSTOM_GOLD", "1.22") == {b, c}
     assert (
@@ -127,9 +131,7 @@ def test_1_21_to_1_24_member_of_and_forbidden_traits_on_candidates(client):
 
 def test_1_23_code_in_errors(client):
     missing = f"/resource_providers/{uuid.uuid4()}"
-    assert client.get(missing, headers=at("1.23")).json()["errors"][0]["code"] == (
-        "placement.resource_provider.not_found"
-    )
+    assert client.get(missing, headers=at("1.23")).json()["errors"][0]["code"] == "placement.undefined_code"
     old = client.get(missing, headers=at("1.22")).json()["errors"][0]
     assert "code" not in old and old["status"] == 404 and old["request_id"].startswith("req-")
 
@@ -212,7 +214,7 @@ def test_1_28_consumer_generations(client):
     assert got["consumer_generation"] == 1 and got["project_id"] == "p"
     assert "consumer_generation" not in client.get(f"/allocations/{consumer}", headers=at("1.27")).json()
     conflict = put(None, 2)
-    assert conflict.status_code == 409 and "expected 1 but got null" in conflict.json()["errors"][0]["detail"]
+    assert conflict.status_code == 409 and "expected 1 but got None" in conflict.json()["errors"][0]["detail"]
     assert put(1, 2).status_code == 204
     assert client.get(f"/allocations/{consumer}", headers=v).json()["consumer_generation"] == 2
     by_provider = client.get(f"/resource_providers/{rp}/allocations", headers=v).json()["allocations"]
@@ -542,3 +544,115 @@ def test_hostile_candidate_queries_never_500(client):
     for query in queries:
         response = client.get(f"/allocation_candidates?{query}", headers=at("1.39"))
         assert response.status_code in (200, 400), (query, response.text)
+
+
+def test_reshaper_and_traits_answers_as_upstream(client):
+    """Found by the differential test: upstream's reshaper checks no inventory
+    capacity (reserved above total passes), its PUT .../traits answer carries the
+    1.15 cache headers, and member_of on candidates starts at 1.21."""
+    cn = new_provider(client, "cn1")
+    v = at("1.30")
+    reshape = {
+        "inventories": {cn: {"resource_provider_generation": 0, "inventories": {"VCPU": {"total": 4, "reserved": 8}}}},
+        "allocations": {},
+    }
+    response = client.post("/reshaper", json=reshape, headers=v)
+    assert response.status_code == 204, response.text
+    assert client.get(f"/resource_providers/{cn}/inventories").json()["inventories"]["VCPU"]["reserved"] == 8
+    traits = client.put(f"/resource_providers/{cn}/traits", json={"traits": [], "resource_provider_generation": 1})
+    assert traits.status_code == 200 and traits.headers["cache-control"] == "no-cache"
+    assert "last-modified" in traits.headers
+    early = client.put(
+        f"/resource_providers/{cn}/traits", json={"traits": [], "resource_provider_generation": 1}, headers=at("1.14")
+    )
+    assert early.status_code == 200 and "cache-control" not in early.headers
+
+
+def test_reshaper_checks_in_upstream_order_and_words(client):
+    """The inventories' providers in body order, then consumer generations, then the
+    allocations' providers, then classes: each refusal worded as upstream's."""
+    cn = new_provider(client, "cn1", uuid="aaaaaaaa-1111-4111-8111-111111111111")
+    missing = "bbbbbbbb-1111-4111-8111-111111111111"
+    consumer = str(uuid.uuid4())
+    v = at("1.30")
+
+    def reshape(inventories: dict, allocations: dict) -> httpx.Response:
+        return client.post("/reshaper", json={"inventories": inventories, "allocations": allocations}, headers=v)
+
+    def moved(rp: str, resources: dict, generation: object = None) -> dict:
+        one = {"allocations": {rp: {"resources": resources}}, "project_id": "p", "user_id": "u"}
+        return {consumer: {**one, "consumer_generation": generation}}
+
+    ours = {cn: {"resource_provider_generation": 0, "inventories": {"VCPU": {"total": 4}}}}
+    nowhere = {missing: {"resource_provider_generation": 0, "inventories": {}}}
+    first = reshape({**nowhere, **ours}, moved(cn, {"VCPU": 1}, generation=3))
+    assert first.status_code == 400 and error_code(first) == "placement.resource_provider.not_found"
+    stale_consumer = reshape(ours, moved(missing, {"VCPU": 1}, generation=3))
+    assert stale_consumer.status_code == 409 and "expected null but got 3" in stale_consumer.text
+    unknown_rp = reshape(ours, moved(missing, {"BOGUS": 1}))
+    assert unknown_rp.status_code == 400
+    assert f"Allocation for resource provider '{missing}' that does not exist." in unknown_rp.text
+    bogus = {cn: {"resource_provider_generation": 0, "inventories": {"BOGUS": {"total": 4}}}}
+    unknown_class = reshape(bogus, moved(cn, {"VCPU": 1}))
+    assert unknown_class.status_code == 400
+    assert unknown_class.json()["errors"][0]["detail"] == "malformed reshaper data: No such resource class BOGUS."
+    put = client.put(
+        f"/allocations/{consumer}",
+        json={"allocations": {cn: {"resources": {"BOGUS": 1}}}, "project_id": "p", "user_id": "u"},
+    )
+    assert put.json()["errors"][0]["detail"] == (
+        f"Unable to allocate inventory for consumer {consumer}: No such resource class BOGUS."
+    )
+    posted = client.post(
+        "/allocations",
+        json={consumer: {"allocations": {cn: {"resources": {"BOGUS": 1}}}, "project_id": "p", "user_id": "u"}},
+    )
+    assert posted.json()["errors"][0]["detail"] == "Unable to allocate inventory No such resource class BOGUS."
+    inventory = client.put(
+        f"/resource_providers/{cn}/inventories",
+        json={"resource_provider_generation": 0, "inventories": bogus[cn]["inventories"]},
+    )
+    assert inventory.json()["errors"][0]["detail"] == (
+        f"Unknown resource class in inventory for resource provider {cn}: No such resource class BOGUS."
+    )
+
+
+def test_candidates_checks_in_upstream_order(client):
+    """Group by group as upstream: unknown class (400), no provider in member_of
+    (no candidate, the group's unknown traits unseen), unknown trait (400); the
+    query schema (group_policy, limit) before any group."""
+    agg = str(uuid.uuid4())
+    empty = {"allocation_requests": [], "provider_summaries": {}}
+    nobody = client.get(f"/allocation_candidates?resources=VCPU:1&member_of={agg}&required=CUSTOM_NOPE")
+    assert nobody.status_code == 200 and nobody.json() == empty
+    query = f"resources=VCPU:1&member_of={agg}&root_required=CUSTOM_NOPE"
+    root = client.get(f"/allocation_candidates?{query}", headers=at("1.35"))
+    assert root.status_code == 400 and "No such trait(s): CUSTOM_NOPE." in root.text
+    bogus = client.get(f"/allocation_candidates?resources=BOGUS:1&member_of={agg}")
+    assert bogus.status_code == 400
+    assert "Invalid resource class in resources parameter: No such resource class BOGUS." in bogus.text
+    rp = new_provider(client, "cn1")
+    set_aggregates(client, rp, agg)
+    unknown = client.get(f"/allocation_candidates?resources=VCPU:1&member_of={agg}&required=CUSTOM_NOPE")
+    assert unknown.status_code == 400 and "No such trait(s): CUSTOM_NOPE." in unknown.text
+    policy = client.get(f"/allocation_candidates?resources=VCPU:1&member_of1=!{agg}&resources1=VCPU:1&group_policy=x")
+    assert policy.status_code == 400 and "'x' is not one of ['none', 'isolate']" in policy.text
+
+
+def test_stale_generations_worded_per_route_as_upstream(client):
+    """Found by the random differential run: upstream words a stale generation per
+    route, without the provider's uuid."""
+    rp = new_provider(client, "cn1")
+    stale = client.put(
+        f"/resource_providers/{rp}/inventories", json={"resource_provider_generation": 5, "inventories": {}}
+    )
+    assert stale.status_code == 409 and error_code(stale) == "placement.concurrent_update"
+    assert stale.json()["errors"][0]["detail"] == "resource provider generation conflict"
+    one = client.put(f"/resource_providers/{rp}/inventories/VCPU", json={"resource_provider_generation": 5, "total": 1})
+    assert one.json()["errors"][0]["detail"] == "resource provider generation conflict"
+    aggregates = client.put(
+        f"/resource_providers/{rp}/aggregates", json={"aggregates": [], "resource_provider_generation": 5}
+    )
+    assert aggregates.status_code == 409 and aggregates.json()["errors"][0]["detail"] == (
+        "Resource provider's generation already changed. Please update the generation and try again."
+    )

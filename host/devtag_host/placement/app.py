@@ -236,8 +236,9 @@ class Placement:
                     415,
                     f"The media type {content_type or 'None'} is not supported, use application/json",
                 )
-            if "uuid" in match.groupdict() and path.startswith("/resource_providers/"):
-                # As upstream: an unknown provider is a 404 before its body is read.
+            if "uuid" in match.groupdict() and path.startswith("/resource_providers/") and not path.endswith("/traits"):
+                # As upstream: an unknown provider is a 404 before its body is read
+                # (but for PUT .../traits, whose body upstream reads first).
                 with self.store.read() as connection:
                     provider_objects.get_or_404(connection, match.group("uuid"))
             try:

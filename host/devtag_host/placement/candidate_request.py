@@ -1,6 +1,6 @@
 """The query of ``GET /allocation_candidates`` as request groups, version by
-version: one unsuffixed group (1.10), ``required`` 1.17, ``member_of`` (from
-1.10 here, 1.21 upstream), forbidden traits 1.22, repeated ``member_of`` 1.24,
+version: one unsuffixed group (1.10), ``required`` 1.17, ``member_of`` 1.21,
+forbidden traits 1.22, repeated ``member_of`` 1.24,
 numbered groups and ``group_policy`` 1.25, ``in_tree``/``in_treeN`` 1.31,
 forbidden aggregates 1.32, string suffixes 1.33, ``root_required`` 1.35,
 ``same_subtree`` and resourceless groups 1.36, ``required=in:`` 1.39.
@@ -54,6 +54,16 @@ class CandidateRequest:
             names |= group.traits.names()
         return names
 
+    def ordered_trait_names(self) -> List[str]:
+        """Every trait named, in the order upstream looks them up (group by group,
+        the required ones in query order, then the forbidden, then root_required): an
+        unknown trait's 400 names the first unknown one of this order."""
+        ordered: List[str] = []
+        for traits in [*(group.traits for group in self.groups), self.root_traits]:
+            ordered.extend(name for any_of in traits.required for name in sorted(any_of))
+            ordered.extend(sorted(traits.forbidden))
+        return list(dict.fromkeys(ordered))
+
     def class_names(self) -> Set[str]:
         return {name for group in self.groups for name in group.resources}
 
@@ -80,12 +90,25 @@ def parse(query: List[Tuple[str, str]], version: Version) -> CandidateRequest:
         prefix, suffix = match.group(1), match.group(2) or ""
         if suffix and not granular:
             raise _unexpected(key)
-        minimum = {"resources": 10, "required": 17, "member_of": 10, "in_tree": 31}[prefix]
+        minimum = {"resources": 10, "required": 17, "member_of": 21, "in_tree": 31}[prefix]
         if not version.at_least(minimum):
             raise _unexpected(key)
         seen.setdefault(key, []).append(value)
 
     request = CandidateRequest(groups=[])
+    # Upstream's query schema (limit, group_policy) is checked before any group is parsed.
+    if "limit" in seen:
+        value = seen["limit"][0]
+        if not value.isdigit() or int(value) < 1 or len(value) > 18:
+            raise errors.bad_request(f"Invalid query string parameters: '{value[:20]}' does not match '^[1-9][0-9]*$'")
+        request.limit = int(value)
+    if "group_policy" in seen:
+        value = seen["group_policy"][0]
+        if value not in ("none", "isolate"):
+            raise errors.bad_request(
+                f"Invalid query string parameters: '{value[:40]}' is not one of ['none', 'isolate']"
+            )
+        request.group_policy = value
     by_suffix: Dict[str, Group] = {}
     for key, values in seen.items():
         if key in request_wide and version.at_least(request_wide[key]):
@@ -103,18 +126,6 @@ def parse(query: List[Tuple[str, str]], version: Version) -> CandidateRequest:
         else:
             group.in_tree = parse_uuid("in_tree", values[-1])
 
-    if "limit" in seen:
-        value = seen["limit"][0]
-        if not value.isdigit() or int(value) < 1 or len(value) > 18:
-            raise errors.bad_request(f"Invalid query string parameters: '{value[:20]}' does not match '^[1-9][0-9]*$'")
-        request.limit = int(value)
-    if "group_policy" in seen:
-        value = seen["group_policy"][0]
-        if value not in ("none", "isolate"):
-            raise errors.bad_request(
-                f"Invalid query string parameters: '{value[:40]}' is not one of ['none', 'isolate']"
-            )
-        request.group_policy = value
     if "root_required" in seen:
         if len(seen["root_required"]) > 1:
             raise errors.bad_request(

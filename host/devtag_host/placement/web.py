@@ -26,12 +26,9 @@ from .microversion import Version
 _FORMATS = jsonschema.FormatChecker()
 
 
-@_FORMATS.checks("uuid", raises=ValueError)
+@_FORMATS.checks("uuid")
 def _is_uuid(value: object) -> bool:
-    if not isinstance(value, str):
-        return True
-    uuidlib.UUID(value)
-    return True
+    return not isinstance(value, str) or is_uuid(value)
 
 
 @dataclass
@@ -110,11 +107,16 @@ def normal_uuid(value: str) -> str:
 
 
 def is_uuid(value: str) -> bool:
+    """Upstream's test (oslo.utils' ``is_uuid_like``): the hex digits, once the
+    ``urn:``/``uuid:`` prefixes, braces and dashes are gone, are a UUID's, in any
+    case.  (``uuid.UUID`` alone also takes ``int()`` spellings such as underscores.)"""
+    if not isinstance(value, str):
+        return False
     try:
-        uuidlib.UUID(value)
+        canonical = str(uuidlib.UUID(value)).replace("-", "")
     except ValueError:
         return False
-    return True
+    return canonical == value.replace("urn:", "").replace("uuid:", "").strip("{}").replace("-", "").lower()
 
 
 def parse_resources(value: str) -> Dict[str, int]:

@@ -37,7 +37,7 @@ def set_aggregates(call: Call) -> Reply:
     with call.store.write() as connection:
         provider = rp.get_or_404(connection, call.params["uuid"])
         if seen is not None:
-            check_generation(provider, seen)
+            check_generation(provider, seen, rp.GENERATION_CHANGED)
             rp.bump_generation(connection, provider)
         aggregate.set_for_provider(connection, provider, wanted)
     return Reply(200, _body(call, wanted, provider.generation), cache_headers(call))

@@ -22,10 +22,13 @@ RETRIES = 10
 
 
 def _consumer(call: Call) -> str:
+    """The consumer of a PUT, in the canonical form upstream stores (lower case,
+    dashed: ``{C0...}`` and ``urn:uuid:c0...`` name the same consumer).  GET and
+    DELETE, as upstream, look the path's id up as it is spelled."""
     consumer = call.params["consumer"]
     if not is_uuid(consumer):
         raise errors.bad_request(f"Malformed consumer_uuid: {consumer[:40]}")
-    return consumer
+    return normal_uuid(consumer)
 
 
 def _back_off(attempt: int) -> None:
@@ -33,11 +36,11 @@ def _back_off(attempt: int) -> None:
     time.sleep(random.uniform(0, min(0.1, 0.002 * 2**attempt)))  # noqa: S311 - jitter, not crypto
 
 
-def write_with_retries(call: Call, wanted: List[allocation.ConsumerAllocations]) -> None:
+def write_with_retries(call: Call, wanted: List[allocation.ConsumerAllocations], unknown_class_prefix: str) -> None:
     for attempt in range(RETRIES):
         try:
             with call.store.write() as connection:
-                allocation.replace(connection, wanted)
+                allocation.replace(connection, wanted, unknown_class_prefix)
             return
         except ConcurrentUpdate:
             if attempt == RETRIES - 1:
@@ -60,7 +63,8 @@ def get_allocations(call: Call) -> Reply:
 
 
 def _merge(resources: Dict[str, Dict[str, int]], uuid: str, per_class: Dict[str, int]) -> None:
-    target = resources.setdefault(normal_uuid(uuid), {})
+    # As upstream: a provider is looked up as the body spells it (upper case: unknown).
+    target = resources.setdefault(uuid, {})
     for name, amount in per_class.items():
         target[name] = target.get(name, 0) + amount
 
@@ -77,12 +81,12 @@ def put_allocations(call: Call) -> Reply:
     for uuid, per_class in items:
         _merge(resources, uuid, per_class)
     wanted = wanted_allocations(call, consumer, resources, body)
-    write_with_retries(call, [wanted])
+    write_with_retries(call, [wanted], f"Unable to allocate inventory for consumer {consumer}: ")
     return Reply(204)
 
 
 def merged_resources(item: Dict[str, Any]) -> Dict[str, Dict[str, int]]:
-    """{provider uuid (canonical): {class: amount}} of one consumer's dict-format body."""
+    """{provider uuid: {class: amount}} of one consumer's dict-format body."""
     resources: Dict[str, Dict[str, int]] = {}
     for uuid, per in item["allocations"].items():
         _merge(resources, uuid, per["resources"])
@@ -106,12 +110,12 @@ def wanted_allocations(
 def post_allocations(call: Call) -> Reply:
     body = validate(call.body, schema.post_schema(call.version.minor))
     wanted = [wanted_allocations(call, consumer, merged_resources(item), item) for consumer, item in body.items()]
-    write_with_retries(call, wanted)
+    write_with_retries(call, wanted, "Unable to allocate inventory ")
     return Reply(204)
 
 
 def delete_allocations(call: Call) -> Reply:
-    consumer = _consumer(call)
+    consumer = call.params["consumer"]  # as upstream: any string, unknown ones have no allocations (404)
     for attempt in range(RETRIES):
         try:
             with call.store.write() as connection:

@@ -43,9 +43,9 @@ def create_inventory(call: Call) -> Reply:
     body = validate(call.body, schema.POST)
     name = body["resource_class"]
     inventory = inv.Inventory.from_body(body)
-    inv.validate(name, inventory, call.want(26))
     with call.store.write() as connection:
         provider = rp.get_or_404(connection, call.params["uuid"])
+        inv.validate(name, inventory, call.want(26), provider.uuid, "create")
         inv.add(connection, provider, name, inventory)
     location = f"{provider_url(provider.uuid)}/inventories/{name}"
     return Reply(201, _one(provider.generation, inventory), {"location": location, **_cache_headers(call, True)})
@@ -58,7 +58,7 @@ def replace_inventories(call: Call) -> Reply:
         provider = rp.get_or_404(connection, call.params["uuid"])
         check_generation(provider, body["resource_provider_generation"])  # before the capacities, as upstream
         for name, inventory in wanted.items():
-            inv.validate(name, inventory, call.want(26))
+            inv.validate(name, inventory, call.want(26), provider.uuid, "update")
         inv.replace_all(connection, provider, wanted)
     return Reply(200, _all(provider.generation, dict(sorted(wanted.items()))), _cache_headers(call, bool(wanted)))
 
@@ -87,7 +87,7 @@ def update_inventory(call: Call) -> Reply:
     with call.store.write() as connection:
         provider = rp.get_or_404(connection, call.params["uuid"])
         check_generation(provider, body["resource_provider_generation"])
-        inv.validate(name, inventory, call.want(26))
+        inv.validate(name, inventory, call.want(26), provider.uuid, "update")
         inv.update(connection, provider, name, inventory)
     return Reply(200, _one(provider.generation, inventory), _cache_headers(call, True))
 

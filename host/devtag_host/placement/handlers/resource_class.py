@@ -27,7 +27,9 @@ def create_class(call: Call) -> Reply:
     body = validate(call.body, schema.POST)
     with call.store.write() as connection:
         if not resource_class.create(connection, body["name"]):
-            raise errors.conflict(f"Conflicting resource class already exists: {body['name']}", errors.DUPLICATE_NAME)
+            raise errors.conflict(
+                f"Conflicting resource class already exists: {body['name']}"
+            )  # upstream names no code
     return Reply(201, None, {"location": f"/resource_classes/{body['name']}"})
 
 

@@ -9,7 +9,7 @@ from ..objects import resource_class, trait
 from ..objects import resource_provider as rp
 from ..query import parse_member_of, parse_traits
 from ..schemas import resource_provider as schema
-from ..web import Call, Reply, cache_headers, normal_uuid, parse_resources, provider_url, validate
+from ..web import Call, Reply, cache_headers, is_uuid, normal_uuid, parse_resources, provider_url, validate
 
 
 def represent(call: Call, provider: rp.Provider) -> Dict[str, Any]:
@@ -49,12 +49,9 @@ def list_providers(call: Call) -> Reply:
         filters["name"] = query["name"]
     for key in ("uuid", "in_tree"):
         if key in query:
-            try:
-                filters[key] = normal_uuid(query[key])
-            except ValueError:
-                raise errors.bad_request(
-                    f"Invalid query string parameters: '{query[key][:40]}' is not a 'uuid'"
-                ) from None
+            if not is_uuid(query[key]):
+                raise errors.bad_request(f"Invalid query string parameters: '{query[key][:40]}' is not a 'uuid'")
+            filters[key] = query[key]  # as upstream: looked up as spelled (upper case finds nothing)
     if "member_of" in query:
         aggregates = parse_member_of(call.values("member_of"), call.version)
         filters["member_of"] = aggregates.required
@@ -71,7 +68,12 @@ def list_providers(call: Call) -> Reply:
                 )
             filters["resources"] = {ids[name]: amount for name, amount in wanted.items()}
         if wanted_traits:
-            found = trait.require_ids(connection, sorted(wanted_traits.names()))
+            try:
+                # Upstream looks the required groups up in order, then the forbidden ones.
+                ordered = [name for any_of in wanted_traits.required for name in sorted(any_of)]
+                found = trait.require_ids(connection, [*ordered, *sorted(wanted_traits.forbidden)])
+            except errors.PlacementError as exc:
+                raise errors.bad_request(f'Invalid trait(s) in "required" parameter: {exc.detail}') from None
             filters["required_trait_ids"] = [{found[name] for name in any_of} for any_of in wanted_traits.required]
             filters["forbidden_trait_ids"] = {found[name] for name in wanted_traits.forbidden}
         providers = rp.list_providers(connection, **filters)

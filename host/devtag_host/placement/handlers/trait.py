@@ -8,7 +8,6 @@ from typing import Any, Dict
 from .. import errors
 from ..objects import resource_provider as rp
 from ..objects import trait
-from ..objects.resource_provider import check_generation
 from ..schemas import trait as schema
 from ..web import Call, Reply, cache_headers, validate
 
@@ -32,9 +31,7 @@ def list_traits(call: Call) -> Reply:
     if "associated" in query:
         value = query["associated"].lower()
         if value not in ("true", "false"):
-            raise errors.bad_request(
-                f"The query parameter 'associated' only accepts 'true' or 'false'. Got: {value[:20]}"
-            )
+            raise errors.bad_request('The query parameter "associated" only accepts "true" or "false"')
         filters["associated"] = value == "true"
     with call.store.read() as connection:
         names = trait.list_traits(connection, **filters)
@@ -76,14 +73,17 @@ def get_provider_traits(call: Call) -> Reply:
 
 
 def set_provider_traits(call: Call) -> Reply:
-    body = validate(call.body, schema.PUT_PROVIDER_TRAITS)
+    body = validate(call.body, schema.PUT_PROVIDER_TRAITS)  # as upstream: the body before the provider
     with call.store.write() as connection:
         provider = rp.get_or_404(connection, call.params["uuid"])
-        found = trait.require_ids(connection, body["traits"])  # unknown traits: 400 before a stale generation
-        check_generation(provider, body["resource_provider_generation"])
+        rp.check_generation(provider, body["resource_provider_generation"], rp.GENERATION_CHANGED)  # then this
+        found = trait.ids_by_name(connection, body["traits"])
+        missing = sorted(set(body["traits"]) - set(found))
+        if missing:  # upstream names them all here (in no particular order)
+            raise errors.bad_request(f"No such trait {', '.join(missing)}")
         trait.set_for_provider(connection, provider, body["traits"], found)
     names = sorted(set(body["traits"]))
-    return Reply(200, {"traits": names, "resource_provider_generation": provider.generation})
+    return Reply(200, {"traits": names, "resource_provider_generation": provider.generation}, cache_headers(call))
 
 
 def delete_provider_traits(call: Call) -> Reply:

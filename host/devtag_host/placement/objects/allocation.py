@@ -103,8 +103,14 @@ def _update_used(connection: Connection, old: Dict[Tuple[int, int], int], new: D
         connection.execute(_ADD_USED, deltas)
 
 
-def replace(connection: Connection, wanted: List[ConsumerAllocations]) -> None:
-    """Replace the allocations of each consumer in ``wanted`` (empty = delete)."""
+def replace(
+    connection: Connection,
+    wanted: List[ConsumerAllocations],
+    unknown_class_prefix: str = "Unable to allocate inventory ",
+) -> None:
+    """Replace the allocations of each consumer in ``wanted`` (empty = delete).
+    ``unknown_class_prefix``: the route's words before "No such resource class X."
+    (POST's default lacks a colon, as upstream's does)."""
     consumer_ids = [item.consumer for item in wanted]
     existing = consumer_obj.by_uuid(connection, consumer_ids)
     for item in wanted:  # 1.28: first of all, as upstream
@@ -114,11 +120,9 @@ def replace(connection: Connection, wanted: List[ConsumerAllocations]) -> None:
     providers = ids_by_uuid(connection, provider_uuids)
     # The first unknown provider in request order, as upstream names it.
     for uuid in (uuid for item in wanted for uuid in item.resources if uuid not in providers):
-        raise errors.bad_request(
-            f"Allocation for resource provider '{uuid}' that does not exist.", errors.RESOURCE_PROVIDER_NOT_FOUND
-        )
-    class_names = {name for item in wanted for per in item.resources.values() for name in per}
-    class_ids = resource_class.require_ids(connection, class_names, "allocation")
+        raise errors.bad_request(f"Allocation for resource provider '{uuid}' that does not exist.")
+    class_names = [name for item in wanted for per in item.resources.values() for name in per]
+    class_ids = resource_class.require_ids(connection, dict.fromkeys(class_names), unknown_class_prefix)
 
     held = _old_allocations(connection, consumer_ids)
     old_ids = sorted({rp_id for rp_id, _ in held})

@@ -113,7 +113,7 @@ def _find(connection: Connection, request: CandidateRequest, shape: Shape) -> Ca
                 f"Invalid resource class in resources parameter: No such resource class {unknown[0]}."
             )
         names = group.traits.names()
-        found = trait.require_ids(connection, sorted(names)) if names else {}
+        found = trait.require_ids(connection, request.ordered_trait_names()) if names else {}
         required = [sorted(found[name] for name in any_of) for any_of in group.traits.required]
         forbidden = sorted(found[name] for name in group.traits.forbidden)
         amounts = {class_ids[name]: amount for name, amount in group.resources.items()}

@@ -172,7 +172,7 @@ def search(
     unknown = sorted(request.class_names() - set(class_ids))
     if unknown:
         raise errors.bad_request(f"Invalid resource class in resources parameter: No such resource class {unknown[0]}.")
-    trait_ids = trait.require_ids(connection, sorted(request.trait_names())) if request.trait_names() else {}
+    trait_ids = trait.require_ids(connection, request.ordered_trait_names()) if request.trait_names() else {}
     shares_id = trait.ids_by_name(connection, [os_traits.MISC_SHARES_VIA_AGGREGATE]).get(
         os_traits.MISC_SHARES_VIA_AGGREGATE
     )

@@ -73,9 +73,9 @@ def check_generation(existing: Optional[Consumer], given: Optional[int]) -> None
     """1.28: the generation the client read (null for a new consumer), else 409."""
     expected = existing.generation if existing is not None else None
     if expected != given:
+        # Upstream's words: "null" for the missing consumer, Python's "None" for a missing generation.
         raise errors.conflict(
-            f"consumer generation conflict - expected {'null' if expected is None else expected} but got "
-            f"{'null' if given is None else given}",
+            f"consumer generation conflict - expected {'null' if expected is None else expected} but got {given}",
             errors.CONCURRENT_UPDATE,
         )
 

@@ -40,15 +40,16 @@ class Inventory:
         return int((self.total - self.reserved) * self.allocation_ratio)
 
 
-def validate(name: str, inventory: Inventory, reserved_can_be_total: bool = True) -> None:
-    """Before 1.26 the capacity must be positive; from 1.26 it may be zero
-    (``reserved == total``), never negative."""
-    if inventory.reserved > inventory.total or (not reserved_can_be_total and inventory.capacity <= 0):
+def validate(name: str, inventory: Inventory, reserved_can_be_total: bool, provider_uuid: str, action: str) -> None:
+    """Upstream's only check of an inventory's numbers: its capacity
+    ``int((total - reserved) * allocation_ratio)`` must be positive before 1.26
+    and not negative from 1.26 (``reserved == total`` allowed), in upstream's
+    words (``action``: "create" or "update")."""
+    if inventory.capacity < 0 or (not reserved_can_be_total and inventory.capacity == 0):
         relation = "greater than total" if reserved_can_be_total else "greater than or equal to total"
         raise errors.bad_request(
-            f"Unable to update inventory for resource provider: Invalid inventory for '{name}': "
-            f"reserved ({inventory.reserved}) must be less than total ({inventory.total}). "
-            f"The reserved value is {relation}."
+            f"Unable to {action} inventory for resource provider {provider_uuid}: Invalid inventory for '{name}' "
+            f"on resource provider '{provider_uuid}'. The reserved value is {relation}."
         )
 
 
@@ -90,14 +91,17 @@ def _usage(connection: Connection, provider_id: int) -> Dict[str, int]:
 
 
 def replace_all(
-    connection: Connection, provider: Provider, wanted: Dict[str, Inventory], check_in_use: bool = True
+    connection: Connection,
+    provider: Provider,
+    wanted: Dict[str, Inventory],
+    check_in_use: bool = True,
+    unknown_class_prefix: str = "",
 ) -> None:
     """Set the provider's whole inventory (PUT .../inventories); bumps the generation.
     The reshaper (1.30) moves allocations in the same transaction and checks after
     it instead (``check_in_use=False``)."""
-    class_ids = resource_class.require_ids(connection, wanted, "inventory")
-    for name, inventory in wanted.items():
-        validate(name, inventory)
+    prefix = unknown_class_prefix or f"Unknown resource class in inventory for resource provider {provider.uuid}: "
+    class_ids = resource_class.require_ids(connection, wanted, prefix)
     used = _used_of_provider(connection, provider.id)
     removed = set(used) - set(wanted)
     busy = {name for name in removed if used[name]}
@@ -132,7 +136,12 @@ def add(connection: Connection, provider: Provider, name: str, inventory: Invent
             errors.CONCURRENT_UPDATE,
         )
     current[name] = inventory
-    replace_all(connection, provider, current)
+    replace_all(
+        connection,
+        provider,
+        current,
+        unknown_class_prefix=f"Unable to create inventory for resource provider {provider.uuid}: ",
+    )
 
 
 def update(connection: Connection, provider: Provider, name: str, inventory: Inventory) -> None:

@@ -22,13 +22,13 @@ def reshape(
     wanted_allocations: List[allocation.ConsumerAllocations],
 ) -> None:
     """``wanted_inventories``: {provider uuid: (generation read, {class: inventory})};
-    ``wanted_allocations``: the complete allocations of every consumer that moves."""
-    existing = consumer.by_uuid(connection, [item.consumer for item in wanted_allocations])
-    for item in wanted_allocations:
-        if item.check_generation:
-            consumer.check_generation(existing.get(item.consumer), item.generation)
+    ``wanted_allocations``: the complete allocations of every consumer that moves.
+
+    Upstream's order of checks: each provider of the inventories (in the body's
+    order) exists and has the generation read, then each consumer's generation,
+    then the allocations' providers exist, then classes, usage and capacity."""
     providers = []
-    for uuid, (generation, wanted) in sorted(wanted_inventories.items()):
+    for uuid, (generation, wanted) in wanted_inventories.items():
         provider = rp.get(connection, uuid)
         if provider is None:
             raise errors.bad_request(
@@ -41,11 +41,24 @@ def reshape(
                 f"given: {generation}",
                 errors.CONCURRENT_UPDATE,
             )
-        inv.replace_all(connection, provider, wanted, check_in_use=False)
-        providers.append(provider)
+        providers.append((provider, wanted))
+    existing = consumer.by_uuid(connection, [item.consumer for item in wanted_allocations])
+    for item in wanted_allocations:
+        if item.check_generation:
+            consumer.check_generation(existing.get(item.consumer), item.generation)
+    named = [uuid for item in wanted_allocations for uuid in item.resources]
+    known = rp.ids_by_uuid(connection, named)
+    for uuid in named:
+        if uuid not in known:
+            raise errors.bad_request(f"Allocation for resource provider '{uuid}' that does not exist.")
+    for provider, wanted in providers:
+        inv.replace_all(connection, provider, wanted, check_in_use=False, unknown_class_prefix=_MALFORMED)
     if wanted_allocations:
-        allocation.replace(connection, wanted_allocations)
-    _no_allocation_without_inventory(connection, [provider.id for provider in providers])
+        allocation.replace(connection, wanted_allocations, _MALFORMED)
+    _no_allocation_without_inventory(connection, [provider.id for provider, _wanted in providers])
+
+
+_MALFORMED = "malformed reshaper data: "
 
 
 def _no_allocation_without_inventory(connection: Connection, provider_ids: List[int]) -> None:

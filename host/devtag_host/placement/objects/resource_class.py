@@ -40,12 +40,14 @@ def names_by_id(connection: Connection) -> Dict[int, str]:
     return {row.id: row.name for row in connection.execute(select(resource_classes.c.id, resource_classes.c.name))}
 
 
-def require_ids(connection: Connection, names: Iterable[str], what: str) -> Dict[str, int]:
+def require_ids(connection: Connection, names: Iterable[str], prefix: str) -> Dict[str, int]:
+    """The ids of ``names``; else a 400 naming the first unknown one (in the given
+    order) in upstream's words, after ``prefix`` (each route words its own)."""
     names = list(names)
     found = ids_by_name(connection, names)
-    missing = [name for name in names if name not in found]
-    if missing:
-        raise errors.bad_request(f"Unknown resource class in {what}: {', '.join(sorted(missing))}")
+    for name in names:
+        if name not in found:
+            raise errors.bad_request(f"{prefix}No such resource class {name}.")
     return found
 
 
@@ -89,7 +91,7 @@ def rename(connection: Connection, name: str, new_name: str) -> None:
 
 def delete(connection: Connection, name: str) -> None:
     if not is_custom(name):
-        raise errors.bad_request(f"Cannot delete standard resource class {name}: ")
+        raise errors.bad_request(f"Error in delete resource class: Cannot delete standard resource class {name}.")
     found = ids_by_name(connection, [name])
     if name not in found:
         raise errors.not_found(f"No such resource class {name}.")

@@ -72,7 +72,8 @@ def get(connection: Connection, uuid: str) -> Optional[Provider]:
 def get_or_404(connection: Connection, uuid: str) -> Provider:
     provider = get(connection, uuid)
     if provider is None:
-        raise errors.not_found(f"No resource provider with uuid {uuid} found", errors.RESOURCE_PROVIDER_NOT_FOUND)
+        # Upstream's code here is the default one (it names RESOURCE_PROVIDER_NOT_FOUND only in reshaper).
+        raise errors.not_found(f"No resource provider with uuid {uuid} found")
     return provider
 
 
@@ -341,6 +342,11 @@ def bump_generation(connection: Connection, provider: Provider) -> int:
     return provider.generation
 
 
-def check_generation(provider: Provider, seen: int) -> None:
+GENERATION_CHANGED = "Resource provider's generation already changed. Please update the generation and try again."
+
+
+def check_generation(provider: Provider, seen: int, detail: str = "resource provider generation conflict") -> None:
+    """The generation the client read must be the provider's: else a 409 in the
+    route's words (upstream words it per route; the default is its inventories')."""
     if provider.generation != seen:
-        raise ConcurrentUpdate(provider.uuid)
+        raise errors.conflict(detail, errors.CONCURRENT_UPDATE)

@@ -31,11 +31,13 @@ def ids_by_name(connection: Connection, names: Iterable[str]) -> Dict[str, int]:
 
 
 def require_ids(connection: Connection, names: Iterable[str]) -> Dict[str, int]:
+    """The ids of ``names``; a 400 naming the first unknown one in the given
+    order, as upstream's lookup does (it stops at the first)."""
     names = list(names)
     found = ids_by_name(connection, names)
-    missing = sorted(set(names) - set(found))
-    if missing:
-        raise errors.bad_request(f"No such trait(s): {', '.join(missing)}.")
+    for name in names:
+        if name not in found:
+            raise errors.bad_request(f"No such trait(s): {name}.")
     return found
 
 

@@ -1,4 +1,5 @@
-"""Body of POST /reshaper (1.30; mappings 1.34; consumer_type 1.38)."""
+"""Body of POST /reshaper (1.30; mappings 1.34; consumer_type 1.38): upstream's
+schema, key for key and in its key order."""
 
 from copy import deepcopy
 
@@ -8,13 +9,13 @@ from .inventory import PUT_ALL
 
 def _with_allocations(post: dict) -> dict:
     allocations = deepcopy(post)
-    allocations["minProperties"] = 0
+    allocations["minProperties"] = 0  # nothing may be allocated against what moves
     return {
         "type": "object",
         "properties": {
             "inventories": {
                 "type": "object",
-                "patternProperties": {"^[0-9a-fA-F-]{32,36}$": PUT_ALL},
+                "patternProperties": {allocation.UUID_KEY: deepcopy(PUT_ALL)},
                 "minProperties": 1,
                 "additionalProperties": False,
             },
