@@ -180,6 +180,10 @@ def test_1_25_granular_groups_and_1_27_all_classes_in_summaries(client):
     assert client.get("/allocation_candidates?resources1=VCPU:1", headers=at("1.24")).status_code == 400
     orphan = client.get("/allocation_candidates?resources=VCPU:1&required1=CUSTOM_GOLD", headers=at("1.25"))
     assert orphan.status_code == 400 and "orphaned traits keys: required1" in orphan.json()["errors"][0]["detail"]
+    # A group with only forbidden traits is not an orphan in upstream's words (the random differential run found it).
+    forbidden_only = client.get("/allocation_candidates?resources=VCPU:1&required1=!CUSTOM_GOLD", headers=at("1.25"))
+    assert forbidden_only.status_code == 400
+    assert forbidden_only.json()["errors"][0]["detail"].endswith("All request groups must specify resources.")
     assert client.get("/allocation_candidates?resources_X=VCPU:1", headers=at("1.25")).status_code == 400
     # 1.27: provider summaries show every class of the provider, before only the requested ones.
     old = candidates(client, "resources=VCPU:1", "1.26")["provider_summaries"]

@@ -180,7 +180,11 @@ def _check_groups(by_suffix: Dict[str, Group], request: CandidateRequest, versio
                 errors.QUERYPARAM_BAD_VALUE,
             )
     else:
-        orphans = [f"required{suffix}" for suffix, group in by_suffix.items() if group.traits and not group.resources]
+        # As upstream: only required traits make a group an orphan; a group with
+        # just forbidden traits fails the "must specify resources" check below.
+        orphans = [
+            f"required{suffix}" for suffix, group in by_suffix.items() if group.traits.required and not group.resources
+        ]
         if orphans:
             raise errors.bad_request(
                 "All traits parameters must be associated with resources.  "
