@@ -336,6 +336,12 @@ def test_traits(client):
     assert unknown.status_code == 400
     assert client.get("/traits?name=in:CUSTOM_GOLD,CUSTOM_NOPE").json()["traits"] == ["CUSTOM_GOLD"]
     assert client.get("/traits?name=startswith:CUSTOM_").json()["traits"] == ["CUSTOM_GOLD"]
+    # As upstream: no colon is a 400 in its words, an unknown OP filters nothing.
+    malformed = client.get("/traits?name=x")
+    assert malformed.status_code == 400
+    assert malformed.json()["errors"][0]["detail"].endswith('?name=[in|startswith]:[name1,name2|prefix]. Got: "x"')
+    every = client.get("/traits").json()["traits"]
+    assert client.get("/traits?name=other:CUSTOM_").json()["traits"] == every
     associated = client.get("/traits?associated=true").json()["traits"]
     assert associated == ["CUSTOM_GOLD", "HW_CPU_X86_AVX2"]
     assert client.delete("/traits/CUSTOM_GOLD").status_code == 409

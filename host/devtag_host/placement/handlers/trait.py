@@ -19,15 +19,18 @@ def list_traits(call: Call) -> Reply:
     filters: Dict[str, Any] = {}
     name = query.get("name")
     if name is not None:
-        if name.startswith("in:"):
-            filters["names"] = [item for item in name[3:].split(",")]
-        elif name.startswith("startswith:"):
-            filters["prefix"] = name[len("startswith:") :]
-        else:
+        # Upstream's parsing: OP:VALUE, where only "in" and "startswith" filter;
+        # any other OP lists every trait (no error), and no colon is a 400.
+        op, colon, value = name.partition(":")
+        if not colon:
             raise errors.bad_request(
-                f"Badly formatted name parameter. Expected name query string parameter in form: "
-                f"?name=startswith:CUSTOM_FOO or ?name=in:CUSTOM_FOO,CUSTOM_BAR. Got: {name[:100]}"
+                "Badly formatted name parameter. Expected name query string parameter in form: "
+                f'?name=[in|startswith]:[name1,name2|prefix]. Got: "{name}"'
             )
+        if op == "in":
+            filters["names"] = value.split(",")
+        elif op == "startswith":
+            filters["prefix"] = value
     if "associated" in query:
         value = query["associated"].lower()
         if value not in ("true", "false"):
