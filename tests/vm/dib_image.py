@@ -25,12 +25,14 @@ first faster.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, Iterator, Optional
 
 from .guest_image import MIRROR, REPORT_SCRIPT, REPORT_UNIT, WATCH_UNIT, GuestImage
 
@@ -103,6 +105,33 @@ def _write_report_element(elements: Path, files: Path) -> None:
     (files / "devtag-e2e-watch.service").write_text(WATCH_UNIT)
 
 
+# Device nodes the image's package scripts may re-own: dib bind-mounts the
+# host's /dev into the chroot, and udev's postinst there runs ``chgrp kvm
+# /dev/kvm`` with the *image's* kvm gid (104 = postgres on this host), after
+# which libvirt-qemu cannot open /dev/kvm and every later libvirt test re-probes
+# QEMU's capabilities (~6x slower; seen 2026-11-24).
+HOST_DEVICES = ("/dev/kvm",)
+
+
+@contextlib.contextmanager
+def _host_devices_kept() -> Iterator[None]:
+    """Give the host's device nodes their owner and mode back after the build."""
+    before = {}
+    for name in HOST_DEVICES:
+        with contextlib.suppress(OSError):
+            before[name] = os.stat(name)
+    try:
+        yield
+    finally:
+        for name, status in before.items():
+            with contextlib.suppress(OSError):
+                now = os.stat(name)
+                if (now.st_uid, now.st_gid) != (status.st_uid, status.st_gid):
+                    os.chown(name, status.st_uid, status.st_gid)
+                if stat.S_IMODE(now.st_mode) != stat.S_IMODE(status.st_mode):
+                    os.chmod(name, stat.S_IMODE(status.st_mode))
+
+
 def build_dib_image(agent_deb: Path, workdir: Path, release: str = "bookworm") -> GuestImage:
     """``debian-minimal baremetal devtag-agent`` (+ the report element): a raw file system, its kernel and initrd."""
     command = disk_image_create()
@@ -128,7 +157,7 @@ def build_dib_image(agent_deb: Path, workdir: Path, release: str = "bookworm") -
     }
     output = workdir / f"debian-{release}-devtag"
     log = workdir / "disk-image-create.log"
-    with log.open("wb") as sink:
+    with log.open("wb") as sink, _host_devices_kept():
         done = subprocess.run(
             [command, "-t", "raw", "-o", str(output), *ELEMENT_LIST],
             env=environment,
