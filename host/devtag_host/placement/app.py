@@ -21,7 +21,8 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from . import errors, microversion
 from .db import Store
-from .errors import ConcurrentUpdate, PlacementError
+from .errors import PlacementError
+from .exception import PlacementException
 from .handlers import aggregate, allocation, allocation_candidate, inventory, reshaper, resource_class, trait, usage
 from .handlers import resource_provider as provider
 from .objects import resource_provider as provider_objects
@@ -164,12 +165,8 @@ class Placement:
             reply = self._route(method, path, query_string, headers, body, version)
         except PlacementError as exc:
             reply = self._error(exc, request_id, version)
-        except ConcurrentUpdate as exc:
-            reply = self._error(
-                PlacementError(409, f"resource provider generation conflict: {exc}", errors.CONCURRENT_UPDATE),
-                request_id,
-                version,
-            )
+        except PlacementException as exc:  # what the objects refused: errors.RULES words it
+            reply = self._error(errors.from_domain(exc), request_id, version)
         except IntegrityError:
             reply = self._error(
                 PlacementError(409, "Conflicting concurrent update, please retry.", errors.CONCURRENT_UPDATE),

@@ -1,5 +1,17 @@
-"""Stable error codes (the ``code`` of Placement's error documents) and the
-exception the objects and handlers raise to produce an error response.
+"""The HTTP side of errors: stable error codes (the ``code`` of Placement's
+error documents), ``PlacementError`` (an error response), and the one table
+that maps the objects' domain exceptions (``exception.py``) to responses.
+
+Where the line is: the objects (``objects/``) know no HTTP and raise only
+``exception.PlacementException``s; ``RULES`` gives each its status, code and
+detail, and ``app.py`` applies it to whatever a handler lets through.  A route
+whose words differ from the default (upstream words some refusals per route:
+an unknown resource class is a 404 on ``/resource_classes/X`` but a 400 with
+the route's prefix in an allocation body) says so with ``mapped``.  What is
+parsed before any object runs -- query strings, bodies against their schemas,
+the microversion header, the route itself -- is the handler layer's own
+business and raises ``PlacementError`` directly (``web.py``, ``query.py``,
+``candidate_request.py``, ``microversion.py``, the handlers).
 
 We always include ``code``; OpenStack Placement adds it from microversion 1.23
 on.  Clients of older microversions ignore the extra key.
@@ -7,7 +19,14 @@ on.  Clients of older microversions ignore the extra key.
 
 from __future__ import annotations
 
-from typing import Dict, Optional
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Callable, Dict, Iterator, Mapping, Optional, Type
+
+from . import exception
+from .exception import ConcurrentUpdate, PlacementException
+
+__all__ = ["RULES", "ConcurrentUpdate", "Http", "PlacementError", "Rules", "from_domain", "mapped"]
 
 DEFAULT = "placement.undefined_code"
 INVENTORY_INUSE = "placement.inventory.inuse"
@@ -57,5 +76,80 @@ def conflict(detail: str, code: str = DEFAULT) -> PlacementError:
     return PlacementError(409, detail, code)
 
 
-class ConcurrentUpdate(Exception):
-    """A provider's generation changed under a write; the transaction is void."""
+@dataclass(frozen=True)
+class Http:
+    """How one domain exception reads to a client: ``prefix`` + its text, unless
+    ``detail`` words it otherwise."""
+
+    status: int
+    code: str = DEFAULT
+    prefix: str = ""
+    detail: Optional[Callable[[PlacementException], str]] = None
+
+    def error(self, exc: PlacementException) -> PlacementError:
+        text = self.detail(exc) if self.detail is not None else f"{self.prefix}{exc}"
+        return PlacementError(self.status, text, self.code)
+
+
+Rules = Mapping[Type[PlacementException], Http]
+
+
+def _inventory_for_delete(exc: PlacementException) -> str:
+    name = exc.name if isinstance(exc, exception.InventoryNotFound) else "?"
+    return f"No inventory of class {name} found for delete"
+
+
+# Each domain exception (or its nearest listed base) -> its default response.
+RULES: Dict[Type[PlacementException], Http] = {
+    exception.ResourceProviderNotFound: Http(404),
+    exception.AllocationProviderNotFound: Http(400),
+    exception.ResourceClassNotFound: Http(404),
+    exception.TraitNotFound: Http(404),
+    exception.InventoryNotFound: Http(404, detail=_inventory_for_delete),
+    exception.NotFound: Http(404),
+    exception.ResourceProviderExists: Http(409, DUPLICATE_NAME),
+    exception.ResourceClassExists: Http(409, DUPLICATE_NAME),
+    exception.InventoryExists: Http(409, CONCURRENT_UPDATE),
+    exception.ResourceProviderInUse: Http(409, PROVIDER_IN_USE),
+    exception.CannotDeleteParentResourceProvider: Http(409, PROVIDER_CANNOT_DELETE_PARENT),
+    exception.InventoryInUse: Http(409, INVENTORY_INUSE),
+    exception.InUse: Http(409),
+    exception.Exists: Http(409),
+    exception.ResourceClassCannotDeleteStandard: Http(400, prefix="Error in delete resource class: "),
+    exception.CannotChangeStandard: Http(400),
+    exception.ObjectActionError: Http(400),
+    exception.InvalidInventoryCapacity: Http(400),
+    exception.InvalidAllocation: Http(409, prefix="Unable to allocate inventory: "),
+    exception.GenerationConflict: Http(409, CONCURRENT_UPDATE),
+    exception.ConcurrentUpdate: Http(409, CONCURRENT_UPDATE, prefix="resource provider generation conflict: "),
+    PlacementException: Http(400),
+}
+
+
+def _rule(exc: PlacementException, overrides: Rules) -> Http:
+    """The route's rule for ``exc`` (by its class or nearest base), else the default."""
+    classes = type(exc).__mro__
+    for table in (overrides, RULES):
+        for cls in classes:
+            rule = table.get(cls)
+            if rule is not None:
+                return rule
+    return Http(500)  # pragma: no cover - PlacementException itself is in RULES
+
+
+def from_domain(exc: PlacementException) -> PlacementError:
+    """The response for a domain exception no route reworded (``app.py``)."""
+    return _rule(exc, {}).error(exc)
+
+
+@contextmanager
+def mapped(overrides: Rules) -> Iterator[None]:
+    """A route's own words for some domain exceptions: those matching
+    ``overrides`` (by class or base) leave as ``PlacementError``; the rest pass
+    unchanged (``ConcurrentUpdate`` must reach the retry loops)."""
+    try:
+        yield
+    except PlacementException as exc:
+        if not any(cls in overrides for cls in type(exc).__mro__):
+            raise
+        raise _rule(exc, overrides).error(exc) from None

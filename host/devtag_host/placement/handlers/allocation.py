@@ -12,7 +12,8 @@ import time
 from typing import Any, Dict, List
 
 from .. import errors
-from ..errors import ConcurrentUpdate
+from ..errors import Http, mapped
+from ..exception import ConcurrentUpdate, ResourceClassNotFound
 from ..objects import allocation
 from ..objects import resource_provider as rp
 from ..schemas import allocation as schema
@@ -37,10 +38,15 @@ def _back_off(attempt: int) -> None:
 
 
 def write_with_retries(call: Call, wanted: List[allocation.ConsumerAllocations], unknown_class_prefix: str) -> None:
+    """``unknown_class_prefix``: the route's words before "No such resource class X."
+    (POST's lacks a colon, as upstream's does)."""
     for attempt in range(RETRIES):
         try:
-            with call.store.write() as connection:
-                allocation.replace(connection, wanted, unknown_class_prefix)
+            with (
+                call.store.write() as connection,
+                mapped({ResourceClassNotFound: Http(400, prefix=unknown_class_prefix)}),
+            ):
+                allocation.replace(connection, wanted)
             return
         except ConcurrentUpdate:
             if attempt == RETRIES - 1:

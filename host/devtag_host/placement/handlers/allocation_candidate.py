@@ -14,14 +14,22 @@ from sqlalchemy.engine import Connection
 
 from .. import candidate_request
 from ..db import provider_aggregates
+from ..errors import Http, Rules, mapped
+from ..exception import ResourceClassNotFound, TraitNotFound
 from ..objects import allocation_candidate, resource_class, trait
 from ..objects import resource_provider as rp
 from ..web import Call, Reply, cache_headers
 
+# Names in the query that do not exist: the request is bad (not a missing resource).
+_REWORDED: Rules = {
+    ResourceClassNotFound: Http(400, prefix="Invalid resource class in resources parameter: "),
+    TraitNotFound: Http(400),
+}
+
 
 def list_candidates(call: Call) -> Reply:
     request = candidate_request.parse(call.query, call.version)
-    with call.store.read() as connection:
+    with call.store.read() as connection, mapped(_REWORDED):
         if _no_group_can_match(connection, request):
             return Reply(200, {"allocation_requests": [], "provider_summaries": {}}, cache_headers(call))
         found = allocation_candidate.find(connection, request, allocation_candidate.Shape.at(call.version))
@@ -38,7 +46,7 @@ def _no_group_can_match(connection: Connection, request: candidate_request.Candi
     roots = request.root_traits  # request-wide, looked up before any group
     trait.require_ids(connection, [*(n for any_of in roots.required for n in sorted(any_of)), *sorted(roots.forbidden)])
     for group in request.groups:
-        resource_class.require_ids(connection, group.resources, "Invalid resource class in resources parameter: ")
+        resource_class.require_ids(connection, group.resources)
         members = None
         for any_of in group.aggregates.required:
             found = set(

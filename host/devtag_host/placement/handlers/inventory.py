@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any, Dict
 
 from .. import errors
+from ..errors import Http, mapped
+from ..exception import InventoryNotFound, ResourceClassNotFound
 from ..objects import inventory as inv
 from ..objects import resource_provider as rp
 from ..objects.resource_provider import check_generation
@@ -46,7 +48,9 @@ def create_inventory(call: Call) -> Reply:
     with call.store.write() as connection:
         provider = rp.get_or_404(connection, call.params["uuid"])
         inv.validate(name, inventory, call.want(26), provider.uuid, "create")
-        inv.add(connection, provider, name, inventory)
+        prefix = f"Unable to create inventory for resource provider {provider.uuid}: "
+        with mapped({ResourceClassNotFound: Http(400, prefix=prefix)}):
+            inv.add(connection, provider, name, inventory)
     location = f"{provider_url(provider.uuid)}/inventories/{name}"
     return Reply(201, _one(provider.generation, inventory), {"location": location, **_cache_headers(call, True)})
 
@@ -59,7 +63,9 @@ def replace_inventories(call: Call) -> Reply:
         check_generation(provider, body["resource_provider_generation"])  # before the capacities, as upstream
         for name, inventory in wanted.items():
             inv.validate(name, inventory, call.want(26), provider.uuid, "update")
-        inv.replace_all(connection, provider, wanted)
+        prefix = f"Unknown resource class in inventory for resource provider {provider.uuid}: "
+        with mapped({ResourceClassNotFound: Http(400, prefix=prefix)}):
+            inv.replace_all(connection, provider, wanted)
     return Reply(200, _all(provider.generation, dict(sorted(wanted.items()))), _cache_headers(call, bool(wanted)))
 
 
@@ -88,7 +94,10 @@ def update_inventory(call: Call) -> Reply:
         provider = rp.get_or_404(connection, call.params["uuid"])
         check_generation(provider, body["resource_provider_generation"])
         inv.validate(name, inventory, call.want(26), provider.uuid, "update")
-        inv.update(connection, provider, name, inventory)
+        # Upstream's words, which clients match.
+        prefix = f"No inventory record with resource class for resource provider {provider.uuid}: "
+        with mapped({InventoryNotFound: Http(400, prefix=prefix)}):
+            inv.update(connection, provider, name, inventory)
     return Reply(200, _one(provider.generation, inventory), _cache_headers(call, True))
 
 

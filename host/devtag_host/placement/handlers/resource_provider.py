@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any, Dict
 
 from .. import errors
+from ..errors import Http, mapped
+from ..exception import TraitNotFound
 from ..objects import resource_class, trait
 from ..objects import resource_provider as rp
 from ..query import parse_member_of, parse_traits
@@ -68,12 +70,10 @@ def list_providers(call: Call) -> Reply:
                 )
             filters["resources"] = {ids[name]: amount for name, amount in wanted.items()}
         if wanted_traits:
-            try:
-                # Upstream looks the required groups up in order, then the forbidden ones.
-                ordered = [name for any_of in wanted_traits.required for name in sorted(any_of)]
+            # Upstream looks the required groups up in order, then the forbidden ones.
+            ordered = [name for any_of in wanted_traits.required for name in sorted(any_of)]
+            with mapped({TraitNotFound: Http(400, prefix='Invalid trait(s) in "required" parameter: ')}):
                 found = trait.require_ids(connection, [*ordered, *sorted(wanted_traits.forbidden)])
-            except errors.PlacementError as exc:
-                raise errors.bad_request(f'Invalid trait(s) in "required" parameter: {exc.detail}') from None
             filters["required_trait_ids"] = [{found[name] for name in any_of} for any_of in wanted_traits.required]
             filters["forbidden_trait_ids"] = {found[name] for name in wanted_traits.forbidden}
         providers = rp.list_providers(connection, **filters)

@@ -17,8 +17,13 @@ from sqlalchemy import bindparam, distinct, func, literal, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.expression import ColumnElement
 
-from .. import errors
 from ..db import allocations, consumers, inventories, resource_classes, resource_providers
+from ..exception import (
+    AllocationProviderNotFound,
+    InvalidAllocationCapacityExceeded,
+    InvalidAllocationConstraintsViolated,
+    InvalidInventory,
+)
 from . import consumer as consumer_obj
 from . import resource_class
 from .resource_provider import Provider, bump_generation, ids_by_uuid
@@ -106,11 +111,8 @@ def _update_used(connection: Connection, old: Dict[Tuple[int, int], int], new: D
 def replace(
     connection: Connection,
     wanted: List[ConsumerAllocations],
-    unknown_class_prefix: str = "Unable to allocate inventory ",
 ) -> None:
-    """Replace the allocations of each consumer in ``wanted`` (empty = delete).
-    ``unknown_class_prefix``: the route's words before "No such resource class X."
-    (POST's default lacks a colon, as upstream's does)."""
+    """Replace the allocations of each consumer in ``wanted`` (empty = delete)."""
     consumer_ids = [item.consumer for item in wanted]
     existing = consumer_obj.by_uuid(connection, consumer_ids)
     for item in wanted:  # 1.28: first of all, as upstream
@@ -120,9 +122,9 @@ def replace(
     providers = ids_by_uuid(connection, provider_uuids)
     # The first unknown provider in request order, as upstream names it.
     for uuid in (uuid for item in wanted for uuid in item.resources if uuid not in providers):
-        raise errors.bad_request(f"Allocation for resource provider '{uuid}' that does not exist.")
+        raise AllocationProviderNotFound(uuid)
     class_names = [name for item in wanted for per in item.resources.values() for name in per]
-    class_ids = resource_class.require_ids(connection, dict.fromkeys(class_names), unknown_class_prefix)
+    class_ids = resource_class.require_ids(connection, dict.fromkeys(class_names))
 
     held = _old_allocations(connection, consumer_ids)
     old_ids = sorted({rp_id for rp_id, _ in held})
@@ -215,24 +217,15 @@ def _check_capacity(
         uuid, name = providers[provider_id].uuid, names[class_id]  # type: ignore[index]
         row = inventory.get((provider_id, class_id))
         if row is None:
-            raise errors.conflict(
-                f"Unable to allocate inventory: Inventory for '{name}' on resource provider '{uuid}' invalid."
-            )
+            raise InvalidInventory(uuid, name)
         if amount < row.min_unit or amount > row.max_unit or amount % row.step_size:
-            raise errors.conflict(
-                f"Unable to allocate inventory: Unable to create allocation for '{name}' on resource provider "
-                f"'{uuid}'. The requested amount ({amount}) violates min_unit ({row.min_unit}), max_unit "
-                f"({row.max_unit}) or step_size ({row.step_size})."
-            )
+            raise InvalidAllocationConstraintsViolated(uuid, name, amount, row.min_unit, row.max_unit, row.step_size)
     for (provider_id, class_id), amount in sorted(requested.items()):
         uuid, name = providers[provider_id].uuid, names[class_id]
         row = inventory[(provider_id, class_id)]
         capacity = (row.total - row.reserved) * row.allocation_ratio
         if capacity - used.get((provider_id, class_id), 0) < amount:
-            raise errors.conflict(
-                f"Unable to allocate inventory: Unable to create allocation for '{name}' on resource provider "
-                f"'{uuid}'. The requested amount would exceed the capacity."
-            )
+            raise InvalidAllocationCapacityExceeded(uuid, name)
 
 
 def usages_by_project(connection: Connection, project_id: str, user_id: Optional[str]) -> Dict[str, int]:

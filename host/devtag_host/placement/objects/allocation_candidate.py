@@ -21,9 +21,9 @@ from sqlalchemy import Integer, and_, bindparam, case, exists, func, null, selec
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.expression import ColumnElement, ScalarSelect, Select
 
-from .. import errors
 from ..candidate_request import CandidateRequest
 from ..db import inventories, provider_aggregates, provider_traits, resource_providers, traits
+from ..exception import ResourceClassNotFound
 from ..microversion import Version
 from ..query import AggregateFilter
 from . import candidate_search, resource_class, trait
@@ -109,9 +109,7 @@ def _find(connection: Connection, request: CandidateRequest, shape: Shape) -> Ca
         class_ids = resource_class.ids_by_name(connection, group.resources)
         unknown = sorted(set(group.resources) - set(class_ids))
         if unknown:
-            raise errors.bad_request(
-                f"Invalid resource class in resources parameter: No such resource class {unknown[0]}."
-            )
+            raise ResourceClassNotFound(unknown[0])
         names = group.traits.names()
         found = trait.require_ids(connection, request.ordered_trait_names()) if names else {}
         required = [sorted(found[name] for name in any_of) for any_of in group.traits.required]

@@ -30,9 +30,9 @@ import os_traits
 from sqlalchemy import bindparam, func, select
 from sqlalchemy.engine import Connection
 
-from .. import errors
 from ..candidate_request import CandidateRequest, Group
 from ..db import inventories, provider_aggregates, provider_traits, resource_providers
+from ..exception import ResourceClassNotFound
 from . import resource_class, trait
 
 # A guard against combinatorial explosion: a request that would build more
@@ -171,7 +171,7 @@ def search(
     class_ids = resource_class.ids_by_name(connection, request.class_names())
     unknown = sorted(request.class_names() - set(class_ids))
     if unknown:
-        raise errors.bad_request(f"Invalid resource class in resources parameter: No such resource class {unknown[0]}.")
+        raise ResourceClassNotFound(unknown[0])
     trait_ids = trait.require_ids(connection, request.ordered_trait_names()) if request.trait_names() else {}
     shares_id = trait.ids_by_name(connection, [os_traits.MISC_SHARES_VIA_AGGREGATE]).get(
         os_traits.MISC_SHARES_VIA_AGGREGATE

@@ -14,8 +14,7 @@ from sqlalchemy import Column, Integer, MetaData, String, Table, bindparam, sele
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
-from .. import errors
-from ..errors import ConcurrentUpdate
+from ..exception import ConcurrentUpdate, GenerationConflict
 
 metadata = MetaData()
 
@@ -74,9 +73,8 @@ def check_generation(existing: Optional[Consumer], given: Optional[int]) -> None
     expected = existing.generation if existing is not None else None
     if expected != given:
         # Upstream's words: "null" for the missing consumer, Python's "None" for a missing generation.
-        raise errors.conflict(
-            f"consumer generation conflict - expected {'null' if expected is None else expected} but got {given}",
-            errors.CONCURRENT_UPDATE,
+        raise GenerationConflict(
+            f"consumer generation conflict - expected {'null' if expected is None else expected} but got {given}"
         )
 
 

@@ -8,8 +8,14 @@ from typing import Any, Dict
 from sqlalchemy import bindparam, func, select
 from sqlalchemy.engine import Connection
 
-from .. import errors
 from ..db import MAX_INT, allocations, inventories, resource_classes
+from ..exception import (
+    InvalidInventoryCapacity,
+    InventoryExists,
+    InventoryInUse,
+    InventoryNotFound,
+    ResourceClassNotFound,
+)
 from . import resource_class
 from .resource_provider import Provider, bump_generation
 
@@ -47,7 +53,7 @@ def validate(name: str, inventory: Inventory, reserved_can_be_total: bool, provi
     words (``action``: "create" or "update")."""
     if inventory.capacity < 0 or (not reserved_can_be_total and inventory.capacity == 0):
         relation = "greater than total" if reserved_can_be_total else "greater than or equal to total"
-        raise errors.bad_request(
+        raise InvalidInventoryCapacity(
             f"Unable to {action} inventory for resource provider {provider_uuid}: Invalid inventory for '{name}' "
             f"on resource provider '{provider_uuid}'. The reserved value is {relation}."
         )
@@ -95,22 +101,16 @@ def replace_all(
     provider: Provider,
     wanted: Dict[str, Inventory],
     check_in_use: bool = True,
-    unknown_class_prefix: str = "",
 ) -> None:
     """Set the provider's whole inventory (PUT .../inventories); bumps the generation.
     The reshaper (1.30) moves allocations in the same transaction and checks after
     it instead (``check_in_use=False``)."""
-    prefix = unknown_class_prefix or f"Unknown resource class in inventory for resource provider {provider.uuid}: "
-    class_ids = resource_class.require_ids(connection, wanted, prefix)
+    class_ids = resource_class.require_ids(connection, wanted)
     used = _used_of_provider(connection, provider.id)
     removed = set(used) - set(wanted)
     busy = {name for name in removed if used[name]}
     if busy and check_in_use:
-        raise errors.conflict(
-            f"update conflict: Inventory for '{', '.join(sorted(busy))}' on resource provider "
-            f"'{provider.uuid}' in use.",
-            errors.INVENTORY_INUSE,
-        )
+        raise InventoryInUse(provider.uuid, busy)
     bump_generation(connection, provider)
     connection.execute(_DELETE_ALL, {"b_provider": provider.id})
     if wanted:
@@ -131,29 +131,17 @@ def replace_all(
 def add(connection: Connection, provider: Provider, name: str, inventory: Inventory) -> None:
     current = of_provider(connection, provider.id)
     if name in current:
-        raise errors.conflict(
-            f"Update conflict: Inventory for {name} on resource provider {provider.uuid} already exists.",
-            errors.CONCURRENT_UPDATE,
-        )
+        raise InventoryExists(provider.uuid, name)
     current[name] = inventory
-    replace_all(
-        connection,
-        provider,
-        current,
-        unknown_class_prefix=f"Unable to create inventory for resource provider {provider.uuid}: ",
-    )
+    replace_all(connection, provider, current)
 
 
 def update(connection: Connection, provider: Provider, name: str, inventory: Inventory) -> None:
     current = of_provider(connection, provider.id)
     if name not in current:
         if not resource_class.ids_by_name(connection, [name]):
-            raise errors.not_found(f"No such resource class {name}.")
-        # Upstream's words, which clients match.
-        raise errors.bad_request(
-            f"No inventory record with resource class for resource provider {provider.uuid}: "
-            f"No inventory of class {name} found."
-        )
+            raise ResourceClassNotFound(name)
+        raise InventoryNotFound(provider.uuid, name)
     current[name] = inventory
     replace_all(connection, provider, current)
 
@@ -161,7 +149,7 @@ def update(connection: Connection, provider: Provider, name: str, inventory: Inv
 def delete(connection: Connection, provider: Provider, name: str) -> None:
     current = of_provider(connection, provider.id)
     if name not in current:
-        raise errors.not_found(f"No inventory of class {name} found for delete")
+        raise InventoryNotFound(provider.uuid, name)
     del current[name]
     replace_all(connection, provider, current)
 

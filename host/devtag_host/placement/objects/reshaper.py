@@ -9,8 +9,8 @@ from typing import Dict, List, Tuple
 from sqlalchemy import and_, exists, select
 from sqlalchemy.engine import Connection
 
-from .. import errors
 from ..db import allocations, inventories, resource_classes, resource_providers
+from ..exception import AllocationProviderNotFound, GenerationConflict, InventoryInUse, ResourceProviderNotFound
 from . import allocation, consumer
 from . import inventory as inv
 from . import resource_provider as rp
@@ -31,15 +31,12 @@ def reshape(
     for uuid, (generation, wanted) in wanted_inventories.items():
         provider = rp.get(connection, uuid)
         if provider is None:
-            raise errors.bad_request(
-                f"Resource provider {uuid} in inventories not found: No resource provider with uuid {uuid} found",
-                errors.RESOURCE_PROVIDER_NOT_FOUND,
-            )
+            raise ResourceProviderNotFound(uuid)
         if provider.generation != generation:
-            raise errors.conflict(
+            raise GenerationConflict(
                 f"resource provider generation conflict for provider {uuid}: actual: {provider.generation}, "
                 f"given: {generation}",
-                errors.CONCURRENT_UPDATE,
+                uuid,
             )
         providers.append((provider, wanted))
     existing = consumer.by_uuid(connection, [item.consumer for item in wanted_allocations])
@@ -50,15 +47,12 @@ def reshape(
     known = rp.ids_by_uuid(connection, named)
     for uuid in named:
         if uuid not in known:
-            raise errors.bad_request(f"Allocation for resource provider '{uuid}' that does not exist.")
+            raise AllocationProviderNotFound(uuid)
     for provider, wanted in providers:
-        inv.replace_all(connection, provider, wanted, check_in_use=False, unknown_class_prefix=_MALFORMED)
+        inv.replace_all(connection, provider, wanted, check_in_use=False)
     if wanted_allocations:
-        allocation.replace(connection, wanted_allocations, _MALFORMED)
+        allocation.replace(connection, wanted_allocations)
     _no_allocation_without_inventory(connection, [provider.id for provider, _wanted in providers])
-
-
-_MALFORMED = "malformed reshaper data: "
 
 
 def _no_allocation_without_inventory(connection: Connection, provider_ids: List[int]) -> None:
@@ -84,7 +78,4 @@ def _no_allocation_without_inventory(connection: Connection, provider_ids: List[
         .limit(1)
     ).first()
     if orphan is not None:
-        raise errors.conflict(
-            f"update conflict: Inventory for '{orphan[1]}' on resource provider '{orphan[0]}' in use.",
-            errors.INVENTORY_INUSE,
-        )
+        raise InventoryInUse(orphan[0], [orphan[1]])

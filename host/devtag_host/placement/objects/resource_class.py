@@ -9,8 +9,14 @@ from sqlalchemy import bindparam, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
-from .. import errors
 from ..db import allocations, inventories, resource_classes
+from ..exception import (
+    ResourceClassCannotDeleteStandard,
+    ResourceClassCannotUpdateStandard,
+    ResourceClassExists,
+    ResourceClassInUse,
+    ResourceClassNotFound,
+)
 from . import standard_ids
 
 STANDARD = frozenset(os_resource_classes.STANDARDS)
@@ -40,14 +46,14 @@ def names_by_id(connection: Connection) -> Dict[int, str]:
     return {row.id: row.name for row in connection.execute(select(resource_classes.c.id, resource_classes.c.name))}
 
 
-def require_ids(connection: Connection, names: Iterable[str], prefix: str) -> Dict[str, int]:
-    """The ids of ``names``; else a 400 naming the first unknown one (in the given
-    order) in upstream's words, after ``prefix`` (each route words its own)."""
+def require_ids(connection: Connection, names: Iterable[str]) -> Dict[str, int]:
+    """The ids of ``names``; else ``ResourceClassNotFound`` naming the first unknown
+    one in the given order (each route words the error its own way)."""
     names = list(names)
     found = ids_by_name(connection, names)
     for name in names:
         if name not in found:
-            raise errors.bad_request(f"{prefix}No such resource class {name}.")
+            raise ResourceClassNotFound(name)
     return found
 
 
@@ -80,21 +86,21 @@ def _in_use(connection: Connection, class_id: int) -> bool:
 
 def rename(connection: Connection, name: str, new_name: str) -> None:
     if not is_custom(name):
-        raise errors.bad_request(f"Cannot update standard resource class {name}")
+        raise ResourceClassCannotUpdateStandard(name)
     found = ids_by_name(connection, [name, new_name])
     if name not in found:
-        raise errors.not_found(f"No such resource class {name}.")
+        raise ResourceClassNotFound(name)
     if new_name in found and new_name != name:
-        raise errors.conflict(f"Resource class already exists: {new_name}", errors.DUPLICATE_NAME)
+        raise ResourceClassExists(new_name)
     connection.execute(resource_classes.update().where(resource_classes.c.id == found[name]).values(name=new_name))
 
 
 def delete(connection: Connection, name: str) -> None:
     if not is_custom(name):
-        raise errors.bad_request(f"Error in delete resource class: Cannot delete standard resource class {name}.")
+        raise ResourceClassCannotDeleteStandard(name)
     found = ids_by_name(connection, [name])
     if name not in found:
-        raise errors.not_found(f"No such resource class {name}.")
+        raise ResourceClassNotFound(name)
     if _in_use(connection, found[name]):
-        raise errors.conflict(f"Unable to delete resource class {name}. The resource class is in use in inventory.")
+        raise ResourceClassInUse(name)
     connection.execute(resource_classes.delete().where(resource_classes.c.id == found[name]))

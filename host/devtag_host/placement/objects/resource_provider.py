@@ -11,9 +11,16 @@ from sqlalchemy.engine import Connection, Row
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.expression import BindParameter, ColumnElement, Select
 
-from .. import errors
 from ..db import allocations, inventories, provider_aggregates, provider_traits, resource_providers
-from ..errors import ConcurrentUpdate
+from ..exception import (
+    CannotDeleteParentResourceProvider,
+    ConcurrentUpdate,
+    GenerationConflict,
+    ObjectActionError,
+    ResourceProviderExists,
+    ResourceProviderInUse,
+    ResourceProviderNotFound,
+)
 
 _parent = resource_providers.alias("parent")
 _root = resource_providers.alias("root")
@@ -72,8 +79,7 @@ def get(connection: Connection, uuid: str) -> Optional[Provider]:
 def get_or_404(connection: Connection, uuid: str) -> Provider:
     provider = get(connection, uuid)
     if provider is None:
-        # Upstream's code here is the default one (it names RESOURCE_PROVIDER_NOT_FOUND only in reshaper).
-        raise errors.not_found(f"No resource provider with uuid {uuid} found")
+        raise ResourceProviderNotFound(uuid)
     return provider
 
 
@@ -176,22 +182,22 @@ def list_providers(
     return [_provider(row) for row in connection.execute(query.order_by(rp.c.id))]
 
 
-def _duplicate(exc: IntegrityError, name: str, uuid: str) -> errors.PlacementError:
+def _duplicate(exc: IntegrityError, name: str, uuid: str) -> ResourceProviderExists:
     text = str(exc.orig).lower()
     what = "uuid" if "uuid" in text else "name"
     value = uuid if what == "uuid" else name
-    return errors.conflict(f"Conflicting resource provider {what}: {value} already exists.", errors.DUPLICATE_NAME)
+    return ResourceProviderExists(f"Conflicting resource provider {what}: {value} already exists.")
 
 
-def _unable_to_create(name: str, uuid: str, reason: str) -> errors.PlacementError:
+def _unable_to_create(name: str, uuid: str, reason: str) -> ObjectActionError:
     """Upstream's wording, which clients and operators match."""
-    return errors.bad_request(
+    return ObjectActionError(
         f'Unable to create resource provider "{name}", {uuid}: Object action create failed because: {reason}'
     )
 
 
-def _unable_to_save(uuid: str, action: str, reason: str) -> errors.PlacementError:
-    return errors.bad_request(
+def _unable_to_save(uuid: str, action: str, reason: str) -> ObjectActionError:
+    return ObjectActionError(
         f"Unable to save resource provider {uuid}: Object action {action} failed because: {reason}"
     )
 
@@ -222,9 +228,9 @@ def create(
     taken = connection.execute(_TAKEN, {"b_uuid": uuid, "b_name": name}).all()
     for taken_uuid, _taken_name in taken:
         if taken_uuid == uuid:
-            raise errors.conflict(f"Conflicting resource provider uuid: {uuid} already exists.", errors.DUPLICATE_NAME)
+            raise ResourceProviderExists(f"Conflicting resource provider uuid: {uuid} already exists.")
     if taken:
-        raise errors.conflict(f"Conflicting resource provider name: {name} already exists.", errors.DUPLICATE_NAME)
+        raise ResourceProviderExists(f"Conflicting resource provider name: {name} already exists.")
     # A concurrent twin fails the unique constraints: IntegrityError, answered 409 by the app.
     values = {"uuid": uuid, "name": name, "generation": 0, "parent_provider_id": parent_id, "root_provider_id": root_id}
     inserted = connection.execute(_INSERT, values).inserted_primary_key
@@ -267,7 +273,7 @@ def update(
     if name != provider.name and connection.scalar(
         select(resource_providers.c.id).where(resource_providers.c.name == name)
     ):
-        raise errors.conflict(f"Conflicting resource provider {name} already exists.", errors.DUPLICATE_NAME)
+        raise ResourceProviderExists(f"Conflicting resource provider {name} already exists.")
     try:
         with connection.begin_nested():
             result = connection.execute(
@@ -315,15 +321,9 @@ def delete(connection: Connection, provider: Provider) -> None:
         connection.scalar(select(allocations.c.id).where(allocations.c.resource_provider_id == provider.id).limit(1))
         is not None
     ):
-        raise errors.conflict(
-            f"Unable to delete resource provider {provider.uuid}: Resource provider has allocations.",
-            errors.PROVIDER_IN_USE,
-        )
+        raise ResourceProviderInUse(provider.uuid)
     if _has_children(connection, provider.id):
-        raise errors.conflict(
-            f"Unable to delete parent resource provider {provider.uuid}: It has child resource providers.",
-            errors.PROVIDER_CANNOT_DELETE_PARENT,
-        )
+        raise CannotDeleteParentResourceProvider(provider.uuid)
     # Claim the row first: a concurrent allocation bumps the generation.
     bump_generation(connection, provider)
     for table in (inventories, provider_aggregates, provider_traits):
@@ -346,7 +346,8 @@ GENERATION_CHANGED = "Resource provider's generation already changed. Please upd
 
 
 def check_generation(provider: Provider, seen: int, detail: str = "resource provider generation conflict") -> None:
-    """The generation the client read must be the provider's: else a 409 in the
-    route's words (upstream words it per route; the default is its inventories')."""
+    """The generation the client read must be the provider's: else
+    ``GenerationConflict`` in the route's words (upstream words it per route; the
+    default is its inventories')."""
     if provider.generation != seen:
-        raise errors.conflict(detail, errors.CONCURRENT_UPDATE)
+        raise GenerationConflict(detail, provider.uuid)

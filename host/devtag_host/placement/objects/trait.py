@@ -10,8 +10,8 @@ from sqlalchemy import exists as sql_exists
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
-from .. import errors
 from ..db import provider_traits, traits
+from ..exception import TraitCannotDeleteStandard, TraitInUse, TraitNotFound
 from . import standard_ids
 from .resource_provider import Provider, bump_generation
 
@@ -31,13 +31,13 @@ def ids_by_name(connection: Connection, names: Iterable[str]) -> Dict[str, int]:
 
 
 def require_ids(connection: Connection, names: Iterable[str]) -> Dict[str, int]:
-    """The ids of ``names``; a 400 naming the first unknown one in the given
-    order, as upstream's lookup does (it stops at the first)."""
+    """The ids of ``names``; else ``TraitNotFound`` naming the first unknown one
+    in the given order, as upstream's lookup does (it stops at the first)."""
     names = list(names)
     found = ids_by_name(connection, names)
     for name in names:
         if name not in found:
-            raise errors.bad_request(f"No such trait(s): {name}.")
+            raise TraitNotFound(name)
     return found
 
 
@@ -74,15 +74,15 @@ def create(connection: Connection, name: str) -> bool:
 def delete(connection: Connection, name: str) -> None:
     found = ids_by_name(connection, [name])  # as upstream: an unknown name is 404 first
     if not found:
-        raise errors.not_found(f"No such trait(s): {name}.")
+        raise TraitNotFound(name)
     if not name.startswith("CUSTOM_"):
-        raise errors.bad_request(f"Cannot delete standard trait {name}.")
+        raise TraitCannotDeleteStandard(name)
     trait_id = found[name]
     in_use = connection.scalar(
         select(provider_traits.c.resource_provider_id).where(provider_traits.c.trait_id == trait_id).limit(1)
     )
     if in_use is not None:
-        raise errors.conflict(f"The trait {name} is in use by a resource provider.")
+        raise TraitInUse(name)
     connection.execute(traits.delete().where(traits.c.id == trait_id))
 
 
