@@ -297,3 +297,27 @@ KNOWN_TEST_SUPPORT: Set[str] = set()
 def test_the_shipped_package_holds_no_test_support() -> None:
     support = {module for module in MODULES if module.rsplit(".", 1)[-1].endswith(("testing", "conftest"))}
     assert support <= KNOWN_TEST_SUPPORT, "test support lives in tests/support/"
+
+
+# Errors (README "Architecture"): the placement objects raise the domain exceptions of
+# placement/exception.py; only the handler layer (errors.RULES, errors.mapped, app.py) knows HTTP.
+PLACEMENT_HTTP_MODULES = {"devtag_host.placement.errors", "devtag_host.placement.web", "devtag_host.placement.app"}
+
+
+def test_placement_objects_know_no_http_errors() -> None:
+    wrong = []
+    for module, path in MODULES.items():
+        if not module.startswith("devtag_host.placement.objects"):
+            continue
+        for target, _ in _imports(module):
+            own = _own(target)
+            if own in PLACEMENT_HTTP_MODULES or own.startswith("devtag_host.placement.handlers"):
+                wrong.append(f"{module} imports {own}")
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Name) and node.id == "PlacementError":
+                wrong.append(f"{module}:{node.lineno} uses PlacementError")
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "errors":
+                wrong.append(f"{module}:{node.lineno} uses errors.{node.attr}")
+    assert wrong == [], "raise a domain exception (placement/exception.py), map it in errors.RULES:\n" + "\n".join(
+        wrong
+    )
