@@ -45,7 +45,7 @@ LAYERS: Dict[str, Set[str]] = {
     "example": set(),
     "examples": set(),
     # The verbs register themselves: cli.py names their modules (COMMAND_MODULES), it does not import them.
-    "cli": {"devtag_host", "errors", "example", "fwcfg", "inputs", "metadata", "state", "virt"},
+    "cli": {"devtag_host", "errors", "example", "fwcfg", "inputs", "metadata", "serving", "state", "virt"},
     "devtag_host": {"metadata", "virt"},  # the package's own __init__: the plain Python API
 }
 
@@ -321,3 +321,28 @@ def test_placement_objects_know_no_http_errors() -> None:
     assert wrong == [], "raise a domain exception (placement/exception.py), map it in errors.RULES:\n" + "\n".join(
         wrong
     )
+
+
+def _is_command_line(module: str) -> bool:
+    """The command-line layer: cli.py and each package's verbs (commands.py, verbs.py)."""
+    return module == "devtag_host.cli" or module.rsplit(".", 1)[-1] in ("commands", "verbs")
+
+
+def test_only_the_command_line_knows_exit_statuses() -> None:
+    """Library code raises kinds of failure (errors.py: InputError, RuntimeFailure, Refused, and
+    their domain subclasses); only the command line maps them to exit statuses (cli.exit_status,
+    a verb's own ``exit_code``).  No library module defines an exit status, exits, or imports a
+    command-line module (whose exceptions carry one)."""
+    wrong = []
+    for module, path in MODULES.items():
+        if _is_command_line(module):
+            continue
+        for target, _ in _imports(module):
+            if target.startswith("devtag_host") and _is_command_line(_own(target)):
+                wrong.append(f"{module} imports {_own(target)}")
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Name) and node.id in ("exit_code", "SystemExit"):
+                wrong.append(f"{module}:{node.lineno} uses {node.id}")
+            if isinstance(node, ast.Attribute) and node.attr in ("exit_code", "exit", "_exit"):
+                wrong.append(f"{module}:{node.lineno} uses .{node.attr}")
+    assert wrong == [], "raise a kind of failure (errors.py), map it in the command line:\n" + "\n".join(wrong)

@@ -32,6 +32,7 @@ from .metadata import (
     remove_tags,
     tags_of,
 )
+from .serving import ListenError
 from .state import state_dir
 
 log = logging.getLogger("devtag_host")
@@ -317,11 +318,14 @@ def _handler(handler: Any) -> Callable[[argparse.Namespace], Any]:
 def exit_status(exc: DevtagError) -> int:
     """The documented exit status of a failure: 2 bad input, 3 refused, 1 anything else.
 
-    A verb's own exception may carry its own (``exit_code``, e.g. attach's 3 "still attached").
+    A verb's own exception may carry its own (``exit_code``, e.g. attach's 3 "still attached"):
+    only command-line modules define one (tests/test_layering.py), library code raises kinds.
     """
     own = getattr(exc, "exit_code", None)
     if isinstance(own, int):
         return own
+    if isinstance(exc, ListenError):  # SERVE_EXIT_STATUS: nothing was served
+        return 3
     if isinstance(exc, InputError):
         return 2
     if isinstance(exc, Refused):

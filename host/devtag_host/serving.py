@@ -27,9 +27,8 @@ exit status:
 
 
 class ListenError(RuntimeFailure):
-    """The address cannot be listened on: nothing was served."""
-
-    exit_code = 3
+    """The address cannot be listened on: nothing was served (the command line
+    gives it an exit status of its own, ``cli.exit_status``)."""
 
 
 def interface_of(address: ListenAddress) -> Tuple[str, int]:
