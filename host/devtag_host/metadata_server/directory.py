@@ -43,6 +43,8 @@ class InstanceDirectory:
         self._by_uuid: Dict[str, Entry] = {}
         self._by_mac: Dict[str, FrozenSet[str]] = {}
         self._write_lock = threading.Lock()
+        # Counts the writes, bumped after each (readers read it before the tables): see DirectIdentifier.
+        self.generation = 0
 
     def __len__(self) -> int:
         return len(self._by_uuid)
@@ -63,6 +65,7 @@ class InstanceDirectory:
             by_uuid[instance.uuid] = entry
             self._by_uuid = by_uuid
             self._by_mac = _mac_index(by_uuid)
+            self.generation += 1
 
     def remove(self, uuid: str) -> None:
         with self._write_lock:
@@ -72,6 +75,7 @@ class InstanceDirectory:
             del by_uuid[uuid]
             self._by_uuid = by_uuid
             self._by_mac = _mac_index(by_uuid)
+            self.generation += 1
 
     def uuids(self) -> FrozenSet[str]:
         return frozenset(self._by_uuid)

@@ -147,6 +147,8 @@ class NeighbourTable:
         self._last_mac: Dict[Tuple[int, str], str] = {}
         self._indexes: Dict[str, Optional[int]] = {}
         self._buffer = bytearray(1 << 16)
+        # Counts the changes applied: a result derived from the tables holds while it is unchanged.
+        self.generation = 0
 
     # --- lookups (call sync() first) -------------------------------------------------------
 
@@ -240,6 +242,7 @@ class NeighbourTable:
         self._poll.register(events, select.POLLIN)
 
     def _dump_all(self) -> None:
+        self.generation += 1
         self._neighbours.clear()
         self._by_address.clear()
         self._fdb.clear()
@@ -255,6 +258,7 @@ class NeighbourTable:
 
     def _apply(self, data: bytes) -> bool:
         """Apply messages; False once a dump's end (or an error) is reached."""
+        self.generation += 1
         more = True
         for kind, item in parse_messages(data):
             if kind in (NLMSG_DONE, NLMSG_ERROR):

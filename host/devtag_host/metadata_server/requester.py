@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 PROC_ARP = "/proc/net/arp"
 _ARP_COMPLETE = 0x2
 _NO_MAC = "00:00:00:00:00:00"
+MAX_DECIDED_SOURCES = 4096  # remembered identities (one per guest address; bounded all the same)
 _PROXY_HEADERS = frozenset({b"x-instance-id", b"x-instance-id-signature", b"x-tenant-id", b"x-forwarded-for"})
 
 
@@ -85,6 +86,7 @@ class Located(NamedTuple):
     mac: str
     via: str  # 'neighbour' or 'lease'
     ifindex: Optional[int] = None  # the interface of the neighbour entry (None: injected tables)
+    address: Optional[str] = None  # the source address, canonical, without scope (live tables)
 
 
 class AddressBook:
@@ -126,12 +128,16 @@ class AddressBook:
         """The MAC (and interface) behind a source address (``addr`` or ``addr%scope``)."""
         if self.table is None:
             return self._locate_fixed(client)
-        table = self.table
         try:
-            table.sync()
-        except OSError as exc:  # no rtnetlink (restricted sandbox): nobody can be identified
-            log.error("cannot read the kernel's neighbour tables: %s", exc)
-            return Refusal(503, f"cannot read the neighbour tables: {exc}")
+            self.table.sync()
+        except OSError as exc:
+            return unreadable_tables(exc)
+        return self.locate_synced(client)
+
+    def locate_synced(self, client: str) -> Union[Located, Refusal]:
+        """:meth:`locate` in the live tables as they are, the kernel's announcements applied already."""
+        table = self.table
+        assert table is not None
         if "%" not in client:
             sole = table.sole(client)  # uvicorn gives addresses in canonical form
             if sole is not None:
@@ -157,10 +163,17 @@ class AddressBook:
         age = self.table.contested_for(entry.ifindex, address)  # type: ignore[union-attr]
         if age is not None:
             return Refusal(403, f"{address} changed MAC to {entry.mac} {age:.1f} s ago (contested)")
+        leased = self.leased_elsewhere(address, entry.mac)  # type: ignore[arg-type]
+        if leased is not None:
+            return Refusal(403, f"{address} is leased to {leased} but used by {entry.mac}")
+        return Located(entry.mac, "neighbour", entry.ifindex, address)  # type: ignore[arg-type]
+
+    def leased_elsewhere(self, address: str, mac: str) -> Optional[str]:
+        """The MAC libvirt's DHCP lease gives ``address`` if it is not ``mac`` (read now), else None."""
         leased = self._leases().get(address)
-        if leased and leased.lower() != entry.mac:
-            return Refusal(403, f"{address} is leased to {leased.lower()} but used by {entry.mac}")
-        return Located(entry.mac, "neighbour", entry.ifindex)  # type: ignore[arg-type]
+        if leased and leased.lower() != mac:
+            return leased.lower()
+        return None
 
     def _locate_fixed(self, client: str) -> Union[Located, Refusal]:
         assert self._fixed is not None
@@ -195,17 +208,74 @@ class AddressBook:
         return f"{found.mac} is not reached through its NIC's tap {port.tap}"
 
 
+def unreadable_tables(exc: OSError) -> Refusal:
+    """No rtnetlink (a restricted sandbox): nobody can be identified."""
+    log.error("cannot read the kernel's neighbour tables: %s", exc)
+    return Refusal(503, f"cannot read the neighbour tables: {exc}")
+
+
+class _Decided(NamedTuple):
+    """An identity decided from the tables at one state: valid while neither has changed since."""
+
+    table_generation: int
+    directory_generation: int
+    address: str
+    mac: str
+    identity: Identity
+
+
 class DirectIdentifier:
-    """Identify by source address (the default, without a proxy)."""
+    """Identify by source address (the default, without a proxy).
+
+    With the kernel's live tables, an identity once decided for a source is
+    remembered with the *generations* of the neighbour mirror and of the
+    directory it was decided from; it is given again only while both are
+    unchanged (any neighbour, forwarding or interface announcement the mirror
+    applies, any instance added, changed or removed makes it void) and the
+    DHCP lease, read on every request, still agrees.  So every request is
+    still decided from the tables as they are when it arrives (the pending
+    announcements are applied first), only without re-deriving an unchanged
+    answer (in process: 1.0-1.3 µs per identification instead of 4-5 µs on
+    the loaded development machine, 0.5 µs of which is the ``poll`` for
+    announcements).  Refusals are never remembered (a contested address's
+    refusal expires with time alone).
+    """
 
     def __init__(self, directory: InstanceDirectory, addresses: AddressBook) -> None:
         self._directory = directory
         self._addresses = addresses
+        self._decided: Dict[str, _Decided] = {}
 
     def identify(self, client: Optional[str], headers: Sequence[Tuple[bytes, bytes]]) -> Verdict:
         if not client:
             return Refusal(404, "no source address")
-        found = self._addresses.locate(client)
+        addresses = self._addresses
+        table = addresses.table
+        if table is None:  # fixed tables, read on every lookup: nothing to remember
+            return self._identified(client, addresses.locate(client))
+        try:
+            table.sync()
+        except OSError as exc:
+            return unreadable_tables(exc)
+        # Generations first, then the tables: a change made meanwhile (another thread) voids the result.
+        table_generation, directory_generation = table.generation, self._directory.generation
+        decided = self._decided.get(client)
+        if (
+            decided is not None
+            and decided.table_generation == table_generation
+            and decided.directory_generation == directory_generation
+            and addresses.leased_elsewhere(decided.address, decided.mac) is None
+        ):
+            return decided.identity
+        found = addresses.locate_synced(client)
+        verdict = self._identified(client, found)
+        if isinstance(verdict, Identity) and isinstance(found, Located) and found.address is not None:
+            if len(self._decided) >= MAX_DECIDED_SOURCES:
+                self._decided.clear()
+            self._decided[client] = _Decided(table_generation, directory_generation, found.address, found.mac, verdict)
+        return verdict
+
+    def _identified(self, client: str, found: Union[Located, Refusal]) -> Verdict:
         if isinstance(found, Refusal):
             return found
         try:

@@ -1,0 +1,149 @@
+"""The request path's shortcuts stay exact (issue 14's throughput budget).
+
+* A direct-mode identity is remembered with the generations of the
+  neighbour mirror and of the directory it was decided from: any change of
+  either (a neighbour, a forwarding entry, an interface, an instance) voids
+  it, and the DHCP lease is read on every request.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+from typing import Dict
+
+import pytest
+
+from devtag_host.metadata_server import DirectIdentifier, InstanceDirectory
+from devtag_host.metadata_server import requester as requester_module
+from devtag_host.metadata_server.domain_facts import NicPort
+from devtag_host.metadata_server.neighbours import (
+    AF_BRIDGE,
+    NDA_LLADDR,
+    NDA_MASTER,
+    RTM_DELNEIGH,
+    RTM_NEWLINK,
+    RTM_NEWNEIGH,
+    NeighbourTable,
+)
+from devtag_host.metadata_server.requester import AddressBook, Identity, Refusal
+
+from .metadata_server_samples import MAC_A, MAC_B, UUID_A, UUID_B, sample_instance
+from .test_metadata_server_neighbours import arp, attribute, message
+
+GUEST = "10.0.0.2"
+BRIDGE = 99  # an interface index no host has; the NIC's tap is "lo" (a real name, so the tap check resolves it)
+
+
+class FedTable(NeighbourTable):
+    """The mirror fed by the test's messages instead of the kernel's."""
+
+    def sync(self) -> None:
+        pass
+
+
+def fdb(kind: int, bridge: int, port: int, mac: str) -> bytes:
+    lladdr = attribute(NDA_LLADDR, bytes.fromhex(mac.replace(":", "")))
+    return message(kind, AF_BRIDGE, port, 0x02, lladdr, attribute(NDA_MASTER, struct.pack("=i", bridge)))
+
+
+def link_change() -> bytes:
+    return struct.pack("=IHHII", 16 + 16, RTM_NEWLINK, 0, 0, 0) + b"\0" * 16
+
+
+@pytest.fixture
+def world() -> Dict[str, object]:
+    """Instance A behind a bridge (its tap "lo" a port of it), B elsewhere; the guest's address is A's."""
+    table = FedTable()
+    leases: Dict[str, str] = {}
+    directory = InstanceDirectory()
+    tap = socket.if_nametoindex("lo")
+    directory.put(sample_instance(UUID_A, MAC_A, "alpha"), ports=[NicPort(MAC_A, "lo", None)])
+    directory.put(sample_instance(UUID_B, MAC_B, "bravo"))
+    table._apply(arp(RTM_NEWNEIGH, BRIDGE, GUEST, MAC_A))
+    table._apply(fdb(RTM_NEWNEIGH, BRIDGE, tap, MAC_A))
+    identifier = DirectIdentifier(directory, AddressBook(table=table, leases=lambda: leases))
+    return {"table": table, "leases": leases, "directory": directory, "identifier": identifier, "tap": tap}
+
+
+def identify(world: Dict[str, object], client: str = GUEST) -> object:
+    return world["identifier"].identify(client, [])  # type: ignore[attr-defined]
+
+
+def test_an_unchanged_state_gives_the_decided_identity_again(world: Dict[str, object]) -> None:
+    first = identify(world)
+    assert isinstance(first, Identity) and first.entry.instance.uuid == UUID_A and first.via == "neighbour"
+    assert identify(world) is first, "nothing changed: not derived again"
+
+
+def test_a_neighbour_change_voids_the_decided_identity(world: Dict[str, object]) -> None:
+    table: NeighbourTable = world["table"]  # type: ignore[assignment]
+    assert isinstance(identify(world), Identity)
+    table._apply(arp(RTM_NEWNEIGH, BRIDGE, GUEST, MAC_B))  # someone else answers ARP for the address
+    refused = identify(world)
+    assert isinstance(refused, Refusal) and refused.status == 403 and "contested" in refused.reason
+    table._apply(arp(RTM_DELNEIGH, BRIDGE, GUEST, ""))
+    gone = identify(world)
+    assert isinstance(gone, Refusal) and gone.status == 404
+
+
+def test_a_forwarding_change_voids_the_decided_identity(world: Dict[str, object]) -> None:
+    table: NeighbourTable = world["table"]  # type: ignore[assignment]
+    assert isinstance(identify(world), Identity)
+    table._apply(fdb(RTM_DELNEIGH, BRIDGE, world["tap"], MAC_A))  # type: ignore[arg-type]
+    refused = identify(world)
+    assert isinstance(refused, Refusal) and refused.status == 403 and "tap lo" in refused.reason
+    table._apply(fdb(RTM_NEWNEIGH, BRIDGE, world["tap"], MAC_A))  # type: ignore[arg-type]
+    assert isinstance(identify(world), Identity)
+
+
+def test_an_interface_change_voids_the_decided_identity(world: Dict[str, object]) -> None:
+    table: NeighbourTable = world["table"]  # type: ignore[assignment]
+    first = identify(world)
+    table._apply(link_change())  # a tap renamed, gone or new: its index is looked up again
+    again = identify(world)
+    assert isinstance(again, Identity) and again is not first
+
+
+def test_a_directory_change_voids_the_decided_identity(world: Dict[str, object]) -> None:
+    directory: InstanceDirectory = world["directory"]  # type: ignore[assignment]
+    assert isinstance(identify(world), Identity)
+    directory.put(sample_instance(UUID_A, MAC_A, "alpha"), active=False, ports=[NicPort(MAC_A, "lo", None)])
+    refused = identify(world)
+    assert isinstance(refused, Refusal) and "not running" in refused.reason
+    directory.put(sample_instance(UUID_A, MAC_A, "alpha2"), ports=[NicPort(MAC_A, "lo", None)])
+    renamed = identify(world)
+    assert isinstance(renamed, Identity) and renamed.entry.instance.name == "vm-alpha2"
+    directory.remove(UUID_A)
+    assert isinstance(identify(world), Refusal)
+
+
+def test_the_lease_is_read_on_every_request(world: Dict[str, object]) -> None:
+    leases: Dict[str, str] = world["leases"]  # type: ignore[assignment]
+    assert isinstance(identify(world), Identity)
+    leases[GUEST] = MAC_B.upper()  # changed in place: no generation tells of it
+    refused = identify(world)
+    assert isinstance(refused, Refusal) and refused.status == 403 and "leased to" in refused.reason
+    leases[GUEST] = MAC_A
+    assert isinstance(identify(world), Identity)
+
+
+def test_refusals_are_not_remembered(world: Dict[str, object]) -> None:
+    table: NeighbourTable = world["table"]  # type: ignore[assignment]
+    assert isinstance(identify(world, "10.0.0.3"), Refusal)
+    table._apply(arp(RTM_NEWNEIGH, BRIDGE, "10.0.0.3", MAC_B))
+    assert isinstance(identify(world, "10.0.0.3"), Identity)
+
+
+def test_the_decided_identities_are_bounded(world: Dict[str, object], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(requester_module, "MAX_DECIDED_SOURCES", 4)
+    table: NeighbourTable = world["table"]  # type: ignore[assignment]
+    identifier: DirectIdentifier = world["identifier"]  # type: ignore[assignment]
+    directory: InstanceDirectory = world["directory"]  # type: ignore[assignment]
+    for n in range(10):
+        mac = f"52:54:00:cc:00:{n:02x}"
+        directory.put(sample_instance(f"c0000000-0000-4000-8000-0000000000{n:02x}", mac, f"c{n}"))
+        table._apply(arp(RTM_NEWNEIGH, 3, f"10.0.1.{n}", mac))
+    for n in range(10):
+        assert isinstance(identify(world, f"10.0.1.{n}"), Identity)
+        assert len(identifier._decided) <= 4
