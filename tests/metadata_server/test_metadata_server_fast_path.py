@@ -4,17 +4,18 @@
   neighbour mirror and of the directory it was decided from: any change of
   either (a neighbour, a forwarding entry, an interface, an instance) voids
   it, and the DHCP lease is read on every request.
+* A response's head is held until its body, so both leave in one write.
 """
 
 from __future__ import annotations
 
 import socket
 import struct
-from typing import Dict
+from typing import Dict, List, Optional
 
 import pytest
 
-from devtag_host.metadata_server import DirectIdentifier, InstanceDirectory
+from devtag_host.metadata_server import DirectIdentifier, InstanceDirectory, create_app
 from devtag_host.metadata_server import requester as requester_module
 from devtag_host.metadata_server.domain_facts import NicPort
 from devtag_host.metadata_server.neighbours import (
@@ -27,12 +28,14 @@ from devtag_host.metadata_server.neighbours import (
     NeighbourTable,
 )
 from devtag_host.metadata_server.requester import AddressBook, Identity, Refusal
+from devtag_host.metadata_server.server import BackgroundServer, HeadHeldUntilBody
 
 from .metadata_server_samples import MAC_A, MAC_B, UUID_A, UUID_B, sample_instance
 from .test_metadata_server_neighbours import arp, attribute, message
 
 GUEST = "10.0.0.2"
 BRIDGE = 99  # an interface index no host has; the NIC's tap is "lo" (a real name, so the tap check resolves it)
+PATH = "/openstack/latest/meta_data.json"
 
 
 class FedTable(NeighbourTable):
@@ -147,3 +150,86 @@ def test_the_decided_identities_are_bounded(world: Dict[str, object], monkeypatc
     for n in range(10):
         assert isinstance(identify(world, f"10.0.1.{n}"), Identity)
         assert len(identifier._decided) <= 4
+
+
+class RecordingTransport:
+    def __init__(self) -> None:
+        self.writes: List[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(bytes(data))
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def get_extra_info(self, name: str, default: Optional[object] = None) -> object:
+        return default
+
+
+def test_the_head_leaves_with_the_body_in_one_write() -> None:
+    transport = RecordingTransport()
+    writer = HeadHeldUntilBody(transport)
+    writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n")
+    assert transport.writes == []
+    writer.write(b"{}")
+    assert transport.writes == [b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}"]
+    writer.flush()
+    assert len(transport.writes) == 1
+
+
+def test_a_head_without_body_leaves_at_the_end_or_at_close() -> None:
+    transport = RecordingTransport()
+    writer = HeadHeldUntilBody(transport)
+    writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n")  # HEAD: no body follows
+    writer.flush()
+    assert transport.writes == [b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n"]
+    writer.write(b"HTTP/1.1 500 Internal Server Error\r\n\r\n")
+    writer.close()
+    assert transport.writes[-1].startswith(b"HTTP/1.1 500") and transport.closed
+
+
+def test_an_interim_response_is_not_held() -> None:
+    transport = RecordingTransport()
+    writer = HeadHeldUntilBody(transport)
+    writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+    assert transport.writes == [b"HTTP/1.1 100 Continue\r\n\r\n"]
+    assert writer.get_extra_info("peername") is None, "anything else is the transport's"
+
+
+def raw(port: int, data: bytes, expect: int) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as client:
+        client.sendall(data)
+        received = b""
+        while received.count(b"HTTP/1.1 ") < expect or not received.endswith((b"}", b"\r\n\r\n", b"ok\n")):
+            chunk = client.recv(65536)
+            if not chunk:
+                break
+            received += chunk
+        return received
+
+
+def test_get_head_and_pipelined_requests_over_one_connection() -> None:
+    directory = InstanceDirectory()
+    directory.put(sample_instance(UUID_A, MAC_A, "alpha"))
+    app = create_app(directory, addresses=AddressBook(neighbours=lambda: {"127.0.0.1": MAC_A}), log_requests=False)
+    body = directory.by_uuid(UUID_A).site[PATH].body  # type: ignore[union-attr]
+    server = BackgroundServer(app)
+    try:
+        get = f"GET {PATH} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+        head = f"HEAD {PATH} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+        answer = raw(server.port, head + get + head + get, expect=4)
+        parts = answer.split(b"HTTP/1.1 200 OK\r\n")[1:]
+        assert len(parts) == 4
+        assert parts[0].endswith(b"\r\n\r\n") and parts[2].endswith(b"\r\n\r\n"), "HEAD: the head only"
+        assert parts[1].endswith(b"\r\n\r\n" + body) and parts[3].endswith(b"\r\n\r\n" + body)
+        assert b"content-length: %d" % len(body) in parts[0]
+        missing = raw(server.port, b"GET /nope HTTP/1.1\r\nHost: x\r\n\r\n", expect=1)
+        assert missing.startswith(b"HTTP/1.1 404 Not Found\r\n") and missing.endswith(b"\r\n\r\nNot Found")
+        health = raw(server.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", expect=1)
+        assert health.startswith(b"HTTP/1.1 200 OK\r\n") and health.endswith(b"\r\n\r\nok\n")
+    finally:
+        server.stop()
