@@ -11,6 +11,7 @@
   at most ``per_source_limit`` of them from one source address (503 and closed
   beyond: one guest holding half-sent requests cannot starve the others).
   Every such refusal is written to the access log.
+* A response's head and body leave in one write (:class:`HeadHeldUntilBody`).
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ class HeadHeldUntilBody:
     uvicorn writes a response's head and its body with two ``write`` calls;
     with ``TCP_NODELAY`` that is two system calls, two segments and two
     wake-ups of the client, for a metadata document that fits in one (the
-    second write cost ~1/5 of the server's CPU time per request).  The head
+    second write cost ~11 % of the server's CPU time per request under
+    benchmarks/metadata_server_wrk.py).  The head
     (a final status line: ``HTTP/1.1 2xx``..``5xx``; a ``100 Continue`` goes
     out at once) is held until the next write, which takes it along, or
     until the response completes (HEAD, no body) or the transport closes.
