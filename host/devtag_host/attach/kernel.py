@@ -1,21 +1,14 @@
-"""The kernel every attach flow runs on: a host's building blocks, the journal, undo and the endings.
+"""The kernel every attach flow runs on: a host's building blocks and the one runner, :class:`Operation`.
 
-A flow is a list of steps; each step is journalled (its own committed row)
-*before* it runs and the host's step hook sees it, and the undo of a step is
-pushed before the step runs, so a step that fails half-way is undone too.
-There are two endings before the flow's point of no return:
-
-* :func:`roll_back_and_raise` -- an ``Exception``: every undo runs newest
-  first (each journalled ``undo-<step>``, so reconcile knows a rollback
-  began); if one fails, the attachments and NICs the flow created are marked
-  ``error_attaching`` and reconcile retires them.
-* anything that is not an ``Exception`` (a crash, :class:`SimulatedCrash`,
-  Ctrl-C) leaves the journal open: reconcile finishes it, rolling forward or
-  back by what it finds (:mod:`devtag_host.attach.reconcile` has one entry
-  per flow).
-
-After the point of no return an error leaves the operation open
-(:func:`left_open`): reconcile rolls it forward.
+A flow is written as the list of its steps: ``operation.step(name, undo=...)``
+followed by the step's work.  The runner journals each step (its own committed
+row) *before* it runs, lets the host's step hook see it and keeps its undo;
+on an error before the flow's point of no return (:meth:`Operation.landed`)
+it rolls back newest first, after it it leaves the operation open for
+reconcile to roll forward; a crash leaves the journal open.  Roll forward is
+the flow's own tail run again (:class:`Replay`): the steps after the point of
+no return are idempotent.  Reconcile knows every flow from one table
+(:data:`devtag_host.attach.reconcile.RECONCILERS`).
 
 Why not OpenStack TaskFlow (docs/attach.md): its resumption replays the
 persisted atom states, while these flows must decide forward or back from the
@@ -33,7 +26,7 @@ import os
 import socket
 import uuid
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Dict, Iterable, List, Mapping, NoReturn, Optional, Tuple, Union
+from typing import Any, Callable, ContextManager, Dict, List, Mapping, NoReturn, Optional, Tuple, TypeVar, Union
 
 import libvirt
 
@@ -47,6 +40,7 @@ from .backends.nbd import NbdBackend
 from .backends.pool import PoolBackend
 from .db import state_dir
 from .guest import DEFAULT_DETACH_ATTEMPTS, DEFAULT_DETACH_TIMEOUT_S, Guest, GuestError
+from .model import JournalRecord
 from .storage_daemon import StorageDaemon, storage_uri_for
 from .store import AttachmentStore
 
@@ -56,6 +50,7 @@ HOST_ENV = "DEVTAG_HOST"
 RECONCILE_ADVICE = "run 'devtag-host attachments reconcile'"
 
 StepHook = Callable[[str, str], None]
+T = TypeVar("T")
 
 
 class SimulatedCrash(BaseException):
@@ -76,6 +71,23 @@ class FlowFailed(model.AttachError):
 
 class Pending(Exception):
     """Reconcile cannot finish the operation now (a device the guest keeps, a peer not given)."""
+
+
+# -- errors ----------------------------------------------------------------------------
+
+
+def translate(exc: Exception) -> Exception:
+    """Keep the package's own errors; wrap backend and libvirt-guest failures as :class:`FlowFailed`."""
+    if isinstance(exc, model.AttachError):
+        return exc
+    if isinstance(exc, (BackendError, GuestError)):
+        return FlowFailed(str(exc))
+    return exc
+
+
+def as_flow_failed(exc: Exception) -> Exception:
+    """Keep the package's own errors; anything else is a :class:`FlowFailed` (the lifecycle flows)."""
+    return exc if isinstance(exc, model.AttachError) else FlowFailed(str(exc))
 
 
 # -- the host ----------------------------------------------------------------------------
@@ -121,8 +133,15 @@ class Host:
             known = ", ".join(sorted(self.backends))
             raise model.InvalidInput(f"unknown volume backend {name!r} (have: {known})") from None
 
-    def operation(self, flow: str, **ids: Optional[str]) -> Operation:
-        return Operation(self, flow, **ids)
+    def operation(
+        self,
+        flow: str,
+        *,
+        error: Callable[[Exception], Exception] = translate,
+        rolled_back: str = "rolled-back",
+        **ids: Optional[str],
+    ) -> Operation:
+        return Operation(self, flow, error=error, rolled_back=rolled_back, **ids)
 
     def guest(self, domain: str) -> Guest:
         return Guest(virt.lookup_domain(self.connection, domain))
@@ -162,6 +181,20 @@ class Host:
         if attachment.connection_info:
             self.backend(self.store.get_volume(attachment.volume_id).backend).connect(attachment.connection_info)
 
+    def discard(self, attachment_id: str) -> None:
+        """Disconnect and delete the attachment, if it is still there (idempotent)."""
+        attachment = self.store.find_attachment(attachment_id)
+        if attachment is not None:
+            self.disconnect(attachment)
+            self.store.delete_attachment(attachment_id)
+
+    def complete(self, guest: Guest, attachment_id: str) -> None:
+        """The attachment ``attached``, with the address the guest sees (idempotent)."""
+        attachment = self.store.find_attachment(attachment_id)
+        if attachment is not None and attachment.status != model.ATTACHED:
+            alias = attachment.alias or devices.alias_for(attachment_id)
+            self.store.complete(attachment_id, address=device_address(guest, alias))
+
 
 def default_backends(connection: Any, base: Optional[Any] = None) -> Dict[str, VolumeBackend]:
     """The pool backend (on the domain's libvirt, or devtag's private storage daemon) and NBD."""
@@ -181,7 +214,30 @@ def default_backends(connection: Any, base: Optional[Any] = None) -> Dict[str, V
 
 
 class Operation:
-    """One run of a flow in the journal.
+    """One run of a flow: the runner every flow is written against.
+
+    A flow is the list of its steps, each declared by :meth:`step` (journalled,
+    the step hook called, its undo kept) and followed by its work::
+
+        with host.operation("attach-volume", instance_uuid=..., attachment_id=...) as operation:
+            operation.step("reserve", undo=lambda: store.delete_attachment(attachment_id), creates=attachment_id)
+            store.reserve(...)
+            ...
+            operation.landed("domain 'web1' runs on node2")   # the point of no return
+            ...                                               # idempotent steps: reconcile may run them again
+
+    Leaving the ``with`` block:
+
+    * normally: the operation ends ``completed``;
+    * by an ``Exception`` before :meth:`landed`: every kept undo runs, newest
+      first, each journalled ``undo-<step>`` (so reconcile knows a rollback
+      began); the operation ends ``rolled_back`` and ``error(exc)`` is raised.
+      If an undo fails, what the flow created (``creates``, ``creates_nic``)
+      is marked ``error_attaching`` for reconcile to retire;
+    * by an ``Exception`` after it: the operation stays open (reconcile rolls
+      it forward) and :class:`FlowFailed` says what is done;
+    * by anything else (a crash, :class:`SimulatedCrash`, Ctrl-C): the journal
+      stays open and reconcile decides forward or back.
 
     While the flow runs, its process holds a POSIX lock on
     ``<lock dir>/attach-op-<id>.lock`` (taken before the first journal row):
@@ -191,16 +247,45 @@ class Operation:
     a crash) is not blocked by its own flows.
     """
 
-    def __init__(self, host: Host, flow: str, **ids: Optional[str]) -> None:
+    def __init__(
+        self,
+        host: Host,
+        flow: str,
+        *,
+        error: Callable[[Exception], Exception] = translate,
+        rolled_back: str = "rolled-back",
+        **ids: Optional[str],
+    ) -> None:
         self.id = str(uuid.uuid4())
         self.flow = flow
         self.ids: Dict[str, Optional[str]] = dict(ids)
         self._host = host
         self.ended = False
         self._lock: Optional[int] = None
+        self._error = error
+        self._rolled_back = rolled_back
+        self._undo: List[Tuple[str, Callable[[], object]]] = []
+        self._created: List[str] = []
+        self._created_nics: List[str] = []
+        self._landed: Optional[Tuple[str, Optional[Callable[[Exception], object]]]] = None
 
-    def step(self, step: str, /, **detail: Any) -> None:
-        """Journal ``step`` (committed), then give the step hook its chance to fail or crash."""
+    def step(
+        self,
+        step: str,
+        /,
+        *,
+        undo: Optional[Callable[[], object]] = None,
+        creates: Optional[str] = None,
+        creates_nic: Optional[str] = None,
+        **detail: Any,
+    ) -> None:
+        """Journal ``step`` (committed), give the step hook its chance to fail or crash, keep the step's undo.
+
+        The undo is kept before the step's work runs, so a step that fails
+        half-way is undone too.  Ids in ``detail`` (:data:`IDS`) are not
+        detail: they say what this step and the next ones work on.
+        """
+        take_ids(self.ids, detail)
         if self._lock is None and not self.ended:
             self._lock = hold_operation_lock(self.id)
         self._host.store.journal_step(
@@ -208,6 +293,33 @@ class Operation:
         )
         if self._host.step_hook is not None:
             self._host.step_hook(self.flow, step)
+        if undo is not None:
+            self._undo.append((step, undo))
+        self._created.extend([creates] if creates else [])
+        self._created_nics.extend([creates_nic] if creates_nic else [])
+
+    def check(self, step: str, action: Callable[[], T], /, *, undo: Optional[Callable[[], object]] = None) -> T:
+        """A step whose work may refuse the whole operation (a store transition that is not allowed now).
+
+        If ``action`` fails, the operation ends ``refused`` and its error is
+        raised unchanged; if it succeeds, ``undo`` is kept.
+        """
+        self.step(step)
+        try:
+            result = action()
+        except Exception as exc:
+            self.end("refused", error=str(exc))
+            raise
+        if undo is not None:
+            self._undo.append((step, undo))
+        return result
+
+    def landed(self, what: str, *, on_failure: Optional[Callable[[Exception], object]] = None) -> None:
+        """The point of no return: ``what`` is done; from here an error leaves the operation open.
+
+        ``on_failure(exc)`` marks what the error left half done (an ``error_detaching`` row).
+        """
+        self._landed = (what, on_failure)
 
     def end(self, outcome: str, /, **detail: Any) -> None:
         self._host.store.journal_step(
@@ -219,6 +331,47 @@ class Operation:
             operation_lock_path(self.id).unlink(missing_ok=True)
             os.close(self._lock)
             self._lock = None
+
+    def __enter__(self) -> Operation:
+        return self
+
+    def __exit__(self, kind: Any, exc: Optional[BaseException], traceback: Any) -> None:
+        if exc is None:
+            if not self.ended:
+                self.end("completed")
+        elif isinstance(exc, Exception) and not self.ended:
+            if self._landed is None:
+                self._roll_back(exc)
+            what, on_failure = self._landed
+            if on_failure is not None:
+                on_failure(exc)
+            self.step("failed-after-point-of-no-return", error=str(exc))
+            raise FlowFailed(
+                f"{what}, but finishing failed ({exc}); {RECONCILE_ADVICE} on {self._host.host_name}"
+            ) from None
+
+    def _roll_back(self, exc: Exception) -> NoReturn:
+        """Every kept undo, newest first; a failed one does not stop the others."""
+        problem = None
+        for step, action in reversed(self._undo):
+            self.step(f"undo-{step}")
+            try:
+                action()
+            except Exception as undo_exc:
+                log.warning("undo of %s failed: %s", step, undo_exc)
+                problem = problem or f"undo of {step} failed: {undo_exc}"
+        if problem is None:
+            self.end(self._rolled_back, error=str(exc))
+            raise self._error(exc) from None
+        store = self._host.store
+        for attachment_id in self._created:
+            if store.find_attachment(attachment_id) is not None:
+                store.mark_error(attachment_id, model.ERROR_ATTACHING, problem)
+        for mac in self._created_nics:
+            if store.find_interface(mac) is not None:
+                store.set_interface(mac, status=model.ERROR_ATTACHING)
+        self.end("error", error=str(exc), undo_error=problem)
+        raise FlowFailed(f"{exc}; rolling back failed too ({problem}): {RECONCILE_ADVICE}") from None
 
     def __del__(self) -> None:
         lock, self._lock = getattr(self, "_lock", None), None
@@ -239,10 +392,20 @@ class Replay:
         self.ids: Dict[str, Optional[str]] = dict(ids)
 
     def step(self, step: str, /, **detail: Any) -> None:
-        """Nothing to journal: reconcile ends the operation itself."""
+        """Nothing to journal (reconcile ends the operation itself), nothing to undo."""
+        take_ids(self.ids, detail)
 
 
 Journal = Union[Operation, Replay]
+IDS = ("instance_uuid", "volume_id", "attachment_id", "mac")
+NO_DEVICE: Dict[str, Any] = {"volume_id": None, "attachment_id": None}  # ids of a step on the whole domain
+
+
+def take_ids(ids: Dict[str, Optional[str]], detail: Dict[str, Any]) -> None:
+    """Move the ids among a step's keywords into the operation's ids (the journal's columns)."""
+    for key in IDS:
+        if key in detail:
+            ids[key] = detail.pop(key)
 
 
 def operation_lock_path(operation_id: str) -> Path:
@@ -274,80 +437,18 @@ def operation_in_progress(operation_id: str) -> bool:
     return False
 
 
-# -- undo and the endings ----------------------------------------------------------------
+# -- what reconcile reads in the journal --------------------------------------------------
 
 
-class Rollback:
-    """Undo actions of the steps done so far, run newest first."""
-
-    def __init__(self, operation: Operation) -> None:
-        self.operation = operation
-        self.actions: List[Tuple[str, Callable[[], None]]] = []
-
-    def push(self, step: str, action: Callable[[], None]) -> None:
-        self.actions.append((step, action))
-
-    def run(self) -> Optional[str]:
-        """Run every undo; returns the first error message (the rest still run)."""
-        first_error = None
-        for step, action in reversed(self.actions):
-            self.operation.step(f"undo-{step}")
-            try:
-                action()
-            except Exception as exc:
-                log.warning("undo of %s failed: %s", step, exc)
-                first_error = first_error or f"undo of {step} failed: {exc}"
-        return first_error
+def undoing(rows: List[JournalRecord]) -> bool:
+    """Whether the operation had begun to roll back (reconcile finishes that, never forward)."""
+    return any(row.step.startswith("undo-") for row in rows)
 
 
-def translate(exc: Exception) -> Exception:
-    """Keep the package's own errors; wrap backend and libvirt-guest failures as :class:`FlowFailed`."""
-    if isinstance(exc, model.AttachError):
-        return exc
-    if isinstance(exc, (BackendError, GuestError)):
-        return FlowFailed(str(exc))
-    return exc
-
-
-def as_flow_failed(exc: Exception) -> Exception:
-    """Keep the package's own errors; anything else is a :class:`FlowFailed` (the lifecycle flows)."""
-    return exc if isinstance(exc, model.AttachError) else FlowFailed(str(exc))
-
-
-def roll_back_and_raise(
-    operation: Operation,
-    rollback: Rollback,
-    exc: Exception,
-    store: AttachmentStore,
-    doomed: Iterable[Optional[str]] = (),
-    *,
-    doomed_macs: Iterable[Optional[str]] = (),
-    error: Callable[[Exception], Exception] = translate,
-) -> NoReturn:
-    """Roll back (newest step first) and raise ``error(exc)``; a failed undo leaves ``error_attaching``.
-
-    ``doomed`` (attachment ids) and ``doomed_macs`` (NICs) are what the flow
-    created: if an undo failed, the ones still there are marked
-    ``error_attaching`` so reconcile retires them.
-    """
-    problem = rollback.run()
-    if problem is None:
-        operation.end("rolled-back", error=str(exc))
-        raise error(exc) from None
-    for attachment_id in doomed:
-        if attachment_id and store.find_attachment(attachment_id) is not None:
-            store.mark_error(attachment_id, model.ERROR_ATTACHING, problem)
-    for mac in doomed_macs:
-        if mac and store.find_interface(mac) is not None:
-            store.set_interface(mac, status=model.ERROR_ATTACHING)
-    operation.end("error", error=str(exc), undo_error=problem)
-    raise FlowFailed(f"{exc}; rolling back failed too ({problem}): {RECONCILE_ADVICE}") from None
-
-
-def left_open(operation: Operation, exc: Exception, what: str) -> FlowFailed:
-    """After the point of no return: the operation stays open for reconcile to roll forward."""
-    operation.step("failed-after-point-of-no-return", error=str(exc))
-    return FlowFailed(f"{what}, but finishing failed ({exc}); {RECONCILE_ADVICE}")
+def started(rows: List[JournalRecord], handle: Optional[Any]) -> bool:
+    """Whether a flow that defines and starts a domain got there: ``start`` journalled, the domain running if asked."""
+    asked = rows[0].detail.get("start")
+    return any(row.step == "start" for row in rows) and handle is not None and (handle.isActive() or not asked)
 
 
 # -- tags and addresses --------------------------------------------------------------------

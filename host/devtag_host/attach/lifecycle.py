@@ -58,20 +58,18 @@ from ..metadata.model import Disk, Domain, TagEntry
 from . import devices, display_secrets, model
 from .guest import Guest
 from .kernel import (
+    NO_DEVICE,
     FlowFailed,
     Host,
     Journal,
     Replay,
-    Rollback,
     as_flow_failed,
     destroy_and_undefine,
-    device_address,
-    left_open,
-    roll_back_and_raise,
+    started,
+    undoing,
 )
 from .live_migration import (
     MovedVolume,
-    complete_destination,
     ensure_tags,
     prepare_destination,
     retarget_for_destination,
@@ -131,67 +129,52 @@ def evacuate(destination: Host, definition: str, *, source_host: str, start: boo
     store = destination.store
     if source_host == destination.host_name:
         raise model.InvalidInput("evacuate moves an instance to another host")
-    operation = destination.operation("evacuate", instance_uuid=identity["uuid"])
-    undo = Rollback(operation)
-    moved: List[MovedVolume] = []
-    try:
+    with destination.operation("evacuate", error=as_flow_failed, instance_uuid=identity["uuid"]) as operation:
         moved = [MovedVolume.of(a) for a in store.attachments(instance_uuid=identity["uuid"], host=source_host)]
         # The definition is not journalled: reconcile does not need it, and it may hold display passwords.
         operation.step("validate", source=source_host, volumes=[m.to_dict() for m in moved], start=start)
         if destination.lookup(identity["uuid"]) is not None:
             raise model.Conflict(f"domain {identity['name']!r} already exists on {destination.host_name}")
         for volume in moved:
-            prepare_destination(destination, operation, undo, volume)
-        operation.ids.update(volume_id=None, attachment_id=None)
-        operation.step("define")
-        undo.push("define", lambda: destroy_and_undefine(destination.lookup(identity["uuid"])))
+            prepare_destination(destination, operation, volume)
+        operation.step(
+            "define",
+            **NO_DEVICE,
+            undo=lambda: destroy_and_undefine(destination.lookup(identity["uuid"])),
+        )
         handle = destination.connection.defineXML(retarget_for_destination(store, definition, moved))
         operation.step("start")
         if start:
             handle.create()
-    except Exception as exc:
-        roll_back_and_raise(
-            operation, undo, exc, store, [m.destination_attachment for m in moved], error=as_flow_failed
-        )
-    try:
+        operation.landed(f"domain {identity['name']!r} runs on {destination.host_name}")
         _finish_evacuation(destination, operation, moved, Guest(handle))
-    except Exception as exc:
-        raise left_open(operation, exc, f"domain {identity['name']!r} runs on {destination.host_name}") from None
-    operation.end("completed")
     return [store.get_attachment(m.destination_attachment) for m in moved]
 
 
 def _finish_evacuation(destination: Host, operation: Journal, moved: Sequence[MovedVolume], guest: Guest) -> None:
     for volume in moved:
-        operation.ids.update(volume_id=volume.volume_id, attachment_id=volume.destination_attachment)
-        operation.step("complete-destination")
-        complete_destination(destination, guest, volume)
+        operation.step("complete-destination", volume_id=volume.volume_id, attachment_id=volume.destination_attachment)
+        destination.complete(guest, volume.destination_attachment)
     for volume in moved:
-        operation.ids.update(volume_id=volume.volume_id, attachment_id=volume.source_attachment)
-        operation.step("delete-source")  # Cinder cleans up its side; the dead host is not asked
+        # Cinder cleans up its side; the dead host is not asked.
+        operation.step("delete-source", volume_id=volume.volume_id, attachment_id=volume.source_attachment)
         destination.store.delete_attachment(volume.source_attachment)
-    operation.ids.update(volume_id=None, attachment_id=None)
+    operation.ids.update(NO_DEVICE)
     destination.store.move_interfaces(guest.uuid, destination.host_name)
     ensure_tags(guest, moved)
 
 
 def finish_evacuate(host: Host, rows: List[JournalRecord]) -> str:
-    plan = rows[0]
-    if plan["step"] != "validate":
+    plan, handle = rows[0], host.lookup(rows[0].instance_uuid)
+    if plan.step != "validate":
         return "rolled-back"
-    moved = [MovedVolume.from_dict(v) for v in plan["detail"]["volumes"]]
-    steps = {row["step"] for row in rows}
-    handle = host.lookup(plan["instance_uuid"])
-    started = "start" in steps and handle is not None and (handle.isActive() or not plan["detail"].get("start"))
-    if started and not any(step.startswith("undo-") for step in steps):
+    moved = [MovedVolume.from_dict(v) for v in plan.detail["volumes"]]
+    if started(rows, handle) and not undoing(rows):
         _finish_evacuation(host, Replay(), moved, Guest(handle))
         return "rolled-forward"
     destroy_and_undefine(handle)
     for volume in moved:
-        attachment = host.store.find_attachment(volume.destination_attachment)
-        if attachment is not None:
-            host.disconnect(attachment)
-            host.store.delete_attachment(attachment.id)
+        host.discard(volume.destination_attachment)
     return "rolled-back"
 
 
@@ -213,6 +196,20 @@ class ShelvedVolume:
         return dict(self.__dict__)
 
     @classmethod
+    def of(cls, attachment: Attachment) -> ShelvedVolume:
+        """The plan for one attachment: a fresh id for the reservation that keeps the volume while shelved."""
+        return cls(
+            volume_id=attachment.volume_id,
+            old_attachment=attachment.id,
+            shelved_attachment=str(uuid.uuid4()),
+            alias=attachment.alias or devices.alias_for(attachment.id),
+            tag=attachment.tag,
+            bus=attachment.bus,
+            mode=attachment.mode,
+            serial=attachment.detail.get("serial"),
+        )
+
+    @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ShelvedVolume:
         return cls(**{key: data.get(key) for key in cls.__dataclass_fields__})  # type: ignore[arg-type]
 
@@ -225,65 +222,49 @@ def shelve_offload(host: Host, domain: str) -> str:
     """
     guest = host.guest(domain)
     store = host.store
-    operation = host.operation("shelve-offload", instance_uuid=guest.uuid)
-    undo = Rollback(operation)
-    shelved: List[ShelvedVolume] = []
-    with host.domain_attach_lock(guest):
-        try:
-            flags = (
-                libvirt.VIR_DOMAIN_XML_INACTIVE if guest.handle.isPersistent() else libvirt.VIR_DOMAIN_XML_MIGRATABLE
-            )
-            definition = guest.handle.XMLDesc(flags)  # without its secrets: this goes to the journal
-            secure_definition = guest.handle.XMLDesc(flags | libvirt.VIR_DOMAIN_XML_SECURE)
-            passwords = display_secrets.display_passwords(secure_definition)
-            for attachment in settled_attachments(host, guest.uuid, "reconcile first"):
-                shelved.append(
-                    ShelvedVolume(
-                        volume_id=attachment.volume_id,
-                        old_attachment=attachment.id,
-                        shelved_attachment=str(uuid.uuid4()),
-                        alias=attachment.alias or devices.alias_for(attachment.id),
-                        tag=attachment.tag,
-                        bus=attachment.bus,
-                        mode=attachment.mode,
-                        serial=attachment.detail.get("serial"),
-                    )
-                )
-            was_running = guest.running
-            if any(passwords):
-                display_secrets.keep(guest.uuid, passwords)
+    with (
+        host.domain_attach_lock(guest),
+        host.operation("shelve-offload", error=as_flow_failed, instance_uuid=guest.uuid) as operation,
+    ):
+        flags = libvirt.VIR_DOMAIN_XML_INACTIVE if guest.handle.isPersistent() else libvirt.VIR_DOMAIN_XML_MIGRATABLE
+        definition = guest.handle.XMLDesc(flags)  # without its secrets: this goes to the journal
+        secure_definition = guest.handle.XMLDesc(flags | libvirt.VIR_DOMAIN_XML_SECURE)
+        passwords = display_secrets.display_passwords(secure_definition)
+        shelved = [ShelvedVolume.of(a) for a in settled_attachments(host, guest.uuid, "reconcile first")]
+        was_running = guest.running
+        operation.step(
+            "validate",
+            definition=definition,
+            display_passwords=sum(1 for p in passwords if p is not None),
+            volumes=[s.to_dict() for s in shelved],
+            running=was_running,
+            undo=lambda: display_secrets.forget(guest.uuid),
+        )
+        if any(passwords):
+            display_secrets.keep(guest.uuid, passwords)
+        operation.step("stop", undo=guest.handle.create if was_running else None)
+        if was_running:
+            guest.handle.destroy()
+        for volume in shelved:
             operation.step(
-                "validate",
-                definition=definition,
-                display_passwords=sum(1 for p in passwords if p is not None),
-                volumes=[s.to_dict() for s in shelved],
-                running=was_running,
+                "reserve-shelved",
+                volume_id=volume.volume_id,
+                attachment_id=volume.shelved_attachment,
+                undo=functools.partial(store.delete_attachment, volume.shelved_attachment),
+                creates=volume.shelved_attachment,
             )
-            operation.step("stop")
-            if was_running:
-                undo.push("stop", guest.handle.create)
-                guest.handle.destroy()
-            for volume in shelved:
-                operation.ids.update(volume_id=volume.volume_id, attachment_id=volume.shelved_attachment)
-                operation.step("reserve-shelved")
-                undo.push("reserve-shelved", functools.partial(store.delete_attachment, volume.shelved_attachment))
-                _reserve_shelved(host, guest.uuid, volume)
-            for volume in shelved:
-                old = store.get_attachment(volume.old_attachment)
-                operation.ids.update(volume_id=volume.volume_id, attachment_id=volume.old_attachment)
-                operation.step("disconnect")
-                undo.push("disconnect", functools.partial(host.reconnect, old))
-                host.disconnect(old)
-        except Exception as exc:
-            display_secrets.forget(guest.uuid)
-            roll_back_and_raise(
-                operation, undo, exc, store, [s.shelved_attachment for s in shelved], error=as_flow_failed
+            _reserve_shelved(host, guest.uuid, volume)
+        for volume in shelved:
+            old = store.get_attachment(volume.old_attachment)
+            operation.step(
+                "disconnect",
+                volume_id=volume.volume_id,
+                attachment_id=volume.old_attachment,
+                undo=functools.partial(host.reconnect, old),
             )
-        try:
-            _finish_shelve(host, operation, guest, shelved)
-        except Exception as exc:
-            raise left_open(operation, exc, f"domain {domain!r} is powered off and its volumes reserved") from None
-        operation.end("completed")
+            host.disconnect(old)
+        operation.landed(f"domain {domain!r} is powered off and its volumes reserved")
+        _finish_shelve(host, operation, guest.uuid, shelved)
     return secure_definition
 
 
@@ -301,38 +282,29 @@ def _reserve_shelved(host: Host, instance_uuid: str, volume: ShelvedVolume) -> N
     )
 
 
-def _finish_shelve(host: Host, operation: Journal, guest: Guest, shelved: Sequence[ShelvedVolume]) -> None:
+def _finish_shelve(host: Host, operation: Journal, instance_uuid: str, shelved: Sequence[ShelvedVolume]) -> None:
+    """After the point of no return (also reconcile's roll forward, through :class:`Replay`)."""
     for volume in shelved:
-        operation.ids.update(volume_id=volume.volume_id, attachment_id=volume.old_attachment)
-        operation.step("delete-old")
+        operation.step("delete-old", volume_id=volume.volume_id, attachment_id=volume.old_attachment)
         host.store.delete_attachment(volume.old_attachment)
-    operation.ids.update(volume_id=None, attachment_id=None)
-    operation.step("undefine")
-    destroy_and_undefine(host.lookup(guest.uuid))
+    operation.step("undefine", **NO_DEVICE)
+    destroy_and_undefine(host.lookup(instance_uuid))
 
 
 def finish_shelve_offload(host: Host, rows: List[JournalRecord]) -> str:
-    plan = rows[0]
-    if plan["step"] != "validate":
+    plan, handle = rows[0], host.lookup(rows[0].instance_uuid)
+    if plan.step != "validate":
         return "rolled-back"
-    shelved = [ShelvedVolume.from_dict(v) for v in plan["detail"]["volumes"]]
-    steps = {row["step"] for row in rows}
-    handle = host.lookup(plan["instance_uuid"])
-    if "delete-old" in steps and not any(step.startswith("undo-") for step in steps):
-        destroy_and_undefine(handle)
-        for volume in shelved:
-            _reserve_shelved(host, plan["instance_uuid"], volume)
-            old = host.store.find_attachment(volume.old_attachment)
-            if old is not None:
-                host.disconnect(old)
-                host.store.delete_attachment(old.id)
+    shelved = [ShelvedVolume.from_dict(v) for v in plan.detail["volumes"]]
+    if any(row.step == "delete-old" for row in rows) and not undoing(rows):
+        _finish_shelve(host, Replay(), plan.instance_uuid or "", shelved)
         return "rolled-forward"
     for volume in shelved:  # back to the original: old attachments connected, domain as it was
         old = host.store.find_attachment(volume.old_attachment)
         if old is not None:
             host.reconnect(old)
         host.store.delete_attachment(volume.shelved_attachment)
-    if handle is not None and plan["detail"].get("running") and not handle.isActive():
+    if handle is not None and plan.detail.get("running") and not handle.isActive():
         handle.create()
     display_secrets.forget(plan.instance_uuid or "")
     return "rolled-back"
@@ -360,9 +332,7 @@ def unshelve(host: Host, instance_uuid: str, *, start: bool = True) -> Any:
         for a in store.attachments(instance_uuid=instance_uuid)
         if a.status == model.RESERVED and a.host is None and a.detail.get("shelved")
     ]
-    operation = host.operation("unshelve", instance_uuid=instance_uuid)
-    undo = Rollback(operation)
-    try:
+    with host.operation("unshelve", error=as_flow_failed, instance_uuid=instance_uuid) as operation:
         operation.step("validate", attachments=[a.id for a in reserved], start=start)
         if host.lookup(instance_uuid) is not None:
             raise model.Conflict(f"domain {identity['name']!r} already exists on {host.host_name}")
@@ -371,37 +341,31 @@ def unshelve(host: Host, instance_uuid: str, *, start: bool = True) -> Any:
             volume = store.get_volume(attachment.volume_id)
             driver = host.backend(volume.backend)
             alias = devices.alias_for(attachment.id)
-            operation.ids.update(volume_id=volume.id, attachment_id=attachment.id)
-            operation.step("update")
-            undo.push("update", functools.partial(_reshelve, host, attachment))
+            operation.step(
+                "update",
+                volume_id=volume.id,
+                attachment_id=attachment.id,
+                undo=functools.partial(_reshelve, host, attachment),
+            )
             info = driver.initialize_connection(volume.location or "", attachment.id, host.connector())
             store.update(attachment.id, host.connector(), info, alias=alias)
-            operation.step("connect")
-            undo.push("connect", functools.partial(driver.disconnect, info))
+            operation.step("connect", undo=functools.partial(driver.disconnect, info))
             driver.connect(info)
             template = devices.disk_xml(
                 info, alias=alias, serial=volume.id, target="vdz", bus=attachment.bus or "virtio"
             )
             changes[attachment.detail["alias"]] = DiskRetarget(alias=alias, disk_xml=template)
-        operation.ids.update(volume_id=None, attachment_id=None)
-        operation.step("define")
-        undo.push("define", lambda: destroy_and_undefine(host.lookup(instance_uuid)))
+        operation.step("define", **NO_DEVICE, undo=lambda: destroy_and_undefine(host.lookup(instance_uuid)))
         handle = host.connection.defineXML(retarget_disks(definition, changes))
         operation.step("start")
         if start:
             handle.create()
-    except Exception as exc:
-        roll_back_and_raise(operation, undo, exc, store, [], error=as_flow_failed)
-    try:
+        operation.landed(f"domain {identity['name']!r} is defined on {host.host_name}")
         for attachment in reserved:
-            operation.ids.update(volume_id=attachment.volume_id, attachment_id=attachment.id)
-            operation.step("complete")
-            _complete(host, Guest(handle), attachment.id)
+            operation.step("complete", volume_id=attachment.volume_id, attachment_id=attachment.id)
+            host.complete(Guest(handle), attachment.id)
         store.move_interfaces(instance_uuid, host.host_name)
-    except Exception as exc:
-        raise left_open(operation, exc, f"domain {identity['name']!r} is defined on {host.host_name}") from None
-    display_secrets.forget(instance_uuid)  # libvirt keeps the passwords again
-    operation.end("completed")
+        display_secrets.forget(instance_uuid)  # libvirt keeps the passwords again
     return handle
 
 
@@ -422,32 +386,20 @@ def _reshelve(host: Host, attachment: Attachment) -> None:
     host.store.delete_attachment(attachment.id)
 
 
-def _complete(host: Host, guest: Guest, attachment_id: str) -> None:
-    attachment = host.store.get_attachment(attachment_id)
-    if attachment.status == model.ATTACHED:
-        return
-    alias = attachment.alias or devices.alias_for(attachment.id)
-    host.store.complete(attachment_id, address=device_address(guest, alias))
-
-
 def finish_unshelve(host: Host, rows: List[JournalRecord]) -> str:
-    plan = rows[0]
-    if plan["step"] != "validate":
+    plan, handle = rows[0], host.lookup(rows[0].instance_uuid)
+    if plan.step != "validate":
         return "rolled-back"
-    steps = {row["step"] for row in rows}
-    handle = host.lookup(plan["instance_uuid"])
-    attachments = [host.store.find_attachment(a) for a in plan["detail"]["attachments"]]
-    started = "start" in steps and handle is not None and (handle.isActive() or not plan["detail"].get("start"))
-    if started and not any(step.startswith("undo-") for step in steps):
+    attachments = [a for a in map(host.store.find_attachment, plan.detail["attachments"]) if a is not None]
+    if started(rows, handle) and not undoing(rows):
         for attachment in attachments:
-            if attachment is not None:
-                host.reconnect(attachment)
-                _complete(host, Guest(handle), attachment.id)
+            host.reconnect(attachment)
+            host.complete(Guest(handle), attachment.id)
         display_secrets.forget(plan.instance_uuid or "")
         return "rolled-forward"
     destroy_and_undefine(handle)
     for attachment in attachments:
-        if attachment is not None and attachment.status != model.RESERVED:
+        if attachment.status != model.RESERVED:
             host.disconnect(attachment)
             _reshelve(host, attachment)
     return "rolled-back"
@@ -462,56 +414,50 @@ def swap_volume(host: Host, domain: str, old_volume: str, new_volume: str) -> At
     store = host.store
     old_record, new_record = store.get_volume(old_volume), store.get_volume(new_volume)
     new_id = str(uuid.uuid4())
-    operation = host.operation("swap-volume", instance_uuid=guest.uuid, volume_id=new_record.id, attachment_id=new_id)
-    undo = Rollback(operation)
-    with host.domain_attach_lock(guest):
-        try:
-            old = _attachment_on(host, guest, old_record)
-            alias = old.alias or devices.alias_for(old.id)
-            serial = old.detail.get("serial", old.volume_id)
-            operation.step("validate", old_attachment=old.id, alias=alias, serial=serial, old_volume=old_record.id)
-            if not guest.running:
-                raise model.Conflict(f"domain {domain!r} is not running: swap needs a running guest")
-            if old_record.multiattach or new_record.multiattach:
-                raise model.InvalidInput("swapping a multiattach volume is not supported (nor in Nova)")
-            if new_record.size_bytes != old_record.size_bytes:
-                raise model.InvalidInput(
-                    f"volume {new_record.name!r} has {new_record.size_bytes} bytes, {old_record.name!r} has"
-                    f" {old_record.size_bytes}: a block copy needs equal sizes"
-                )
-            disk = devices.find_by_alias(guest.current(), alias)
-            target = disk.target_dev if isinstance(disk, Disk) else None
-            if target is None:
-                raise model.Conflict(f"domain {domain!r} has no disk {alias} to swap")
+    with (
+        host.domain_attach_lock(guest),
+        host.operation(
+            "swap-volume", error=as_flow_failed, instance_uuid=guest.uuid, volume_id=new_record.id, attachment_id=new_id
+        ) as operation,
+    ):
+        old = _attachment_on(host, guest, old_record)
+        alias = old.alias or devices.alias_for(old.id)
+        serial = old.detail.get("serial", old.volume_id)
+        operation.step("validate", old_attachment=old.id, alias=alias, serial=serial, old_volume=old_record.id)
+        if not guest.running:
+            raise model.Conflict(f"domain {domain!r} is not running: swap needs a running guest")
+        if old_record.multiattach or new_record.multiattach:
+            raise model.InvalidInput("swapping a multiattach volume is not supported (nor in Nova)")
+        if new_record.size_bytes != old_record.size_bytes:
+            raise model.InvalidInput(
+                f"volume {new_record.name!r} has {new_record.size_bytes} bytes, {old_record.name!r} has"
+                f" {old_record.size_bytes}: a block copy needs equal sizes"
+            )
+        disk = devices.find_by_alias(guest.current(), alias)
+        target = disk.target_dev if isinstance(disk, Disk) else None
+        if target is None:
+            raise model.Conflict(f"domain {domain!r} has no disk {alias} to swap")
 
-            operation.step("reserve")
-            undo.push("reserve", lambda: store.delete_attachment(new_id))
-            store.reserve(new_record.id, guest.uuid, mode=old.mode, tag=old.tag, bus=old.bus, attachment_id=new_id)
+        operation.step("reserve", undo=lambda: store.delete_attachment(new_id), creates=new_id)
+        store.reserve(new_record.id, guest.uuid, mode=old.mode, tag=old.tag, bus=old.bus, attachment_id=new_id)
 
-            operation.step("update")
-            driver = host.backend(new_record.backend)
-            info = driver.initialize_connection(new_record.location or "", new_id, host.connector())
-            detail = {**old.detail, "serial": serial, "swapped_from": old.id}
-            store.update(new_id, host.connector(), info, alias=alias, detail=detail)
+        operation.step("update")
+        driver = host.backend(new_record.backend)
+        info = driver.initialize_connection(new_record.location or "", new_id, host.connector())
+        detail = {**old.detail, "serial": serial, "swapped_from": old.id}
+        store.update(new_id, host.connector(), info, alias=alias, detail=detail)
 
-            operation.step("connect")
-            undo.push("connect", lambda: driver.disconnect(info))
-            driver.connect(info)
+        operation.step("connect", undo=lambda: driver.disconnect(info))
+        driver.connect(info)
 
-            operation.step("copy", target=target)
-            undo.push("copy", lambda: _abort_copy(guest, target))
-            copy = devices.disk_xml(info, alias=alias, serial=serial, target=target, bus=old.bus or "virtio")
-            _block_copy(guest, target, copy)
+        operation.step("copy", target=target, undo=lambda: _abort_copy(guest, target))
+        copy = devices.disk_xml(info, alias=alias, serial=serial, target=target, bus=old.bus or "virtio")
+        _block_copy(guest, target, copy)
 
-            operation.step("pivot")
-            _pivot(guest, target)
-        except Exception as exc:
-            roll_back_and_raise(operation, undo, exc, store, [new_id], error=as_flow_failed)
-        try:
-            _finish_swap(host, operation, guest, old.id, new_id, alias, serial)
-        except Exception as exc:
-            raise left_open(operation, exc, f"domain {domain!r} now uses volume {new_record.name!r}") from None
-        operation.end("completed")
+        operation.step("pivot")
+        _pivot(guest, target)
+        operation.landed(f"domain {domain!r} now uses volume {new_record.name!r}")
+        _finish_swap(host, operation, guest, old.id, new_id, alias, serial)
     return store.get_attachment(new_id)
 
 
@@ -579,17 +525,15 @@ def _finish_swap(
     operation.step("rekey-tag")
     _rekey_tag(guest, alias, serial)
     old = store.find_attachment(old_id)
-    operation.ids.update(volume_id=old.volume_id if old else None, attachment_id=old_id)
-    operation.step("disconnect-old")
+    operation.step("disconnect-old", volume_id=old.volume_id if old else None, attachment_id=old_id)
     if old is not None:
         if old.status == model.ATTACHED:
             store.begin_detaching(old_id)
         host.disconnect(old)
     operation.step("delete-old")
     store.delete_attachment(old_id)
-    operation.ids.update(volume_id=new.volume_id, attachment_id=new_id)
-    operation.step("complete")
-    _complete(host, guest, new_id)
+    operation.step("complete", volume_id=new.volume_id, attachment_id=new_id)
+    host.complete(guest, new_id)
 
 
 def _point_config_at(guest: Guest, alias: str, attachment: Attachment) -> None:
@@ -634,27 +578,19 @@ def _rekey_tag(guest: Guest, alias: str, serial: str) -> None:
 
 
 def finish_swap_volume(host: Host, rows: List[JournalRecord]) -> str:
-    plan = rows[0]
-    if plan["step"] != "validate":
+    plan, handle = rows[0], host.lookup(rows[0].instance_uuid)
+    if plan.step != "validate":
         return "rolled-back"
-    steps = {row["step"] for row in rows}
-    new_id = plan["attachment_id"]
-    old_id = plan["detail"]["old_attachment"]
-    alias = plan["detail"]["alias"]
-    guest_handle = host.lookup(plan["instance_uuid"])
-    guest = Guest(guest_handle) if guest_handle is not None else None
+    guest = Guest(handle) if handle is not None else None
+    new_id, alias = plan.attachment_id or "", plan.detail["alias"]
     new = host.store.find_attachment(new_id)
-    pivoted = guest is not None and new is not None and _live_source_is(guest, alias, new)
-    if pivoted and not any(step.startswith("undo-") for step in steps):
-        assert guest is not None
-        _finish_swap(host, Replay(), guest, old_id, new_id, alias, plan.detail["serial"])
+    if guest is not None and new is not None and _live_source_is(guest, alias, new) and not undoing(rows):
+        _finish_swap(host, Replay(), guest, plan.detail["old_attachment"], new_id, alias, plan.detail["serial"])
         return "rolled-forward"
-    target = next((row["detail"].get("target") for row in rows if row["step"] == "copy"), None)
+    target = next((row.detail.get("target") for row in rows if row.step == "copy"), None)
     if guest is not None and target:
         _abort_copy(guest, target)
-    if new is not None:
-        host.disconnect(new)
-        host.store.delete_attachment(new_id)
+    host.discard(new_id)
     return "rolled-back"
 
 

@@ -54,18 +54,15 @@ from ..metadata.model import Domain, TagEntry
 from . import devices, model
 from .guest import Guest
 from .kernel import (
-    RECONCILE_ADVICE,
+    NO_DEVICE,
     FlowFailed,
     Host,
     Journal,
     Operation,
     Pending,
     Replay,
-    Rollback,
     as_flow_failed,
     destroy_and_undefine,
-    device_address,
-    roll_back_and_raise,
 )
 from .model import Attachment, JournalRecord
 from .retarget import DiskRetarget, retarget_disks
@@ -157,42 +154,32 @@ def live_migrate(
     if source.host_name == destination.host_name:
         raise model.InvalidInput(f"source and destination are the same host ({source.host_name})")
     guest = source.guest(domain)
-    operation = source.operation(FLOW, instance_uuid=guest.uuid)
-    undo = Rollback(operation)
-    moved: List[MovedVolume] = []
-    migrating = False
-    with source.domain_attach_lock(guest):
+    with (
+        source.domain_attach_lock(guest),
+        source.operation(FLOW, error=as_flow_failed, instance_uuid=guest.uuid) as operation,
+    ):
+        moved = attached_volumes(source, guest)
+        operation.step(
+            "validate",
+            destination=destination.host_name,
+            volumes=[m.to_dict() for m in moved],
+            persistent=bool(guest.handle.isPersistent()),
+        )
+        if not guest.running:
+            raise model.Conflict(f"domain {domain!r} is not running: nothing to live-migrate")
+        if destination.lookup(guest.uuid) is not None:
+            raise model.Conflict(f"domain {domain!r} already exists on {destination.host_name}")
+        for volume in moved:
+            prepare_destination(destination, operation, volume)
         try:
-            moved = attached_volumes(source, guest)
-            operation.step(
-                "validate",
-                destination=destination.host_name,
-                volumes=[m.to_dict() for m in moved],
-                persistent=bool(guest.handle.isPersistent()),
-            )
-            if not guest.running:
-                raise model.Conflict(f"domain {domain!r} is not running: nothing to live-migrate")
-            if destination.lookup(guest.uuid) is not None:
-                raise model.Conflict(f"domain {domain!r} already exists on {destination.host_name}")
-            for volume in moved:
-                prepare_destination(destination, operation, undo, volume)
-            migrating = True
             _migrate(operation, guest, destination, moved, options)
         except Exception as exc:
-            if not migrating or lookup_running(destination, guest.uuid) is None:
-                doomed = [m.destination_attachment for m in moved]
-                roll_back_and_raise(operation, undo, exc, destination.store, doomed, error=as_flow_failed)
+            if lookup_running(destination, guest.uuid) is None:
+                raise
             # libvirt reported an error, but the domain runs on the destination: finish.
             log.warning("migration of %s reported %s, but the domain runs on %s", domain, exc, destination.host_name)
-        try:
-            _finish_on_destination(source, destination, operation, moved)
-        except Exception as exc:
-            operation.step("failed-after-migrate", error=str(exc))
-            raise FlowFailed(
-                f"domain {domain!r} runs on {destination.host_name}, but cleaning up failed ({exc});"
-                f" {RECONCILE_ADVICE} on {source.host_name}"
-            ) from None
-        operation.end("completed")
+        operation.landed(f"domain {domain!r} runs on {destination.host_name}")
+        _finish_on_destination(source, destination, operation, moved)
     return [destination.store.get_attachment(m.destination_attachment) for m in moved]
 
 
@@ -214,20 +201,23 @@ def settled_attachments(host: Host, instance_uuid: str, advice: str) -> List[Att
     return found
 
 
-def prepare_destination(destination: Host, operation: Operation, undo: Rollback, volume: MovedVolume) -> None:
+def prepare_destination(destination: Host, operation: Operation, volume: MovedVolume) -> None:
     """Steps 1 and 2: the destination attachment with its connector, its backend connected.
 
     Journalled as ``reserve-destination``, ``update-destination``,
-    ``connect-destination``; each pushes its undo first.  Shared with evacuate.
+    ``connect-destination``.  Shared with evacuate.
     """
     store = destination.store
     record = store.get_volume(volume.volume_id)
     source_attachment = store.get_attachment(volume.source_attachment)
     driver = destination.backend(record.backend)
-    operation.ids.update(volume_id=volume.volume_id, attachment_id=volume.destination_attachment)
-
-    operation.step("reserve-destination")
-    undo.push("reserve-destination", lambda: store.delete_attachment(volume.destination_attachment))
+    operation.step(
+        "reserve-destination",
+        volume_id=volume.volume_id,
+        attachment_id=volume.destination_attachment,
+        undo=lambda: store.delete_attachment(volume.destination_attachment),
+        creates=volume.destination_attachment,
+    )
     store.reserve(
         record.id,
         source_attachment.instance_uuid,
@@ -250,8 +240,7 @@ def prepare_destination(destination: Host, operation: Operation, undo: Rollback,
         detail={**source_attachment.detail, "migrating_from": volume.source_attachment},
     )
 
-    operation.step("connect-destination")
-    undo.push("connect-destination", lambda: driver.disconnect(info))
+    operation.step("connect-destination", undo=lambda: driver.disconnect(info))
     driver.connect(info)
 
 
@@ -301,8 +290,7 @@ def _migrate(
         params[libvirt.VIR_MIGRATE_PARAM_LISTEN_ADDRESS] = options.listen_address
     if options.bandwidth_mib_s:
         params[libvirt.VIR_MIGRATE_PARAM_BANDWIDTH] = options.bandwidth_mib_s
-    operation.ids.update(volume_id=None, attachment_id=None)
-    operation.step("migrate", flags=flags, peer_to_peer=bool(options.peer_to_peer_uri))
+    operation.step("migrate", **NO_DEVICE, flags=flags, peer_to_peer=bool(options.peer_to_peer_uri))
     try:
         if options.peer_to_peer_uri:
             guest.handle.migrateToURI3(options.peer_to_peer_uri, params, flags | libvirt.VIR_MIGRATE_PEER2PEER)
@@ -321,27 +309,16 @@ def _finish_on_destination(source: Host, destination: Host, operation: Journal, 
     if migrated is None:
         raise FlowFailed("the domain is not running on the destination")
     for volume in moved:
-        operation.ids.update(volume_id=volume.volume_id, attachment_id=volume.destination_attachment)
-        operation.step("complete-destination")
-        complete_destination(destination, Guest(migrated), volume)
+        operation.step("complete-destination", volume_id=volume.volume_id, attachment_id=volume.destination_attachment)
+        destination.complete(Guest(migrated), volume.destination_attachment)
     for volume in moved:
-        operation.ids.update(volume_id=volume.volume_id, attachment_id=volume.source_attachment)
-        operation.step("disconnect-source")
+        operation.step("disconnect-source", volume_id=volume.volume_id, attachment_id=volume.source_attachment)
         _disconnect_source(source, volume)
         operation.step("delete-source")
         source.store.delete_attachment(volume.source_attachment)
-    operation.ids.update(volume_id=None, attachment_id=None)
-    operation.step("check-tags")
+    operation.step("check-tags", **NO_DEVICE)
     destination.store.move_interfaces(operation.ids["instance_uuid"] or "", destination.host_name)
     ensure_tags(Guest(migrated), moved)
-
-
-def complete_destination(destination: Host, guest: Guest, volume: MovedVolume) -> None:
-    """The destination attachment ``attached``, with the address the guest sees (idempotent)."""
-    attachment = destination.store.find_attachment(volume.destination_attachment)
-    if attachment is None or attachment.status == model.ATTACHED:
-        return
-    destination.store.complete(volume.destination_attachment, address=device_address(guest, volume.destination_alias))
 
 
 def _disconnect_source(source: Host, volume: MovedVolume) -> None:
@@ -422,10 +399,7 @@ def finish_live_migration(source: Host, rows: List[JournalRecord]) -> str:
     if still_here is not None:
         _discard_leftover(destination, instance_uuid)
         for volume in moved:
-            attachment = destination.store.find_attachment(volume.destination_attachment)
-            if attachment is not None:
-                destination.disconnect(attachment)
-                destination.store.delete_attachment(attachment.id)
+            destination.discard(volume.destination_attachment)
         return "rolled-back"
     raise Pending(f"domain {instance_uuid} runs on neither {source.host_name} nor {destination.host_name}")
 

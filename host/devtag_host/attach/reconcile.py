@@ -36,7 +36,16 @@ from ..metadata.device_tags import taggable_devices
 from ..metadata.model import Domain, TagEntry
 from . import devices, lifecycle, live_migration, model
 from .guest import Guest
-from .kernel import Host, Pending, destroy_and_undefine, operation_in_progress, operation_lock_path, record_tag, untag
+from .kernel import (
+    Host,
+    Pending,
+    destroy_and_undefine,
+    operation_in_progress,
+    operation_lock_path,
+    record_tag,
+    undoing,
+    untag,
+)
 from .model import Attachment, InterfaceAttachment, JournalRecord
 
 log = logging.getLogger(__name__)
@@ -114,10 +123,6 @@ def _ids(rows: List[JournalRecord]) -> Dict[str, Optional[str]]:
     return ids
 
 
-def _undoing(rows: List[JournalRecord]) -> bool:
-    return any(row.step.startswith("undo-") for row in rows)
-
-
 # -- where a device is ---------------------------------------------------------------
 
 
@@ -151,17 +156,13 @@ def retire_volume_attachment(host: Host, attachment: Attachment, guest: Optional
     alias = attachment.alias or devices.alias_for(attachment.id)
     _unplug(host, guest, alias)
     untag(guest, "disk", (attachment.volume_id, alias))
-    if attachment.connection_info:
-        volume = host.store.get_volume(attachment.volume_id)
-        host.backend(volume.backend).disconnect(attachment.connection_info)
+    host.disconnect(attachment)
     host.store.delete_attachment(attachment.id)
 
 
 def _keep_volume_attachment(host: Host, attachment: Attachment, guest: Guest) -> None:
     alias = attachment.alias or devices.alias_for(attachment.id)
-    volume = host.store.get_volume(attachment.volume_id)
-    if attachment.connection_info:
-        host.backend(volume.backend).connect(attachment.connection_info)
+    host.reconnect(attachment)
     address = record_tag(guest, alias, attachment.tag)
     if attachment.status == model.ATTACHING:
         host.store.complete(attachment.id, address=address)
@@ -172,7 +173,7 @@ def _keep_volume_attachment(host: Host, attachment: Attachment, guest: Guest) ->
 
 
 def _finish_attach_volume(host: Host, rows: List[JournalRecord]) -> str:
-    ids, undoing = _ids(rows), _undoing(rows)
+    ids, rolling_back = _ids(rows), undoing(rows)
     attachment = host.store.find_attachment(ids.get("attachment_id") or "")
     guest = _guest(host, ids.get("instance_uuid"))
     alias = devices.alias_for(ids.get("attachment_id") or "")
@@ -182,7 +183,7 @@ def _finish_attach_volume(host: Host, rows: List[JournalRecord]) -> str:
         untag(guest, "disk", (ids.get("volume_id") or "", alias))
         return "rolled-back"
     _, everywhere = _presence(guest, alias)
-    if not undoing and everywhere and guest is not None and attachment.status in (model.ATTACHING, model.ATTACHED):
+    if not rolling_back and everywhere and guest is not None and attachment.status in (model.ATTACHING, model.ATTACHED):
         _keep_volume_attachment(host, attachment, guest)
         return "rolled-forward"
     retire_volume_attachment(host, attachment, guest)
@@ -268,7 +269,7 @@ def _keep_interface(host: Host, record: model.InterfaceAttachment, guest: Guest)
 
 
 def _finish_attach_interface(host: Host, rows: List[JournalRecord]) -> str:
-    ids, undoing = _ids(rows), _undoing(rows)
+    ids, rolling_back = _ids(rows), undoing(rows)
     guest = _guest(host, ids.get("instance_uuid"))
     alias = devices.alias_for(ids.get("attachment_id") or "")
     record = host.store.find_interface(ids.get("mac") or "") if ids.get("mac") else None
@@ -278,7 +279,7 @@ def _finish_attach_interface(host: Host, rows: List[JournalRecord]) -> str:
             untag(guest, "nic", (ids["mac"] or "",))
         return "rolled-back"
     _, everywhere = _presence(guest, alias)
-    if not undoing and everywhere and guest is not None:
+    if not rolling_back and everywhere and guest is not None:
         _keep_interface(host, record, guest)
         return "rolled-forward"
     _retire_interface(host, record, guest)
