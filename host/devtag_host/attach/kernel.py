@@ -214,30 +214,17 @@ def default_backends(connection: Any, base: Optional[Any] = None) -> Dict[str, V
 
 
 class Operation:
-    """One run of a flow: the runner every flow is written against.
+    """One run of a flow: the runner every flow is written against (docs/attach.md, "The kernel").
 
-    A flow is the list of its steps, each declared by :meth:`step` (journalled,
-    the step hook called, its undo kept) and followed by its work::
-
-        with host.operation("attach-volume", instance_uuid=..., attachment_id=...) as operation:
-            operation.step("reserve", undo=lambda: store.delete_attachment(attachment_id), creates=attachment_id)
-            store.reserve(...)
-            ...
-            operation.landed("domain 'web1' runs on node2")   # the point of no return
-            ...                                               # idempotent steps: reconcile may run them again
-
-    Leaving the ``with`` block:
-
-    * normally: the operation ends ``completed``;
-    * by an ``Exception`` before :meth:`landed`: every kept undo runs, newest
-      first, each journalled ``undo-<step>`` (so reconcile knows a rollback
-      began); the operation ends ``rolled_back`` and ``error(exc)`` is raised.
-      If an undo fails, what the flow created (``creates``, ``creates_nic``)
-      is marked ``error_attaching`` for reconcile to retire;
-    * by an ``Exception`` after it: the operation stays open (reconcile rolls
-      it forward) and :class:`FlowFailed` says what is done;
-    * by anything else (a crash, :class:`SimulatedCrash`, Ctrl-C): the journal
-      stays open and reconcile decides forward or back.
+    A flow is the list of its steps: :meth:`step` (journalled, the step hook
+    called, its undo kept), then the step's work, all inside ``with
+    host.operation(flow, ids...) as operation``.  Leaving the block normally
+    ends ``completed``; an ``Exception`` before :meth:`landed` runs the kept
+    undos newest first (each journalled ``undo-<step>``) and raises
+    ``error(exc)``, a failed undo marking what the flow ``creates``
+    ``error_attaching``; one after it leaves the operation open for reconcile
+    to roll forward; anything else (a crash, :class:`SimulatedCrash`) leaves
+    the journal open and undoes nothing.
 
     While the flow runs, its process holds a POSIX lock on
     ``<lock dir>/attach-op-<id>.lock`` (taken before the first journal row):

@@ -115,13 +115,7 @@ class MovedVolume:
         return devices.alias_for(self.destination_attachment)
 
     def to_dict(self) -> Dict[str, Any]:
-        return {
-            "volume_id": self.volume_id,
-            "source_attachment": self.source_attachment,
-            "destination_attachment": self.destination_attachment,
-            "source_alias": self.source_alias,
-            "tag": self.tag,
-        }
+        return dict(self.__dict__)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> MovedVolume:
