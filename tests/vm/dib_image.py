@@ -1,48 +1,56 @@
 """Build a Debian image with diskimage-builder and packaging/dib/devtag-agent (test_image).
 
-``disk-image-create debian-minimal baremetal devtag-agent devtag-e2e-report``.
-An operator builds ``debian-minimal vm devtag-agent`` (README "Bake it into
-your image"); ``vm`` partitions the image and installs a boot loader, and
-diskimage-builder maps the partitions with kpartx, which needs the kernel's
-device-mapper: this machine's kernel has none (``/proc/misc`` lists no
-device-mapper; dib fails "/dev/mapper/control: open failed: No such
-device").  So the test builds the file-system image (dib's default block
-device: a loop device, no partitions) and ``baremetal`` extracts its kernel
-and initrd, which libvirt boots directly (``root=LABEL=cloudimg-rootfs``,
-dib's root label).  The devtag-agent element runs the same either way.
+``disk-image-create debian-minimal vm devtag-agent devtag-e2e-report``: what
+an operator builds (README "Bake it into your image"), a partitioned disk
+with GRUB in its MBR, booted by the test with its own boot loader.
+
+``vm`` partitions the image on a loop device and maps the partitions with
+kpartx, i.e. the kernel's device-mapper; this machine's kernel has none
+(``/proc/misc`` lists no device-mapper; dib fails "/dev/mapper/control: open
+failed: No such device") and no partition-table parsers either (``losetup
+-P`` shows no partitions).  So, for this build only, kpartx and dmsetup are
+tests/support/loop_partitions.py, first on dib's PATH: it reads the
+partition table itself and maps each partition with a loop device at the
+partition's offset, linked at the ``/dev/mapper/loopNpM`` path dib expects.
+Everything else is dib's own (grub-install into the whole loop device
+included).  After the build, whatever the outcome, no loop device of the
+build stays attached and no /dev/mapper entry the build made is left (a
+stale /dev/mapper breaks libvirt's later tests).
+
 The fourth element, written here into a scratch directory, adds only what
 the test needs to read the guest's answers (guest_report.py and its two
 units, as guest_image adds them to the debootstrap guests, and iproute2 for
 its ``ip -j``).  The devtag-agent element installs the .deb built from this
 checkout with the image's apt.
 
-diskimage-builder calls ``sudo`` throughout.  When the tests already run as
-root on a machine without sudo, a shim that runs the command as it is goes
-first on dib's PATH (nothing else is given it).  dib's own cache
-(``~/.cache/image-create``: the debootstrap tarball) makes builds after the
-first faster.
+diskimage-builder calls ``sudo`` throughout.  The tests run as root (the
+stand-ins must be found on PATH, which sudo's secure_path would reset); on
+a machine without sudo, a shim that runs the command as it is goes first on
+dib's PATH too.  dib keeps no base tarball here: every build debootstraps.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import stat
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, Iterator, Optional
+from typing import Dict, Iterator, List, Optional
 
-from .guest_image import MIRROR, REPORT_SCRIPT, REPORT_UNIT, WATCH_UNIT, GuestImage
+from .guest_image import MIRROR, REPORT_SCRIPT, REPORT_UNIT, WATCH_UNIT
 
 REPO = Path(__file__).resolve().parents[2]
 ELEMENTS = REPO / "packaging" / "dib"
 # The Debian archive's own security mirror (dib's default is security.debian.org).
 SECURITY_MIRROR = "http://deb.debian.org/debian-security"
 BUILD_TIMEOUT = 3600
-ELEMENT_LIST = ("debian-minimal", "baremetal", "devtag-agent", "devtag-e2e-report")
-ROOT_LABEL = "cloudimg-rootfs"  # disk-image-create's default --root-label
+ELEMENT_LIST = ("debian-minimal", "vm", "devtag-agent", "devtag-e2e-report")
+LOOP_PARTITIONS = REPO / "tests" / "support" / "loop_partitions.py"
+MAPPER = Path("/dev/mapper")
 SUDO_SHIM = """#!/bin/sh
 # Root already: run the command as it is (diskimage-builder calls sudo throughout).
 while [ $# -gt 0 ]; do
@@ -72,6 +80,19 @@ install -m 0644 "$src/devtag-e2e-report.service" "$src/devtag-e2e-watch.service"
 systemctl enable devtag-e2e-report.service devtag-e2e-watch.service
 """
 
+REPORT_FINALISE = """#!/bin/bash
+# After dib's 50-bootloader: its grub-probe calls made /dev/mapper/control (libdevmapper)
+# in the host's /dev, bound into the chroot.  On a kernel without device-mapper it opens
+# with ENODEV, and libvirt then refuses to start any domain on the machine: remove it at
+# once (the test's clean-up checks /dev/mapper again after the build).
+set -eu
+set -o pipefail
+if [ -c /dev/mapper/control ] && ! grep -qw device-mapper /proc/misc; then
+    rm -f /dev/mapper/control
+    rmdir --ignore-fail-on-non-empty /dev/mapper
+fi
+"""
+
 
 def disk_image_create() -> Optional[str]:
     """diskimage-builder's command: next to this Python (the venv), else on PATH."""
@@ -85,8 +106,8 @@ def missing_tools() -> list[str]:
     missing = [tool for tool in needed if not shutil.which(tool)]
     if not disk_image_create():
         missing.insert(0, "disk-image-create (pip install -e '.[image]')")
-    if os.geteuid() != 0 and not shutil.which("sudo"):
-        missing.append("root or sudo")
+    if os.geteuid() != 0:
+        missing.append("root (sudo would hide the kpartx stand-in from dib)")
     return missing
 
 
@@ -95,6 +116,7 @@ def _write_report_element(elements: Path, files: Path) -> None:
     for hook, name, text in (
         ("extra-data.d", "50-devtag-e2e-report", REPORT_EXTRA_DATA),
         ("install.d", "70-devtag-e2e-report", REPORT_INSTALL),
+        ("finalise.d", "51-devtag-e2e-no-dm-control", REPORT_FINALISE),
     ):
         (element / hook).mkdir(parents=True)
         (element / hook / name).write_text(text)
@@ -132,22 +154,81 @@ def _host_devices_kept() -> Iterator[None]:
                     os.chmod(name, stat.S_IMODE(status.st_mode))
 
 
-def build_dib_image(agent_deb: Path, workdir: Path, release: str = "bookworm") -> GuestImage:
-    """``debian-minimal baremetal devtag-agent`` (+ the report element): a raw file system, its kernel and initrd."""
+def _attached_loops() -> List[Dict[str, str]]:
+    listing = subprocess.run(
+        ["losetup", "--json", "--list", "--output", "NAME,BACK-FILE"], check=True, capture_output=True, text=True
+    ).stdout
+    return list(json.loads(listing or "{}").get("loopdevices", [])) if listing.strip() else []
+
+
+def _detach_build_loops(workdir: Path) -> None:
+    """Detach the loop devices on the build's image (dib's own, and the partitions stacked on them)."""
+    loops = _attached_loops()
+    ours = {loop["name"] for loop in loops if (loop.get("back-file") or "").startswith(f"{workdir}/")}
+    stacked = [loop["name"] for loop in loops if (loop.get("back-file") or "").split(" ")[0] in ours]
+    for name in [*stacked, *sorted(ours)]:
+        subprocess.run(["losetup", "-d", name], check=False)
+
+
+def _unmount_build(workdir: Path) -> None:
+    """What a failed build left mounted under ``workdir`` (dib's clean-up stops at its first error)."""
+    with open("/proc/self/mounts") as mounts:
+        points = [line.split()[1] for line in mounts]
+    for point in sorted((p for p in points if p.startswith(f"{workdir}/")), key=len, reverse=True):
+        if subprocess.run(["umount", point], check=False).returncode != 0:
+            subprocess.run(["umount", "--lazy", point], check=False)
+
+
+@contextlib.contextmanager
+def _no_mapper_left(workdir: Path) -> Iterator[None]:
+    """Leave /dev/mapper and the loop devices as they were before the build, even when it fails.
+
+    New entries in /dev/mapper are the stand-in's links and the control node
+    libdevmapper makes for grub-probe; a control node left on a kernel without
+    device-mapper makes libvirt refuse every later domain.
+    """
+    had_mapper = MAPPER.exists()
+    before = set(MAPPER.iterdir()) if had_mapper else set()
+    try:
+        yield
+    finally:
+        if MAPPER.is_dir():
+            for entry in set(MAPPER.iterdir()) - before:
+                with contextlib.suppress(OSError):
+                    entry.unlink()
+        _unmount_build(workdir)
+        _detach_build_loops(workdir)
+        if not had_mapper:
+            with contextlib.suppress(OSError):
+                MAPPER.rmdir()
+
+
+def _write_shims(shims: Path) -> None:
+    """kpartx and dmsetup: the loop-device stand-ins; sudo: when root has none."""
+    shims.mkdir()
+    scripts = {
+        name: f'#!/bin/sh\nexec {sys.executable} {LOOP_PARTITIONS} {name} "$@"\n' for name in ("kpartx", "dmsetup")
+    }
+    if not shutil.which("sudo"):
+        scripts["sudo"] = SUDO_SHIM
+    for name, text in scripts.items():
+        (shims / name).write_text(text)
+        (shims / name).chmod(0o755)
+
+
+def build_dib_image(agent_deb: Path, workdir: Path, release: str = "bookworm") -> Path:
+    """``debian-minimal vm devtag-agent`` (+ the report element): a raw disk image that boots with its own GRUB."""
     command = disk_image_create()
     assert command is not None, "diskimage-builder is not installed"
     workdir.mkdir(parents=True)
-    elements, files, shims = workdir / "elements", workdir / "report-files", workdir / "bin"
+    elements, files, shims, scratch = workdir / "elements", workdir / "report-files", workdir / "bin", workdir / "tmp"
     _write_report_element(elements, files)
-    search_path = os.environ["PATH"]
-    if os.geteuid() == 0 and not shutil.which("sudo"):
-        shims.mkdir()
-        (shims / "sudo").write_text(SUDO_SHIM)
-        (shims / "sudo").chmod(0o755)
-        search_path = f"{shims}:{search_path}"
+    _write_shims(shims)
+    scratch.mkdir()
     environment: Dict[str, str] = {
         **os.environ,
-        "PATH": f"{Path(command).parent}:{search_path}",
+        "PATH": f"{shims}:{Path(command).parent}:{os.environ['PATH']}",
+        "TMP_DIR": str(scratch),  # dib's build directory and image file: found again by the clean-up
         "ELEMENTS_PATH": f"{ELEMENTS}:{elements}",
         "DIB_RELEASE": release,
         "DIB_DISTRIBUTION_MIRROR": MIRROR,
@@ -157,7 +238,7 @@ def build_dib_image(agent_deb: Path, workdir: Path, release: str = "bookworm") -
     }
     output = workdir / f"debian-{release}-devtag"
     log = workdir / "disk-image-create.log"
-    with log.open("wb") as sink, _host_devices_kept():
+    with log.open("wb") as sink, _host_devices_kept(), _no_mapper_left(workdir):
         done = subprocess.run(
             [command, "-t", "raw", "-o", str(output), *ELEMENT_LIST],
             env=environment,
@@ -169,12 +250,7 @@ def build_dib_image(agent_deb: Path, workdir: Path, release: str = "bookworm") -
     if done.returncode != 0:
         tail = log.read_text(errors="replace")[-4000:]
         raise AssertionError(f"disk-image-create exited {done.returncode}; log {log}:\n{tail}")
-    image = GuestImage(
-        disk=output.with_suffix(".raw"),
-        kernel=output.with_suffix(".vmlinuz"),
-        initrd=output.with_suffix(".initrd"),
-        cmdline=f"root=LABEL={ROOT_LABEL} rw console=ttyS0",
-    )
-    for path in (workdir, image.disk, image.kernel, image.initrd):
-        path.chmod(0o755 if path.is_dir() else 0o644)
-    return image
+    disk = output.with_suffix(".raw")
+    workdir.chmod(0o755)
+    disk.chmod(0o644)
+    return disk
