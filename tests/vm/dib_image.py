@@ -8,14 +8,17 @@ with GRUB in its MBR, booted by the test with its own boot loader.
 kpartx, i.e. the kernel's device-mapper; this machine's kernel has none
 (``/proc/misc`` lists no device-mapper; dib fails "/dev/mapper/control: open
 failed: No such device") and no partition-table parsers either (``losetup
--P`` shows no partitions).  So, for this build only, kpartx and dmsetup are
-tests/support/loop_partitions.py, first on dib's PATH: it reads the
+-P`` shows no partitions).  So, for this build only and only on such a
+kernel, kpartx and dmsetup are tests/support/loop_partitions.py, first on
+dib's PATH: it reads the
 partition table itself and maps each partition with a loop device at the
 partition's offset, linked at the ``/dev/mapper/loopNpM`` path dib expects.
 Everything else is dib's own (grub-install into the whole loop device
-included).  After the build, whatever the outcome, no loop device of the
-build stays attached and no /dev/mapper entry the build made is left (a
-stale /dev/mapper breaks libvirt's later tests).
+included; grub-install's libdevmapper makes /dev/mapper/control, which
+the fourth element removes right after dib's boot-loader hook).  After the
+build, whatever the outcome, nothing of it stays mounted, no loop device of
+it stays attached and no /dev/mapper entry it made is left (a stale
+/dev/mapper/control makes libvirt refuse every later domain).
 
 The fourth element, written here into a scratch directory, adds only what
 the test needs to read the guest's answers (guest_report.py and its two
@@ -23,10 +26,10 @@ units, as guest_image adds them to the debootstrap guests, and iproute2 for
 its ``ip -j``).  The devtag-agent element installs the .deb built from this
 checkout with the image's apt.
 
-diskimage-builder calls ``sudo`` throughout.  The tests run as root (the
-stand-ins must be found on PATH, which sudo's secure_path would reset); on
-a machine without sudo, a shim that runs the command as it is goes first on
-dib's PATH too.  dib keeps no base tarball here: every build debootstraps.
+diskimage-builder calls ``sudo`` throughout.  As root, a sudo shim that
+runs the command as it is goes first on dib's PATH (a real sudo would reset
+PATH and hide the stand-ins); the stand-ins need root.  dib keeps no base
+tarball here: every build debootstraps.
 """
 
 from __future__ import annotations
@@ -106,9 +109,20 @@ def missing_tools() -> list[str]:
     missing = [tool for tool in needed if not shutil.which(tool)]
     if not disk_image_create():
         missing.insert(0, "disk-image-create (pip install -e '.[image]')")
-    if os.geteuid() != 0:
+    if os.geteuid() != 0 and not kernel_has_device_mapper():
         missing.append("root (sudo would hide the kpartx stand-in from dib)")
+    elif os.geteuid() != 0 and not shutil.which("sudo"):
+        missing.append("root or sudo")
     return missing
+
+
+def kernel_has_device_mapper() -> bool:
+    """Whether kpartx can work here (else the loop-device stand-in maps the partitions)."""
+    try:
+        with open("/proc/misc") as misc:
+            return any(line.split()[1:] == ["device-mapper"] for line in misc)
+    except OSError:
+        return False
 
 
 def _write_report_element(elements: Path, files: Path) -> None:
@@ -180,36 +194,41 @@ def _unmount_build(workdir: Path) -> None:
 
 
 @contextlib.contextmanager
-def _no_mapper_left(workdir: Path) -> Iterator[None]:
-    """Leave /dev/mapper and the loop devices as they were before the build, even when it fails.
+def _nothing_left(workdir: Path, stand_in: bool) -> Iterator[None]:
+    """Leave mounts, loop devices and /dev/mapper as they were before the build, even when it fails.
 
-    New entries in /dev/mapper are the stand-in's links and the control node
-    libdevmapper makes for grub-probe; a control node left on a kernel without
-    device-mapper makes libvirt refuse every later domain.
+    With the stand-in, new entries in /dev/mapper are its links and the
+    control node libdevmapper makes for grub-install; a control node left on a
+    kernel without device-mapper makes libvirt refuse every later domain.
     """
     had_mapper = MAPPER.exists()
     before = set(MAPPER.iterdir()) if had_mapper else set()
     try:
         yield
     finally:
-        if MAPPER.is_dir():
+        if stand_in and MAPPER.is_dir():
             for entry in set(MAPPER.iterdir()) - before:
                 with contextlib.suppress(OSError):
                     entry.unlink()
         _unmount_build(workdir)
         _detach_build_loops(workdir)
-        if not had_mapper:
+        if stand_in and not had_mapper:
             with contextlib.suppress(OSError):
                 MAPPER.rmdir()
 
 
-def _write_shims(shims: Path) -> None:
-    """kpartx and dmsetup: the loop-device stand-ins; sudo: when root has none."""
+def _write_shims(shims: Path, stand_in: bool) -> None:
+    """kpartx and dmsetup: the loop-device stand-ins (kernel without device-mapper); sudo: as root.
+
+    As root the sudo shim always goes first: a real sudo would reset PATH
+    (secure_path) and dib would run the real kpartx.
+    """
     shims.mkdir()
-    scripts = {
-        name: f'#!/bin/sh\nexec {sys.executable} {LOOP_PARTITIONS} {name} "$@"\n' for name in ("kpartx", "dmsetup")
-    }
-    if not shutil.which("sudo"):
+    scripts = {}
+    if stand_in:
+        for name in ("kpartx", "dmsetup"):
+            scripts[name] = f'#!/bin/sh\nexec {sys.executable} {LOOP_PARTITIONS} {name} "$@"\n'
+    if os.geteuid() == 0:
         scripts["sudo"] = SUDO_SHIM
     for name, text in scripts.items():
         (shims / name).write_text(text)
@@ -223,7 +242,8 @@ def build_dib_image(agent_deb: Path, workdir: Path, release: str = "bookworm") -
     workdir.mkdir(parents=True)
     elements, files, shims, scratch = workdir / "elements", workdir / "report-files", workdir / "bin", workdir / "tmp"
     _write_report_element(elements, files)
-    _write_shims(shims)
+    stand_in = not kernel_has_device_mapper()
+    _write_shims(shims, stand_in)
     scratch.mkdir()
     environment: Dict[str, str] = {
         **os.environ,
@@ -238,7 +258,7 @@ def build_dib_image(agent_deb: Path, workdir: Path, release: str = "bookworm") -
     }
     output = workdir / f"debian-{release}-devtag"
     log = workdir / "disk-image-create.log"
-    with log.open("wb") as sink, _host_devices_kept(), _no_mapper_left(workdir):
+    with log.open("wb") as sink, _host_devices_kept(), _nothing_left(workdir, stand_in):
         done = subprocess.run(
             [command, "-t", "raw", "-o", str(output), *ELEMENT_LIST],
             env=environment,
