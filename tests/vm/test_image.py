@@ -12,10 +12,11 @@ altnames, ``devtag-agent check``), published by the boot unit the element
 enabled, from the config drive.  The image has no cloud-init: the agent reads
 the config drive itself.
 
-Slow (every build debootstraps Debian; 16 min 30 s on the 2-core machine at
-load 9-13: .deb ~1 min, dib build 5 min 54 s, boot to report 9 min 33 s), so
-it is not in the default run: marker ``image``.  The stand-in's own tests
-below are fast and run by default.
+Slow (every build debootstraps Debian; on the 2-core machine 12 min 5 s at
+load 9.5-10: .deb ~1 min, dib build 4 min 59 s, boot to report 6 min 5 s;
+16 min 30 s at load 9-13), so it is not in the default run: marker
+``image``.  The stand-in's own tests below are fast (~0.5 s) and run by
+default.
 
 Run alone:  .venv/bin/pytest -m image tests/vm/test_image.py -v -s
 Needs: diskimage-builder (pip install -e '.[image]'), debootstrap, qemu-img, root.
