@@ -2,7 +2,8 @@
 
     .venv/bin/pip install -e '.[bench]'   # openstack-placement (+ psycopg2 for it on PostgreSQL)
     .venv/bin/python benchmarks/placement_bench.py [--providers 5000] [--nested 1000] [--repeat 20]
-        [--no-stock] [--no-contention] [--workdir DIR] [--json FILE]
+        [--no-stock] [--no-contention] [--threads 8] [--writes 100] [--capacity 150]
+        [--workdir DIR] [--json FILE]
 
 Same data for both, loaded through each service's HTTP API in-process by the
 same minimal WSGI caller (theirs: the app ``placement.direct`` builds, with
@@ -33,12 +34,17 @@ CUSTOM_PHYSNET_A on the first, _B on the second): 12 API calls per node.  At 1.3
 Both answers must be the same (compared order-independently).  Target: >= 10x
 faster and < 100 ms.
 
-Contention: T writer threads on one throw-away PostgreSQL (each service on its
-own database of it) claim VCPU:1 for fresh consumers at 1.28 (as Nova) on 4
-providers of --capacity VCPU each, more than they hold in all; ours: one app per
-thread, theirs: one app (its engine is per process).  Afterwards every
-provider's usage must equal the writes answered 204 and never exceed its
-capacity.  Target: >= 4x upstream's writes/s, zero oversubscription.
+Contention (``--providers 0 --nested 0`` runs only this part): T writer threads on
+one throw-away PostgreSQL (each service on its own fresh database of the same
+server) claim VCPU:1 for fresh consumers at 1.28 (as Nova) on 4 providers of
+--capacity VCPU each, more than they hold in all.  Both services get the same
+writers, the same seeded sequence of providers and consumers, and one app shared
+by all threads (upstream's engine is per process; ours is stateless too).  The
+204s and the 409s (capacity, concurrent update) are counted apart, with the
+process's CPU time and the SQL statements per write.  Afterwards each database
+is read directly: no inventory may hold more allocations than its capacity, and
+each provider's usage must equal its 204s.  Target: >= 4x upstream's granted
+writes/s, zero oversubscription.
 """
 
 from __future__ import annotations
@@ -61,7 +67,8 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import orjson
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, event, text
+from sqlalchemy.engine import Engine
 
 from devtag_host.placement import migrate
 from devtag_host.placement.app import Placement
@@ -251,11 +258,66 @@ def time_nested(call: Call, repeat: int) -> Dict[str, Any]:
     }
 
 
-def contention(call_for_thread: Callable[[], Call], threads: int, writes: int, capacity: int) -> Dict[str, Any]:
+CAPACITY_WORDS = "would exceed the capacity"
+
+# Read from each service's own database after the run (both schemas name these tables and
+# columns alike): per inventory, its capacity and the sum of the allocations against it.
+OVERSUBSCRIPTION_SQL = """
+SELECT i.resource_provider_id, (i.total - i.reserved) * i.allocation_ratio,
+       COALESCE((SELECT SUM(a.used) FROM allocations a
+                 WHERE a.resource_provider_id = i.resource_provider_id
+                   AND a.resource_class_id = i.resource_class_id), 0)
+FROM inventories i
+"""
+
+
+class StatementCounter:
+    """Statements, commits and rollbacks every SQLAlchemy engine of this process sends
+    (both services use SQLAlchemy): the database round trips per write, for both."""
+
+    def __init__(self) -> None:
+        self.counts = {"statements": 0, "commits": 0, "rollbacks": 0}
+        self._lock = threading.Lock()
+        event.listen(Engine, "before_cursor_execute", self._statement)
+        event.listen(Engine, "commit", self._commit)
+        event.listen(Engine, "rollback", self._rollback)
+
+    def _add(self, key: str) -> None:
+        with self._lock:
+            self.counts[key] += 1
+
+    def _statement(self, *_args: Any) -> None:
+        self._add("statements")
+
+    def _commit(self, *_args: Any) -> None:
+        self._add("commits")
+
+    def _rollback(self, *_args: Any) -> None:
+        self._add("rollbacks")
+
+    def snapshot(self) -> Dict[str, int]:
+        with self._lock:
+            return dict(self.counts)
+
+
+def database_usage(url: str) -> List[Tuple[int, float, int]]:
+    """[(provider id, capacity, allocated)] straight from the database at ``url``."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            rows = connection.execute(text(OVERSUBSCRIPTION_SQL))
+            return [(int(rp), float(cap), int(used)) for rp, cap, used in rows]
+    finally:
+        engine.dispose()
+
+
+def contention(call: Call, threads: int, writes: int, capacity: int, url: str) -> Dict[str, Any]:
     """``threads`` writers claim VCPU:1 for fresh consumers (1.28, as Nova) on 4 providers
-    of ``capacity`` VCPU each; then each provider's usage must be exactly the writes
-    that were answered 204, and never above its capacity."""
-    call = call_for_thread()
+    of ``capacity`` VCPU each, all through the one app ``call`` (stateless for both
+    services).  The same seeds give both services the same sequence of providers per
+    writer; the writers start together (a barrier) and the clock runs until the last one
+    ends.  Afterwards the database itself (``url``) must show no inventory with more
+    allocated than its capacity, and each provider's usage must be its 204s."""
     providers = [str(uuid.UUID(int=1000 + index)) for index in range(4)]
     for index, rp in enumerate(providers):
         expect(call("POST", "/resource_providers", {"name": f"hot-{index}", "uuid": rp}, "1.17"), 201)
@@ -263,49 +325,68 @@ def contention(call_for_thread: Callable[[], Call], threads: int, writes: int, c
         expect(call("PUT", f"/resource_providers/{rp}/inventories", body, "1.17"), 200)
     outcomes: List[Tuple[str, int, str]] = []
     lock = threading.Lock()
+    start = threading.Barrier(threads + 1)
 
     def writer(seed: int) -> None:
         rnd = random.Random(seed)  # noqa: S311 - reproducible data, not secrets
-        mine = call_for_thread()  # one app per thread where the service allows it
-        for _ in range(writes):
-            rp = rnd.choice(providers)
+        plan = [(rnd.choice(providers), str(uuid.UUID(int=rnd.getrandbits(128), version=4))) for _ in range(writes)]
+        mine = []
+        start.wait()
+        for rp, consumer in plan:
             body = {
                 "allocations": {rp: {"resources": {"VCPU": 1}}},
                 "project_id": "p",
                 "user_id": "u",
                 "consumer_generation": None,
             }
-            status, answer = mine("PUT", f"/allocations/{uuid.uuid4()}", body, "1.28")
-            code = answer["errors"][0].get("code", "") if status >= 400 and answer else ""
-            with lock:
-                outcomes.append((rp, status, code))
+            status, answer = call("PUT", f"/allocations/{consumer}", body, "1.28")
+            kind = ""
+            if status == 409 and answer:
+                error = answer["errors"][0]
+                kind = "capacity" if CAPACITY_WORDS in error.get("detail", "") else error.get("code", "")
+            mine.append((rp, status, kind))
+        with lock:
+            outcomes.extend(mine)
 
     workers = [threading.Thread(target=writer, args=(seed,)) for seed in range(threads)]
-    started = time.perf_counter()
     for worker in workers:
         worker.start()
+    counter = StatementCounter()
+    start.wait()
+    before = counter.snapshot()
+    started, started_cpu = time.perf_counter(), time.process_time()
     for worker in workers:
         worker.join()
-    elapsed = time.perf_counter() - started
-    oversubscribed = lost = 0
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - started_cpu
+    sent = {key: value - before[key] for key, value in counter.snapshot().items()}
+    usage = database_usage(url)
+    oversubscribed = sum(max(0, used - int(cap)) for _rp, cap, used in usage)
+    lost = 0
     for rp in providers:
         used = expect(call("GET", f"/resource_providers/{rp}/usages", None, "1.17"), 200)["usages"].get("VCPU", 0)
-        granted = sum(1 for who, status, _code in outcomes if who == rp and status == 204)
-        oversubscribed += max(0, used - capacity)
+        granted = sum(1 for who, status, _kind in outcomes if who == rp and status == 204)
         lost += abs(used - granted)
-    ok = sum(1 for _rp, status, _code in outcomes if status == 204)
-    codes = sorted({code for _rp, status, code in outcomes if status == 409})
+    ok = sum(1 for _rp, status, _kind in outcomes if status == 204)
+    kinds: Dict[str, int] = {}
+    for _rp, status, kind in outcomes:
+        if status == 409:
+            kinds[kind] = kinds.get(kind, 0) + 1
+    answered = len(outcomes)
     return {
         "threads": threads,
-        "writes": len(outcomes),
+        "writes": answered,
         "ok": ok,
         "elapsed_s": elapsed,
-        "writes_per_second": len(outcomes) / elapsed,
+        "writes_per_second": answered / elapsed,
         "ok_per_second": ok / elapsed,
-        "conflicts": sum(1 for _rp, status, _code in outcomes if status == 409),
-        "other_errors": sum(1 for _rp, status, _code in outcomes if status not in (204, 409)),
-        "conflict_codes": codes,
+        "cpu_ms_per_write": cpu * 1000 / answered,
+        "statements_per_write": sent["statements"] / answered,
+        "transactions_per_write": (sent["commits"] + sent["rollbacks"]) / answered,
+        "conflicts": sum(kinds.values()),
+        "conflicts_by_kind": kinds,
+        "other_errors": sum(1 for _rp, status, _kind in outcomes if status not in (204, 409)),
         "capacity": 4 * capacity,
+        "allocated": sum(used for _rp, _cap, used in usage),
         "oversubscribed": oversubscribed,
         "usage_mismatch": lost,
     }
@@ -325,13 +406,12 @@ def side(args: argparse.Namespace) -> Dict[str, Any]:
         if service == "ours":
             store = Store(args.url, pool_size=args.threads)
             migrate.upgrade(store)
-            results = contention(lambda: ours_call(store), args.threads, args.writes, args.capacity)
+            results = contention(ours_call(store), args.threads, args.writes, args.capacity, args.url)
             store.dispose()
         else:
-            # One app: upstream's engine is per process.  Its driver is psycopg2 (it reads
-            # cursor.lastrowid, which psycopg 3 does not have).
-            shared = wsgi_call(stock_app(args.url.replace("+psycopg://", "+psycopg2://")))
-            results = contention(lambda: shared, args.threads, args.writes, args.capacity)
+            # Its driver is psycopg2 (it reads cursor.lastrowid, which psycopg 3 does not have).
+            url = args.url.replace("+psycopg://", "+psycopg2://")
+            results = contention(wsgi_call(stock_app(url)), args.threads, args.writes, args.capacity, url)
         return results
     database = workdir / f"{kind}-{service}.sqlite"
     fresh = not database.exists()
@@ -486,17 +566,21 @@ def main(argv: Optional[List[str]] = None) -> int:
             )
             for service in services:
                 run = runs[service]
+                kinds = ", ".join(f"{count} {kind}" for kind, count in sorted(run["conflicts_by_kind"].items()))
                 print(
-                    f"  {service:5s} {run['writes_per_second']:.0f} answered writes/s ({run['ok_per_second']:.0f} "
-                    f"granted/s): {run['ok']} x 204, {run['conflicts']} x 409 {run['conflict_codes']}, "
-                    f"{run['other_errors']} other; oversubscribed {run['oversubscribed']}, "
+                    f"  {service:5s} {run['ok_per_second']:.0f} granted writes/s ({run['writes_per_second']:.0f} "
+                    f"answered/s), CPU {run['cpu_ms_per_write']:.1f} ms and {run['statements_per_write']:.1f} "
+                    f"statements per write: {run['ok']} x 204, 409: {kinds or 'none'}, {run['other_errors']} other; "
+                    f"allocated {run['allocated']} of {run['capacity']}, oversubscribed {run['oversubscribed']}, "
                     f"usage mismatch {run['usage_mismatch']}",
                     flush=True,
                 )
             if "stock" in runs:
+                ours, stock = runs["ours"], runs["stock"]
                 print(
-                    f"  ours {ratio(runs['ours']['writes_per_second'], runs['stock']['writes_per_second'])[1:]}x "
-                    f"upstream's answered writes/s",
+                    f"  ours {ratio(ours['ok_per_second'], stock['ok_per_second'])[1:]}x upstream's granted writes/s "
+                    f"({ratio(ours['writes_per_second'], stock['writes_per_second'])[1:]}x answered), "
+                    f"{ratio(stock['cpu_ms_per_write'], ours['cpu_ms_per_write'])[1:]}x less CPU per write",
                     flush=True,
                 )
     results["uptime_after"] = _uptime()
