@@ -1,8 +1,9 @@
 """/allocations/{consumer}, POST /allocations (1.13), /resource_providers/{uuid}/allocations.
 
 Allocation writes are retried on the server when a provider's generation moved
-under them (another writer won the compare-and-swap); after ``RETRIES`` the
-client gets 409 ``placement.concurrent_update``.
+under them (another writer won the compare-and-swap, see
+:func:`write_with_retries`); after ``RETRIES`` the client gets 409
+``placement.concurrent_update``.
 """
 
 from __future__ import annotations
@@ -39,19 +40,26 @@ def _back_off(attempt: int) -> None:
 
 def write_with_retries(call: Call, wanted: List[allocation.ConsumerAllocations], unknown_class_prefix: str) -> None:
     """``unknown_class_prefix``: the route's words before "No such resource class X."
-    (POST's lacks a colon, as upstream's does)."""
+    (POST's lacks a colon, as upstream's does).
+
+    The first attempt compares and swaps the provider generations it read (as
+    upstream's writes do); if another write got there first, the next attempt locks
+    the providers' rows and waits its turn instead of racing again, so a write under
+    contention loses at most once.  Later attempts (a consumer's generation moved, a
+    provider vanished) back off first."""
     for attempt in range(RETRIES):
         try:
             with (
                 call.store.write() as connection,
                 mapped({ResourceClassNotFound: Http(400, prefix=unknown_class_prefix)}),
             ):
-                allocation.replace(connection, wanted)
+                allocation.replace(connection, wanted, optimistic=attempt == 0)
             return
         except ConcurrentUpdate:
             if attempt == RETRIES - 1:
                 raise
-            _back_off(attempt)
+            if attempt:
+                _back_off(attempt)
 
 
 def get_allocations(call: Call) -> Reply:

@@ -1,16 +1,20 @@
 """Allocations: a consumer's claims on providers, checked against capacity.
 
 A write replaces the allocations of one or more consumers in one
-transaction: compare-and-swap the generation of every provider involved (in
-id order, so two writers never deadlock), delete the old rows, check every
-(provider, class) the new rows touch against
+transaction: read what it needs (consumers, providers, the old allocations),
+then claim every provider involved in id order (so two writers never
+deadlock) by counting the write in its generation, delete the old rows, check
+every (provider, class) the new rows touch against
 ``(total - reserved) * allocation_ratio - used >= requested`` and
-min/max/step, and insert.
+min/max/step (``used``: the inventory row's, read after the claim), insert,
+and keep ``inventories.used``.  The claim is either a compare-and-swap of the
+generations read (a first try: it loses to a write committed since) or a row
+lock (the retry: it waits for the writes before it); see :func:`_claim_providers`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 from sqlalchemy import bindparam, distinct, func, literal, select
@@ -20,13 +24,13 @@ from sqlalchemy.sql.expression import ColumnElement
 from ..db import allocations, consumers, inventories, resource_classes, resource_providers
 from ..exception import (
     AllocationProviderNotFound,
+    ConcurrentUpdate,
     InvalidAllocationCapacityExceeded,
     InvalidAllocationConstraintsViolated,
     InvalidInventory,
 )
 from . import consumer as consumer_obj
 from . import resource_class
-from .resource_provider import Provider, bump_generation, ids_by_uuid
 
 
 @dataclass
@@ -37,7 +41,6 @@ class ConsumerAllocations:
     resources: Dict[str, Dict[str, int]]
     project_id: Optional[str] = None
     user_id: Optional[str] = None
-    providers: Dict[str, Provider] = field(default_factory=dict)
     # 1.28: the consumer generation the client read (None: a new consumer), checked when ``check_generation``.
     generation: Optional[int] = None
     check_generation: bool = False
@@ -77,16 +80,50 @@ def of_provider(connection: Connection, provider_id: int, with_generation: bool 
     return result
 
 
-def _old_allocations(connection: Connection, consumer_ids: List[str]) -> Dict[Tuple[int, int], int]:
-    """{(provider id, class id): amount} the consumers hold now, before the write replaces it."""
-    query = (
-        select(allocations.c.resource_provider_id, allocations.c.resource_class_id, func.sum(allocations.c.used))
-        .where(allocations.c.consumer_id.in_(consumer_ids))
-        .group_by(allocations.c.resource_provider_id, allocations.c.resource_class_id)
+# Statements built once: building SQLAlchemy expressions per call costs more than running them.
+_HELD = (
+    select(allocations.c.resource_provider_id, allocations.c.resource_class_id, func.sum(allocations.c.used))
+    .where(allocations.c.consumer_id.in_(bindparam("b_consumers", expanding=True)))
+    .group_by(allocations.c.resource_provider_id, allocations.c.resource_class_id)
+)
+_PROVIDERS = select(resource_providers.c.uuid, resource_providers.c.id, resource_providers.c.generation).where(
+    resource_providers.c.uuid.in_(bindparam("b_uuids", expanding=True))
+)
+# Take the row of every provider involved, in id order (two writers never deadlock),
+# and count the write in its generation.  On PostgreSQL the rows stay locked until
+# commit: the next writer of a provider waits here, then reads the usage this one
+# committed.  SQLite has no FOR UPDATE; its BEGIN IMMEDIATE already serialises writers.
+_LOCK = (
+    resource_providers.update()
+    .where(
+        resource_providers.c.id.in_(
+            select(resource_providers.c.id)
+            .where(resource_providers.c.id.in_(bindparam("b_ids", expanding=True)))
+            .order_by(resource_providers.c.id)
+            .with_for_update()
+        )
     )
-    return {(rp_id, rc_id): int(amount) for rp_id, rc_id, amount in connection.execute(query)}
-
-
+    .values(generation=resource_providers.c.generation + 1)
+)
+# The compare-and-swap of a generation read before the write (a first, optimistic try).
+_SWAP = (
+    resource_providers.update()
+    .where(resource_providers.c.id == bindparam("b_id"), resource_providers.c.generation == bindparam("b_seen"))
+    .values(generation=bindparam("b_next"))
+)
+_DELETE = allocations.delete().where(allocations.c.consumer_id.in_(bindparam("b_consumers", expanding=True)))
+_INSERT = allocations.insert()
+_INVENTORY = select(
+    inventories.c.resource_provider_id,
+    inventories.c.resource_class_id,
+    inventories.c.total,
+    inventories.c.reserved,
+    inventories.c.min_unit,
+    inventories.c.max_unit,
+    inventories.c.step_size,
+    inventories.c.allocation_ratio,
+    inventories.c.used,
+).where(inventories.c.resource_provider_id.in_(bindparam("b_providers", expanding=True)))
 _ADD_USED = (
     inventories.update()
     .where(
@@ -95,6 +132,12 @@ _ADD_USED = (
     )
     .values(used=inventories.c.used + bindparam("b_delta"))
 )
+
+
+def _old_allocations(connection: Connection, consumer_ids: List[str]) -> Dict[Tuple[int, int], int]:
+    """{(provider id, class id): amount} the consumers hold now, before the write replaces it."""
+    rows = connection.execute(_HELD, {"b_consumers": consumer_ids})
+    return {(rp_id, rc_id): int(amount) for rp_id, rc_id, amount in rows}
 
 
 def _update_used(connection: Connection, old: Dict[Tuple[int, int], int], new: Dict[Tuple[int, int], int]) -> None:
@@ -108,65 +151,97 @@ def _update_used(connection: Connection, old: Dict[Tuple[int, int], int], new: D
         connection.execute(_ADD_USED, deltas)
 
 
+@dataclass
+class _Target:
+    """A provider an allocation write names: its id and the generation read."""
+
+    id: int
+    uuid: str
+    generation: int
+
+
+def _claim_providers(connection: Connection, targets: Dict[int, _Target], others: List[int], optimistic: bool) -> None:
+    """Count the write in the generation of every provider involved (``targets``: the
+    ones allocated from, ``others``: the ones only losing allocations), in id order.
+
+    ``optimistic``: compare-and-swap the generations read earlier; a provider written
+    since then raises :class:`ConcurrentUpdate` (the caller retries).  Otherwise lock
+    the rows and bump them whatever they are: the write waits for the writers before
+    it instead of losing to them.  A provider that vanished meanwhile raises too."""
+    ids = sorted(set(targets) | set(others))
+    if not optimistic:
+        if connection.execute(_LOCK, {"b_ids": ids}).rowcount != len(ids):
+            raise ConcurrentUpdate("a provider was deleted")
+        return
+    for provider_id in ids:
+        target = targets.get(provider_id)
+        if target is None:  # an old provider: its generation was not read
+            if connection.execute(_LOCK, {"b_ids": [provider_id]}).rowcount != 1:
+                raise ConcurrentUpdate("a provider was deleted")
+            continue
+        swap = {"b_id": provider_id, "b_seen": target.generation, "b_next": target.generation + 1}
+        if connection.execute(_SWAP, swap).rowcount != 1:
+            raise ConcurrentUpdate(target.uuid)
+
+
 def replace(
     connection: Connection,
     wanted: List[ConsumerAllocations],
+    optimistic: bool = False,
 ) -> None:
-    """Replace the allocations of each consumer in ``wanted`` (empty = delete)."""
+    """Replace the allocations of each consumer in ``wanted`` (empty = delete).
+    ``optimistic``: see :func:`_claim_providers`.
+
+    Everything that can be read without the providers' rows comes first; after they
+    are claimed only the writes and the capacity check remain, so a provider's row
+    is held for as few round trips as possible."""
     consumer_ids = [item.consumer for item in wanted]
     existing = consumer_obj.by_uuid(connection, consumer_ids)
     for item in wanted:  # 1.28: first of all, as upstream
         if item.check_generation:
             consumer_obj.check_generation(existing.get(item.consumer), item.generation)
     provider_uuids = {uuid for item in wanted for uuid in item.resources}
-    providers = ids_by_uuid(connection, provider_uuids)
+    targets: Dict[str, _Target] = {}
+    if provider_uuids:
+        rows = connection.execute(_PROVIDERS, {"b_uuids": sorted(provider_uuids)})
+        targets = {row.uuid: _Target(row.id, row.uuid, row.generation) for row in rows}
     # The first unknown provider in request order, as upstream names it.
-    for uuid in (uuid for item in wanted for uuid in item.resources if uuid not in providers):
+    for uuid in (uuid for item in wanted for uuid in item.resources if uuid not in targets):
         raise AllocationProviderNotFound(uuid)
     class_names = [name for item in wanted for per in item.resources.values() for name in per]
     class_ids = resource_class.require_ids(connection, dict.fromkeys(class_names))
-
-    held = _old_allocations(connection, consumer_ids)
-    old_ids = sorted({rp_id for rp_id, _ in held})
-    if old_ids:
-        old = {p.id: p for p in ids_by_uuid(connection, _uuids_of(connection, old_ids)).values()}
-    else:
-        old = {}
-    # Swap the generations first (in id order: no deadlocks).  On PostgreSQL the UPDATE
-    # also holds each provider's row until commit, so a concurrent writer waits here and
-    # then loses cheaply, instead of losing after its own capacity check and insert; and
-    # the capacity check below reads the usage committed before us.
-    involved = {p.id: p for p in providers.values()}
-    involved.update({pid: p for pid, p in old.items() if pid not in involved})
-    for provider_id in sorted(involved):
-        bump_generation(connection, involved[provider_id])
-    connection.execute(allocations.delete().where(allocations.c.consumer_id.in_(consumer_ids)))
+    # Every write that leaves a consumer allocations also saves its row (and the last
+    # one deleting them deletes it), so only consumers that exist can hold any: a new
+    # consumer (Nova's claim for a new instance) needs no query here.
+    held = _old_allocations(connection, sorted(existing)) if existing else {}
 
     requested: Dict[Tuple[int, int], int] = {}
-    rows = []
+    rows_to_insert = []
     for item in wanted:
         for uuid, per_class in item.resources.items():
-            provider = providers[uuid]
+            provider_id = targets[uuid].id
             for name, amount in per_class.items():
-                key = (provider.id, class_ids[name])
+                key = (provider_id, class_ids[name])
                 requested[key] = requested.get(key, 0) + amount
-                rows.append(
+                rows_to_insert.append(
                     {
-                        "resource_provider_id": provider.id,
+                        "resource_provider_id": provider_id,
                         "consumer_id": item.consumer,
                         "resource_class_id": class_ids[name],
                         "used": amount,
                     }
                 )
+
+    by_id = {target.id: target for target in targets.values()}
+    _claim_providers(connection, by_id, [rp_id for rp_id, _ in held], optimistic)
+    if held:
+        connection.execute(_DELETE, {"b_consumers": consumer_ids})
+    for item in wanted:
         _save_consumer(connection, item, existing.get(item.consumer))
-    _check_capacity(connection, requested, rows, {p.id: p for p in providers.values()}, class_ids)
-    if rows:
-        connection.execute(allocations.insert(), rows)
+    _check_capacity(connection, requested, rows_to_insert, by_id, class_ids, held)
+    if rows_to_insert:
+        connection.execute(_INSERT, rows_to_insert)
     _update_used(connection, held, requested)
-
-
-def _uuids_of(connection: Connection, ids: List[int]) -> List[str]:
-    return list(connection.scalars(select(resource_providers.c.uuid).where(resource_providers.c.id.in_(ids))))
 
 
 def _save_consumer(
@@ -185,36 +260,24 @@ def _save_consumer(
 def _check_capacity(
     connection: Connection,
     requested: Dict[Tuple[int, int], int],
-    rows: List[Dict[str, object]],
-    providers: Dict[int, Provider],
+    rows: List[Dict[str, Any]],
+    providers: Dict[int, _Target],
     class_ids: Dict[str, int],
+    held: Dict[Tuple[int, int], int],
 ) -> None:
+    """Every (provider, class) written must have inventory, the amounts must respect
+    min_unit/max_unit/step_size, and the usage of the other consumers plus the
+    amount must fit: ``(total - reserved) * allocation_ratio``.  The usage is the
+    inventory row's ``used`` (read after the providers were claimed, so every write
+    before this one is in it) less what these consumers ``held`` before."""
     if not requested:
         return
     names = {class_id: name for name, class_id in class_ids.items()}
     provider_ids = sorted({pid for pid, _ in requested})
-    inv_rows = connection.execute(
-        select(
-            inventories.c.resource_provider_id,
-            inventories.c.resource_class_id,
-            inventories.c.total,
-            inventories.c.reserved,
-            inventories.c.min_unit,
-            inventories.c.max_unit,
-            inventories.c.step_size,
-            inventories.c.allocation_ratio,
-        ).where(inventories.c.resource_provider_id.in_(provider_ids))
-    )
-    inventory = {(row[0], row[1]): row for row in inv_rows}
-    used_rows = connection.execute(
-        select(allocations.c.resource_provider_id, allocations.c.resource_class_id, func.sum(allocations.c.used))
-        .where(allocations.c.resource_provider_id.in_(provider_ids))
-        .group_by(allocations.c.resource_provider_id, allocations.c.resource_class_id)
-    )
-    used = {(row[0], row[1]): int(row[2]) for row in used_rows}
+    inventory = {(row[0], row[1]): row for row in connection.execute(_INVENTORY, {"b_providers": provider_ids})}
     for wanted in rows:
         provider_id, class_id, amount = wanted["resource_provider_id"], wanted["resource_class_id"], wanted["used"]
-        uuid, name = providers[provider_id].uuid, names[class_id]  # type: ignore[index]
+        uuid, name = providers[provider_id].uuid, names[class_id]
         row = inventory.get((provider_id, class_id))
         if row is None:
             raise InvalidInventory(uuid, name)
@@ -224,7 +287,7 @@ def _check_capacity(
         uuid, name = providers[provider_id].uuid, names[class_id]
         row = inventory[(provider_id, class_id)]
         capacity = (row.total - row.reserved) * row.allocation_ratio
-        if capacity - used.get((provider_id, class_id), 0) < amount:
+        if capacity - (row.used - held.get((provider_id, class_id), 0)) < amount:
             raise InvalidAllocationCapacityExceeded(uuid, name)
 
 

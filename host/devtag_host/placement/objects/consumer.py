@@ -45,6 +45,7 @@ class Consumer:
     user_id: Optional[str]
     generation: int
     consumer_type: str
+    consumer_type_id: Optional[int] = None  # kept by a write that names no type
 
 
 _SELECT = select(
@@ -53,12 +54,13 @@ _SELECT = select(
     consumers.c.user_id,
     consumers.c.generation,
     consumer_types.c.name,
+    consumers.c.consumer_type_id,
 ).select_from(consumers.outerjoin(consumer_types, consumer_types.c.id == consumers.c.consumer_type_id))
 _BY_UUIDS = _SELECT.where(consumers.c.uuid.in_(bindparam("b_uuids", expanding=True)))
 
 
 def _consumer(row: Sequence[Any]) -> Consumer:
-    return Consumer(row[0], row[1], row[2], row[3], row[4] or UNKNOWN_TYPE)
+    return Consumer(row[0], row[1], row[2], row[3], row[4] or UNKNOWN_TYPE, row[5])
 
 
 def by_uuid(connection: Connection, uuids: Iterable[str]) -> Dict[str, Consumer]:
@@ -92,6 +94,7 @@ def type_id(connection: Connection, name: str) -> int:
         return int(connection.execute(select(consumer_types.c.id).where(consumer_types.c.name == name)).scalar_one())
 
 
+_INSERT = consumers.insert()
 _BUMP = (
     consumers.update()
     .where(consumers.c.uuid == bindparam("b_uuid"), consumers.c.generation == bindparam("b_seen"))
@@ -118,11 +121,8 @@ def save(
     if existing is None:
         values = {"uuid": uuid, "project_id": project_id, "user_id": user_id, "generation": 1}
         values["consumer_type_id"] = type_id_
-        connection.execute(consumers.insert().values(**values))  # a concurrent twin: IntegrityError, 409
+        connection.execute(_INSERT, values)  # a concurrent twin: IntegrityError, 409
         return
-    current_type = None
-    if keep_type:
-        current_type = connection.scalar(select(consumers.c.consumer_type_id).where(consumers.c.uuid == uuid))
     result = connection.execute(
         _BUMP,
         {
@@ -131,7 +131,8 @@ def save(
             "b_next": existing.generation + 1,
             "b_project": project_id if project_id is not None else existing.project_id,
             "b_user": user_id if user_id is not None else existing.user_id,
-            "b_type": current_type if keep_type else type_id_,
+            # The type read with the generation: if it changed since, so did the generation.
+            "b_type": existing.consumer_type_id if keep_type else type_id_,
         },
     )
     if result.rowcount != 1:
