@@ -17,7 +17,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
-from sqlalchemy import bindparam, distinct, func, literal, select
+from sqlalchemy import (
+    Integer,
+    String,
+    bindparam,
+    cast,
+    distinct,
+    func,
+    literal,
+    literal_column,
+    null,
+    select,
+    union_all,
+)
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.expression import ColumnElement
 
@@ -81,13 +93,48 @@ def of_provider(connection: Connection, provider_id: int, with_generation: bool 
 
 
 # Statements built once: building SQLAlchemy expressions per call costs more than running them.
-_HELD = (
-    select(allocations.c.resource_provider_id, allocations.c.resource_class_id, func.sum(allocations.c.used))
-    .where(allocations.c.consumer_id.in_(bindparam("b_consumers", expanding=True)))
-    .group_by(allocations.c.resource_provider_id, allocations.c.resource_class_id)
-)
-_PROVIDERS = select(resource_providers.c.uuid, resource_providers.c.id, resource_providers.c.generation).where(
-    resource_providers.c.uuid.in_(bindparam("b_uuids", expanding=True))
+# What a write reads before it claims the providers, in one round trip: the consumers
+# (kind 0), the providers named (1) and the consumers' old allocations (2), as rows of
+# (kind, four texts, three integers).
+_CONSUMER, _PROVIDER, _HELD_ROW = 0, 1, 2
+_NO_TEXT = cast(null(), String)
+_NO_INT = cast(null(), Integer)
+_owners, _types = consumer_obj.consumers, consumer_obj.consumer_types
+_BEFORE_CLAIM = union_all(
+    select(
+        literal_column(str(_CONSUMER), Integer),
+        _owners.c.uuid,
+        _owners.c.project_id,
+        _owners.c.user_id,
+        _types.c.name,
+        _owners.c.generation,
+        _owners.c.consumer_type_id,
+        _NO_INT,
+    )
+    .select_from(_owners.outerjoin(_types, _types.c.id == _owners.c.consumer_type_id))
+    .where(_owners.c.uuid.in_(bindparam("b_consumers", expanding=True))),
+    select(
+        literal_column(str(_PROVIDER), Integer),
+        resource_providers.c.uuid,
+        _NO_TEXT,
+        _NO_TEXT,
+        _NO_TEXT,
+        resource_providers.c.id,
+        resource_providers.c.generation,
+        _NO_INT,
+    ).where(resource_providers.c.uuid.in_(bindparam("b_uuids", expanding=True))),
+    select(
+        literal_column(str(_HELD_ROW), Integer),
+        _NO_TEXT,
+        _NO_TEXT,
+        _NO_TEXT,
+        _NO_TEXT,
+        allocations.c.resource_provider_id,
+        allocations.c.resource_class_id,
+        cast(func.sum(allocations.c.used), Integer),
+    )
+    .where(allocations.c.consumer_id.in_(bindparam("b_holders", expanding=True)))
+    .group_by(allocations.c.resource_provider_id, allocations.c.resource_class_id),
 )
 # Take the row of every provider involved, in id order (two writers never deadlock),
 # and count the write in its generation.  On PostgreSQL the rows stay locked until
@@ -132,12 +179,6 @@ _ADD_USED = (
     )
     .values(used=inventories.c.used + bindparam("b_delta"))
 )
-
-
-def _old_allocations(connection: Connection, consumer_ids: List[str]) -> Dict[Tuple[int, int], int]:
-    """{(provider id, class id): amount} the consumers hold now, before the write replaces it."""
-    rows = connection.execute(_HELD, {"b_consumers": consumer_ids})
-    return {(rp_id, rc_id): int(amount) for rp_id, rc_id, amount in rows}
 
 
 def _update_used(connection: Connection, old: Dict[Tuple[int, int], int], new: Dict[Tuple[int, int], int]) -> None:
@@ -196,24 +237,27 @@ def replace(
     are claimed only the writes and the capacity check remain, so a provider's row
     is held for as few round trips as possible."""
     consumer_ids = [item.consumer for item in wanted]
-    existing = consumer_obj.by_uuid(connection, consumer_ids)
+    provider_uuids = sorted({uuid for item in wanted for uuid in item.resources})
+    existing: Dict[str, consumer_obj.Consumer] = {}
+    targets: Dict[str, _Target] = {}
+    held: Dict[Tuple[int, int], int] = {}
+    read = {"b_consumers": consumer_ids, "b_uuids": provider_uuids, "b_holders": consumer_ids}
+    for kind, text1, text2, text3, text4, int1, int2, int3 in connection.execute(_BEFORE_CLAIM, read):
+        if kind == _CONSUMER:
+            type_name = text4 or consumer_obj.UNKNOWN_TYPE
+            existing[text1] = consumer_obj.Consumer(text1, text2, text3, int1, type_name, int2)
+        elif kind == _PROVIDER:
+            targets[text1] = _Target(int1, text1, int2)
+        else:
+            held[(int1, int2)] = int(int3)
     for item in wanted:  # 1.28: first of all, as upstream
         if item.check_generation:
             consumer_obj.check_generation(existing.get(item.consumer), item.generation)
-    provider_uuids = {uuid for item in wanted for uuid in item.resources}
-    targets: Dict[str, _Target] = {}
-    if provider_uuids:
-        rows = connection.execute(_PROVIDERS, {"b_uuids": sorted(provider_uuids)})
-        targets = {row.uuid: _Target(row.id, row.uuid, row.generation) for row in rows}
     # The first unknown provider in request order, as upstream names it.
     for uuid in (uuid for item in wanted for uuid in item.resources if uuid not in targets):
         raise AllocationProviderNotFound(uuid)
     class_names = [name for item in wanted for per in item.resources.values() for name in per]
     class_ids = resource_class.require_ids(connection, dict.fromkeys(class_names))
-    # Every write that leaves a consumer allocations also saves its row (and the last
-    # one deleting them deletes it), so only consumers that exist can hold any: a new
-    # consumer (Nova's claim for a new instance) needs no query here.
-    held = _old_allocations(connection, sorted(existing)) if existing else {}
 
     requested: Dict[Tuple[int, int], int] = {}
     rows_to_insert = []
