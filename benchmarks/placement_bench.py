@@ -381,7 +381,7 @@ def contention(call: Call, threads: int, writes: int, capacity: int, url: str) -
         "ok_per_second": ok / elapsed,
         "cpu_ms_per_write": cpu * 1000 / answered,
         "statements_per_write": sent["statements"] / answered,
-        "transactions_per_write": (sent["commits"] + sent["rollbacks"]) / answered,
+        "commits_and_rollbacks_per_write": (sent["commits"] + sent["rollbacks"]) / answered,
         "conflicts": sum(kinds.values()),
         "conflicts_by_kind": kinds,
         "other_errors": sum(1 for _rp, status, _kind in outcomes if status not in (204, 409)),
