@@ -175,3 +175,54 @@ def test_a_locked_claim_waits_for_the_holder_and_sees_its_usage(pg):
     thread.join(60)
     assert len(outcome) == 1 and CAPACITY_EXCEEDED in outcome[0]
     assert _allocated(pg, rp) == 1
+
+
+def _used_and_allocated(store) -> list:
+    with store.read() as connection:
+        return sorted(
+            connection.execute(
+                text(
+                    "SELECT i.resource_provider_id, i.used, COALESCE((SELECT SUM(a.used) FROM allocations a"
+                    " WHERE a.resource_provider_id = i.resource_provider_id"
+                    " AND a.resource_class_id = i.resource_class_id), 0) FROM inventories i"
+                )
+            ).all()
+        )
+
+
+@pytest.mark.postgresql
+def test_a_delete_whose_reads_went_stale_starts_again_and_used_stays_exact(pg, paused_claims):
+    """A DELETE reads the consumer's allocations (on P), then a move of the same
+    consumer to Q commits before the DELETE claims P.  The DELETE must not take Q's
+    row while counting it off P: the capacity checks trust ``inventories.used``."""
+    reads_done, go_on, _modes = paused_claims
+    p, q = _provider(pg, 4), _provider(pg, 4)
+    consumer = str(uuid.uuid4())
+    on = {  # the consumer's allocations on one provider or the other
+        rp: allocation.ConsumerAllocations(consumer, {rp: {"VCPU": 1}}, "p", "u", generation=None) for rp in (p, q)
+    }
+    go_on.set()  # the first claim (this setup write) passes
+    with pg.write() as connection:
+        allocation.replace(connection, [on[p]])
+    reads_done.clear()
+    go_on.clear()
+    _modes.clear()
+    failures: list = []
+
+    def deleter() -> None:
+        try:
+            with pg.write() as connection:
+                allocation.replace(connection, [allocation.ConsumerAllocations(consumer, {})])
+        except ConcurrentUpdate as exc:
+            failures.append(exc)
+
+    thread = threading.Thread(target=deleter)
+    thread.start()
+    assert reads_done.wait(30)
+    with pg.write() as connection:  # the move commits between the DELETE's reads and its claim
+        allocation.replace(connection, [on[q]])
+    go_on.set()
+    thread.join(60)
+    assert len(failures) == 1
+    assert all(used == allocated for _rp, used, allocated in _used_and_allocated(pg))
+    assert _allocated(pg, p) == 0 and _allocated(pg, q) == 1

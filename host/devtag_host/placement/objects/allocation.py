@@ -15,7 +15,7 @@ lock (the retry: it waits for the writes before it); see :func:`_claim_providers
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 from sqlalchemy import (
     Integer,
@@ -159,6 +159,9 @@ _SWAP = (
     .values(generation=bindparam("b_next"))
 )
 _DELETE = allocations.delete().where(allocations.c.consumer_id.in_(bindparam("b_consumers", expanding=True)))
+_DELETE_RETURNING = _DELETE.returning(
+    allocations.c.resource_provider_id, allocations.c.resource_class_id, allocations.c.used
+)
 _INSERT = allocations.insert()
 _INVENTORY = select(
     inventories.c.resource_provider_id,
@@ -190,6 +193,27 @@ def _update_used(connection: Connection, old: Dict[Tuple[int, int], int], new: D
     ]
     if deltas:
         connection.execute(_ADD_USED, deltas)
+
+
+def _delete_old(
+    connection: Connection, consumer_ids: List[str], read: Dict[Tuple[int, int], int], claimed: Set[int]
+) -> Dict[Tuple[int, int], int]:
+    """Delete the consumers' allocations; return what they held, as deleted.
+
+    The old allocations were read before the claim: a write of the same consumer
+    committed in between (a DELETE does not check the consumer's generation) may
+    have moved them.  ``inventories.used`` is kept from what is really deleted, so
+    it never drifts from the allocation rows; rows on a provider this write did not
+    claim mean the read was stale, and the write starts again."""
+    if not connection.dialect.delete_returning:  # SQLite before 3.35: writers are serialised there
+        connection.execute(_DELETE, {"b_consumers": consumer_ids})
+        return read
+    deleted: Dict[Tuple[int, int], int] = {}
+    for provider_id, class_id, amount in connection.execute(_DELETE_RETURNING, {"b_consumers": consumer_ids}):
+        deleted[(provider_id, class_id)] = deleted.get((provider_id, class_id), 0) + amount
+    if any(provider_id not in claimed for provider_id, _ in deleted):
+        raise ConcurrentUpdate("the consumer's allocations moved")
+    return deleted
 
 
 @dataclass
@@ -277,9 +301,13 @@ def replace(
                 )
 
     by_id = {target.id: target for target in targets.values()}
+    claimed = set(by_id) | {rp_id for rp_id, _ in held}
     _claim_providers(connection, by_id, [rp_id for rp_id, _ in held], optimistic)
-    if held:
-        connection.execute(_DELETE, {"b_consumers": consumer_ids})
+    # Every write that leaves a consumer allocations saves its row, and the one that
+    # deletes its last allocations deletes it: a consumer without a row (Nova's claim
+    # for a new instance) holds nothing to delete.
+    if existing:
+        held = _delete_old(connection, consumer_ids, held, claimed)
     for item in wanted:
         _save_consumer(connection, item, existing.get(item.consumer))
     _check_capacity(connection, requested, rows_to_insert, by_id, class_ids, held)
