@@ -72,10 +72,12 @@ setup(
         # tests/vm/test_image.py (marker "image"): builds a guest image with packaging/dib/devtag-agent.
         "image": ["diskimage-builder>=3.30"],
     },
+    # devtag-agent is a plain script, not an entry point: setuptools' launcher for distro
+    # builds would look the entry point up through importlib.metadata on every boot run.
+    scripts=["guest-agent/devtag-agent"],
     entry_points={
         "console_scripts": [
             "devtag-host=devtag_host.cli:main",
-            "devtag-agent=devtag_agent.cli:main",
         ]
     },
     classifiers=[

@@ -15,12 +15,18 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
-from pathlib import Path
-from typing import Any, Dict, Iterator, List
+
+# Neither pathlib nor typing at run time: the guest agent imports this module on
+# every boot run, where each costs more than the interpreter's start under TCG
+# (docs/agent.md, "Boot cost").
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, Iterator, List
 
 SCHEMA_VERSION = 1
-SCHEMA_PATH = Path(__file__).with_name("device-role-tagging-1.json")
+SCHEMA_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "device-role-tagging-1.json")  # a str
 
 __all__ = [
     "SCHEMA_PATH",
@@ -64,7 +70,8 @@ def python_pattern(pattern: str) -> str:
 
 @functools.cache
 def _schema_text() -> str:
-    return SCHEMA_PATH.read_text(encoding="utf-8")
+    with open(SCHEMA_PATH, encoding="utf-8") as handle:
+        return handle.read()
 
 
 def load_schema() -> Dict[str, Any]:

@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
 
 from .encoding import altname_for
 from .publish import Publisher
@@ -20,22 +18,28 @@ from .state import Database, db_file_text
 from .sysfs import Device, System
 from .validation import split_document, tags_per_device_limit
 
+TYPE_CHECKING = False  # typing is for the type checker only: importing it costs every run (docs/agent.md, "Boot cost")
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional
+
 log = logging.getLogger("devtag_agent")
 
 __all__ = ["ApplyReport", "apply_document", "prune"]
 
 
-@dataclass
 class ApplyReport:
-    source: str
-    tagged: List[Dict[str, Any]] = field(default_factory=list)  # index entries
-    invalid: List[str] = field(default_factory=list)
-    unmatched: List[str] = field(default_factory=list)
-    ignored: List[str] = field(default_factory=list)
-    triggered: List[str] = field(default_factory=list)
-    generation: Optional[str] = None
-    unchanged: bool = False  # keep_unchanged found the current state already right: nothing written
-    unresolved_tagged: int = 0  # unmatched entries that carry tags: a role the guest cannot find
+    """What one apply did (a plain class, not a dataclass: see :class:`sysfs.Device`)."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.tagged: List[Dict[str, Any]] = []  # index entries
+        self.invalid: List[str] = []
+        self.unmatched: List[str] = []
+        self.ignored: List[str] = []
+        self.triggered: List[str] = []
+        self.generation: Optional[str] = None
+        self.unchanged = False  # keep_unchanged found the current state already right: nothing written
+        self.unresolved_tagged = 0  # unmatched entries that carry tags: a role the guest cannot find
 
     def to_dict(self) -> Dict[str, Any]:
         return {

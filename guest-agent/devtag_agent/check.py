@@ -10,11 +10,14 @@ operators after a change.
 from __future__ import annotations
 
 import os
-from typing import List, Tuple
 
 from .encoding import encode_key, encode_name, link_name
 from .lookup import list_devices
 from .sysfs import System
+
+TYPE_CHECKING = False  # typing is for the type checker only: importing it costs every run (docs/agent.md, "Boot cost")
+if TYPE_CHECKING:
+    from typing import List, Tuple
 
 __all__ = ["check_published"]
 

@@ -23,12 +23,31 @@ import logging
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, List, Optional, Sequence
+
+import devtag_schema
 
 from . import __version__
+from .apply import apply_document, prune
+from .check import check_published
+from .encoding import encode_name
+from .lookup import NoState, list_devices, lookup
+from .publish import Publisher, PublishError
+from .sources import (
+    DEFAULT_METADATA_URL,
+    SOURCES,
+    SourceError,
+    fetch_document,
+    load_json,
+    local_sources,
+    read_bounded,
+    read_file,
+)
+from .state import Database
+from .sysfs import System
 
+TYPE_CHECKING = False  # typing is for the type checker only: importing it costs every run (docs/agent.md, "Boot cost")
 if TYPE_CHECKING:
-    from .sysfs import System
+    from typing import Any, List, Optional, Sequence
 
 log = logging.getLogger("devtag_agent")
 UNRESOLVED = 4  # apply: published, but some tagged entries resolved to no device
@@ -51,6 +70,45 @@ examples:
 """
 
 
+def _columns() -> int:
+    """The terminal's width as ``shutil.get_terminal_size()`` finds it: $COLUMNS, else the terminal, else 80."""
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        stdout = sys.__stdout__
+        try:
+            columns = os.get_terminal_size(stdout.fileno()).columns if stdout is not None else 0
+        except (ValueError, OSError):
+            columns = 0
+    return columns if columns > 0 else 80
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """argparse's formatter, told the width it would otherwise ask ``shutil`` for.
+
+    argparse imports shutil (with bz2, lzma, fnmatch) for that alone, as soon
+    as a parser is built: on every run of the boot unit (docs/agent.md, "Boot cost").
+    """
+
+    def __init__(
+        self,
+        prog: str,
+        indent_increment: int = 2,
+        max_help_position: int = 24,
+        width: Optional[int] = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            prog, indent_increment, max_help_position, _columns() - 2 if width is None else width, **kwargs
+        )
+
+
+class _RawDescriptionHelpFormatter(_HelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """:class:`argparse.RawDescriptionHelpFormatter` (the epilog's examples keep their lines), sized as above."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="devtag-agent",
@@ -59,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Exit status: 0 success, 1 nothing matches / no usable metadata, 2 usage, 3 system error, "
         "4 (apply) some tagged entries resolved to no device.",
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version="%(prog)s " + __version__)
     parser.add_argument(
@@ -70,11 +128,12 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
     # --root is accepted after the verb too (devtag-agent apply --root DIR).
-    common = argparse.ArgumentParser(add_help=False)
+    common = argparse.ArgumentParser(add_help=False, formatter_class=_HelpFormatter)
     common.add_argument("--root", default=argparse.SUPPRESS, metavar="DIR", help="as above: resolve paths under DIR")
 
     apply = commands.add_parser(
         "apply",
+        formatter_class=_HelpFormatter,
         parents=[common],
         help="read the metadata, resolve devices through sysfs, publish tags through udev",
         description="Read the devices metadata, validate it against the devtag schema (bad entries are "
@@ -123,6 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     lookup = commands.add_parser(
         "lookup",
+        formatter_class=_HelpFormatter,
         parents=[common],
         help="print the device(s) carrying a tag",
         description="Print the device(s) carrying TAG: the device node for disks, the interface name for NICs, "
@@ -134,6 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     listing = commands.add_parser(
         "list",
+        formatter_class=_HelpFormatter,
         parents=[common],
         help="list every tagged device",
         description="List every tagged device: type, device node or interface, tags (\\xNN-encoded). "
@@ -144,6 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     commands.add_parser(
         "check",
+        formatter_class=_HelpFormatter,
         parents=[common],
         help="cross-check udev's properties and /dev/disk/by-tag links against the state",
         description="For every tagged device, check that udev holds DEVTAG_TAGS and DEVTAG_TAG_<name>=1 and that "
@@ -151,6 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands.add_parser(
         "prune",
+        formatter_class=_HelpFormatter,
         parents=[common],
         help="drop detached devices from the state (run when a device goes away)",
         description="Remove devices that no longer exist from the state database.",
@@ -158,6 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     validate = commands.add_parser(
         "validate",
+        formatter_class=_HelpFormatter,
         help="check a devices / meta_data.json document against the devtag schema",
         description="Check a JSON document (a devices document or an OpenStack meta_data.json) "
         "against the device-role-tagging schema. Exit 0 if valid, 1 if not, 2 if unreadable.",
@@ -167,10 +231,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _validate(name: str) -> int:
-    import devtag_schema
-
-    from .sources import SourceError, load_json, read_bounded
-
     try:
         data = read_bounded(name, sys.stdin.fileno()) if name == "-" else read_bounded(name)
         document = load_json(data, name)
@@ -186,8 +246,6 @@ def _validate(name: str) -> int:
 
 
 def _sources(text: str) -> List[str]:
-    from .sources import SOURCES
-
     names = list(SOURCES) if text == "auto" else [part.strip() for part in text.split(",") if part.strip()]
     unknown = [name for name in names if name not in SOURCES]
     if unknown or not names:
@@ -196,12 +254,6 @@ def _sources(text: str) -> List[str]:
 
 
 def _apply(args: argparse.Namespace) -> int:
-    from .apply import apply_document
-    from .publish import Publisher, PublishError
-    from .sources import DEFAULT_METADATA_URL, SourceError, fetch_document, local_sources, read_file
-    from .state import Database
-    from .sysfs import System
-
     try:
         sources = _sources(args.source)
     except ValueError as exc:
@@ -306,8 +358,6 @@ def _device_path(system: System, given: str) -> str:
 
 def _show(devices: list, as_json: bool, with_tags: bool) -> None:
     """Print devices; tags appear \\xNN-encoded as udev shows them (JSON: \\u escapes), never raw."""
-    from .encoding import encode_name
-
     if as_json:
         json.dump([d.to_dict() for d in devices], sys.stdout, indent=2, ensure_ascii=True)
         sys.stdout.write("\n")
@@ -321,8 +371,6 @@ def _show(devices: list, as_json: bool, with_tags: bool) -> None:
 
 
 def _lookup(args: argparse.Namespace, tag: Optional[str]) -> int:
-    from .lookup import NoState, list_devices, lookup
-
     try:
         devices = lookup(tag, args.type, args.root) if tag is not None else list_devices(args.root, args.type)
     except NoState as exc:
@@ -337,9 +385,6 @@ def _lookup(args: argparse.Namespace, tag: Optional[str]) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from .check import check_published
-    from .lookup import NoState
-
     try:
         checked, problems = check_published(args.root)
     except NoState as exc:
@@ -352,10 +397,6 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _prune(args: argparse.Namespace) -> int:
-    from .apply import prune
-    from .publish import Publisher
-    from .sysfs import System
-
     system = System(args.root)
     try:
         prune(system, Publisher(enabled=False, root=system.root))

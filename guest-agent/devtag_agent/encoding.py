@@ -29,14 +29,17 @@ Examples: ``squid cache`` -> ``squid\\x20cache``; ``../etc`` ->
 from __future__ import annotations
 
 import re
-import string
 import unicodedata
-from typing import Optional
+
+TYPE_CHECKING = False  # typing is for the type checker only: importing it costs every run (docs/agent.md, "Boot cost")
+if TYPE_CHECKING:
+    from typing import Optional
 
 __all__ = ["MAX_LINK_NAME_BYTES", "altname_for", "decode", "encode_key", "encode_name", "link_name"]
 
-_NAME_SAFE = frozenset(string.ascii_letters + string.digits + "#+-.:=@_")
-_KEY_SAFE = frozenset(string.ascii_letters + string.digits + "+-.:@_")
+_ALNUM = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"  # ASCII: string.ascii_letters + digits
+_NAME_SAFE = frozenset(_ALNUM + "#+-.:=@_")
+_KEY_SAFE = frozenset(_ALNUM + "+-.:@_")
 _PART_SUFFIX = re.compile(r"-part[0-9]+\Z")
 _ESCAPE = re.compile(r"\\x([0-9a-fA-F]{2})")
 # A file name is at most 255 bytes; keep room for "-part" and a partition number.

@@ -16,7 +16,11 @@ from __future__ import annotations
 import logging
 import os
 import shlex
-from typing import List, Optional, Sequence
+import subprocess
+
+TYPE_CHECKING = False  # typing is for the type checker only: importing it costs every run (docs/agent.md, "Boot cost")
+if TYPE_CHECKING:
+    from typing import List, Optional, Sequence
 
 log = logging.getLogger("devtag_agent")
 
@@ -51,8 +55,6 @@ class Publisher:
             log.info("--root %s is not the running system: not running udevadm/ip unless configured", root)
 
     def _run(self, argv: Sequence[str], timeout: float) -> Optional[str]:
-        import subprocess  # only when something is run: saves the import on every other path
-
         log.debug("running %s", " ".join(shlex.quote(a) for a in argv))
         try:
             done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False)

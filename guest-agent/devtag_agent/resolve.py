@@ -23,10 +23,12 @@ from __future__ import annotations
 import os
 import re
 import stat
-from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .sysfs import Device, System
+
+TYPE_CHECKING = False  # typing is for the type checker only: importing it costs every run (docs/agent.md, "Boot cost")
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 __all__ = ["Resolution", "resolve_entries"]
 
@@ -39,14 +41,21 @@ def _numbered(name: str, prefix: str) -> bool:
     return name.startswith(prefix) and name[len(prefix) :].isdigit() and name[len(prefix) :].isascii()
 
 
-@dataclass
 class Resolution:
-    index: int  # position in the document's devices list
-    entry: Dict[str, Any]
-    devices: List[Device] = field(default_factory=list)
-    via: Optional[str] = None
-    problem: Optional[str] = None  # why nothing (or something dubious) matched
-    ignored: bool = False  # a device type this agent does not publish (Nova's "share")
+    """What one document entry resolved to (a plain class: see :class:`sysfs.Device`)."""
+
+    __slots__ = ("devices", "entry", "ignored", "index", "problem", "via")
+
+    def __init__(self, index: int, entry: Dict[str, Any]) -> None:
+        self.index = index  # position in the document's devices list
+        self.entry = entry
+        self.devices: List[Device] = []
+        self.via: Optional[str] = None
+        self.problem: Optional[str] = None  # why nothing (or something dubious) matched
+        self.ignored = False  # a device type this agent does not publish (Nova's "share")
+
+    def __repr__(self) -> str:
+        return f"Resolution({self.index}, via={self.via!r}, devices={self.devices!r}, problem={self.problem!r})"
 
 
 class Resolver:

@@ -34,12 +34,14 @@ import logging
 import os
 import stat
 import subprocess
-import tempfile
 import time
 import zlib
-from typing import Any, Dict, List, Optional, Tuple
 
 from .sysfs import System
+
+TYPE_CHECKING = False  # typing is for the type checker only: importing it costs every run (docs/agent.md, "Boot cost")
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional, Tuple
 
 log = logging.getLogger("devtag_agent")
 
@@ -188,6 +190,24 @@ def _config_drive_device(system: System) -> Optional[str]:
     return None
 
 
+def _private_directory(prefix: str) -> str:
+    """A new directory only root can enter, under $TMPDIR or /tmp: ``tempfile.mkdtemp``'s promise.
+
+    Not tempfile itself: it imports shutil and random (bz2, lzma, hashlib), a
+    cost every boot run would pay for one directory (docs/agent.md, "Boot cost").
+    ``mkdir`` fails rather than reuse a name that exists (a planted directory or link).
+    """
+    parent = os.environ.get("TMPDIR") or "/tmp"  # noqa: S108 - a random name, created exclusively, mode 0700
+    for _ in range(100):
+        path = os.path.join(parent, prefix + os.urandom(8).hex())
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            continue
+        return path
+    raise FileExistsError(f"no free directory name {prefix}* in {parent}")
+
+
 def read_config_drive(system: System) -> Dict[str, Any]:
     device = _config_drive_device(system)
     if device is None:
@@ -201,7 +221,7 @@ def read_config_drive(system: System) -> Dict[str, Any]:
             raise SourceError(f"configdrive: {exc}") from None
     if system.root != "/":
         raise SourceError("configdrive: will not mount a device of another root")
-    mountpoint = tempfile.mkdtemp(prefix="devtag-configdrive-")
+    mountpoint = _private_directory("devtag-configdrive-")
     try:
         for fstype in ("iso9660", "vfat"):
             done = subprocess.run(

@@ -29,12 +29,14 @@ import contextlib
 import fcntl
 import json
 import os
-import shutil
 import time
-from typing import Any, Dict, Iterator, List, Optional
 
 from .encoding import encode_key, encode_name, link_name
 from .sysfs import System
+
+TYPE_CHECKING = False  # typing is for the type checker only: importing it costs every run (docs/agent.md, "Boot cost")
+if TYPE_CHECKING:
+    from typing import Any, Dict, Iterator, List, Optional
 
 __all__ = ["STATE_DIR", "Database", "db_file_text"]
 
@@ -200,7 +202,27 @@ class Database:
         for entry in os.listdir(self.dir):
             path = os.path.join(self.dir, entry)
             if entry.startswith("gen-") and entry != keep:
-                shutil.rmtree(path, ignore_errors=True)
+                _remove_tree(path)
             elif entry.startswith(".current-"):
                 with contextlib.suppress(OSError):
                     os.unlink(path)
+
+
+def _remove_tree(path: str) -> None:
+    """``shutil.rmtree(path, ignore_errors=True)`` for a generation directory.
+
+    Not shutil itself: it imports bz2, lzma and fnmatch, a cost every boot run
+    would pay for these few files (docs/agent.md, "Boot cost").  Symbolic links
+    are removed, never followed.
+    """
+    if os.path.islink(path):
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        return
+    for directory, subdirectories, files in os.walk(path, topdown=False):
+        links = [name for name in subdirectories if os.path.islink(os.path.join(directory, name))]
+        for name in files + links:
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(directory, name))
+        with contextlib.suppress(OSError):
+            os.rmdir(directory)

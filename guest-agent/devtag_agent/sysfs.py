@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Optional
+
+TYPE_CHECKING = False  # typing is for the type checker only: importing it costs every run (docs/agent.md, "Boot cost")
+if TYPE_CHECKING:
+    from typing import Dict, Iterator, List, Optional
 
 __all__ = ["Device", "System"]
 
@@ -23,18 +25,38 @@ _USB_DEVICE_NAME = re.compile(r"[0-9]+-[0-9.]+\Z")
 _NVME_NAMESPACE = re.compile(r"nvme[0-9]+n[0-9]+\Z")  # .../nvme/nvme0/nvme0n1 (no "block" directory)
 
 
-@dataclass
 class Device:
-    """A disk or NIC as the kernel shows it (paths are without the root prefix)."""
+    """A disk or NIC as the kernel shows it (paths are without the root prefix).
 
-    kind: str  # "disk" or "nic"
-    syspath: str  # /sys/devices/...
-    name: str  # kernel name: vdb, sda, eth0
-    key: str  # b252:16:7 / n3
-    mac: Optional[str] = None
-    ifindex: Optional[int] = None
-    devnum: Optional[str] = None  # "252:16"
-    serials: List[str] = field(default_factory=list)
+    A plain class, not a dataclass: ``dataclasses`` imports ``inspect`` (and
+    with it ``ast``, ``dis``, ``tokenize``), which costs the boot run more than
+    the interpreter's own start (docs/agent.md, "Boot cost").
+    """
+
+    __slots__ = ("devnum", "ifindex", "key", "kind", "mac", "name", "serials", "syspath")
+
+    def __init__(
+        self,
+        kind: str,  # "disk" or "nic"
+        syspath: str,  # /sys/devices/...
+        name: str,  # kernel name: vdb, sda, eth0
+        key: str,  # b252:16:7 / n3
+        mac: Optional[str] = None,
+        ifindex: Optional[int] = None,
+        devnum: Optional[str] = None,  # "252:16"
+        serials: Optional[List[str]] = None,
+    ) -> None:
+        self.kind = kind
+        self.syspath = syspath
+        self.name = name
+        self.key = key
+        self.mac = mac
+        self.ifindex = ifindex
+        self.devnum = devnum
+        self.serials: List[str] = list(serials or [])
+
+    def __repr__(self) -> str:
+        return f"Device({self.kind!r}, {self.syspath!r}, {self.name!r}, {self.key!r})"
 
 
 class System:

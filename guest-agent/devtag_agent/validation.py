@@ -19,9 +19,14 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import devtag_schema
+
+TYPE_CHECKING = False  # typing is for the type checker only: importing it costs every run (docs/agent.md, "Boot cost")
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, List, Optional, Tuple
+
+    EntryChecker = Callable[[Any, str], List[str]]
 
 __all__ = ["entry_checker", "split_document", "tags_per_device_limit"]
 
@@ -50,6 +55,7 @@ _KNOWN = frozenset(
         "then",
     }
 )
+
 
 _TYPES: Dict[str, Callable[[Any], bool]] = {
     "object": lambda v: isinstance(v, dict),
@@ -147,7 +153,6 @@ class _Evaluator:
         return out
 
 
-EntryChecker = Callable[[Any, str], List[str]]
 _checker: Optional[EntryChecker] = None
 
 

@@ -1,0 +1,115 @@
+"""The boot path imports only what it needs (issue 17, "Boot cost").
+
+Under TCG every module the boot unit imports costs tens of milliseconds, and
+the agent's share of the boot is compared with the interpreter's own start
+(docs/agent.md, "Boot cost").  These tests run the command the unit runs
+(``guest-agent/devtag-agent``, the script the packages install as
+/usr/bin/devtag-agent) in a fresh interpreter with ``-X importtime`` and
+compare what it imported with what ``python -c pass`` imports.  They run on
+the test interpreter, and on Python 3.9 through test_agent_py39's run of this
+directory.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Iterator, List, Set
+
+import pytest
+
+from . import scenario
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "guest-agent" / "devtag-agent"
+BOOT_SOURCES = "fwcfg,configdrive,instance-data"  # packaging/systemd/devtag-agent.service
+
+# Modules the boot run must not import, and why each is not needed there.
+NOT_ON_THE_BOOT_PATH = {
+    "requests": "only the metadata service source needs it",
+    "urllib3": "requests' transport",
+    "pyudev": "only TaggedDevice.udev_device() (the lookup API) needs it",
+    "jsonschema": "the agent evaluates the schema's keywords itself (validation.py)",
+    "dataclasses": "imports inspect, ast, dis: the agent's records are plain classes",
+    "inspect": "through dataclasses",
+    "typing": "annotations only (TYPE_CHECKING)",
+    "importlib.metadata": "setuptools' entry-point launcher; /usr/bin/devtag-agent is a plain script",
+    "pathlib": "os.path does (devtag_schema)",
+    "shutil": "bz2, lzma: state.py removes its generations itself, argparse is given the width",
+    "tempfile": "random, shutil: sources.py makes the config drive's mount point itself",
+}
+
+
+def imported(argv: List[str], **kw) -> Set[str]:
+    """The modules a fresh interpreter running ``argv`` imports (``-X importtime``), beyond ``-c pass``'s."""
+
+    def names(args: List[str]) -> Set[str]:
+        done = subprocess.run(
+            [sys.executable, "-X", "importtime", *args], capture_output=True, text=True, check=False, **kw
+        )
+        assert done.returncode in (0, 4), done.stderr[-3000:]
+        return {
+            line.split("|")[-1].strip()
+            for line in done.stderr.splitlines()
+            if line.startswith("import time:") and "self [us]" not in line
+        }
+
+    return names([str(SCRIPT), *argv]) - names(["-c", "pass"])
+
+
+@pytest.fixture
+def configdrive_root(tmp_path: Path) -> str:
+    machine, document = scenario.build(tmp_path / "root")
+    machine.config_drive(document)
+    return str(machine.root)
+
+
+def test_boot_run_from_the_config_drive_imports_nothing_it_does_not_need(configdrive_root: str) -> None:
+    modules = imported(["--root", configdrive_root, "apply", "--source", BOOT_SOURCES, "--no-trigger"])
+    assert "devtag_agent.apply" in modules and "devtag_agent.sources" in modules, sorted(modules)
+    unwanted = {name: why for name, why in NOT_ON_THE_BOOT_PATH.items() if name in modules}
+    assert not unwanted, unwanted
+
+
+def test_lookup_imports_neither_requests_nor_pyudev(configdrive_root: str) -> None:
+    assert imported(["--root", configdrive_root, "apply", "--source", "configdrive", "--no-trigger"])
+    modules = imported(["--root", configdrive_root, "lookup", "shared"])
+    unwanted = {name: why for name, why in NOT_ON_THE_BOOT_PATH.items() if name in modules}
+    assert not unwanted, unwanted
+
+
+@pytest.fixture
+def metadata_url(tmp_path: Path) -> Iterator[str]:
+    """A loopback HTTP server answering meta_data.json with the scenario's document."""
+    _, document = scenario.build(tmp_path / "served")
+    body = json.dumps(document).encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/openstack/latest/meta_data.json"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_metadata_source_does_import_requests(configdrive_root: str, metadata_url: str) -> None:
+    """The check above can see an import: the one source that needs requests loads it when asked."""
+    argv = ["--root", configdrive_root, "apply", "--source", "metadata", "--metadata-url", metadata_url]
+    modules = imported([*argv, "--no-trigger"])
+    assert "requests" in modules, sorted(modules)
