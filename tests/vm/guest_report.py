@@ -18,6 +18,7 @@ disk and waits for these lines.
 import glob
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -86,37 +87,95 @@ def udev_verify():
     return [code, (out + err)[-2000:]]
 
 
-def seconds(*command, repeat=3):
-    """The fastest of ``repeat`` runs of ``command``, in seconds: the baseline the agent's boot run is compared to."""
+def timed(*command, repeat=3):
+    """``(wall, cpu)`` seconds of the fastest (by wall clock) of ``repeat`` runs of ``command``.
+
+    CPU is the user + system time of the command and the children it waited
+    for (RUSAGE_CHILDREN before and after): what the run cost the emulated
+    CPUs, whatever else the guest was doing meanwhile.
+    """
     best = None
     for _ in range(repeat):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.monotonic()
         run(*command)
-        elapsed = time.monotonic() - started
-        best = elapsed if best is None else min(best, elapsed)
+        wall = time.monotonic() - started
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        if best is None or wall < best[0]:
+            best = (wall, cpu)
     return best
+
+
+def seconds(*command, repeat=3):
+    """The fastest wall-clock time of ``repeat`` runs of ``command``, in seconds."""
+    return timed(*command, repeat=repeat)[0]
+
+
+# What the boot run must not import (tests/agent/test_agent_boot_imports.py says why for each).
+NOT_ON_THE_BOOT_PATH = (
+    "requests",
+    "urllib3",
+    "pyudev",
+    "jsonschema",
+    "dataclasses",
+    "inspect",
+    "typing",
+    "importlib.metadata",
+    "pathlib",
+    "shutil",
+    "tempfile",
+)
+
+
+def imported(*command):
+    """Modules ``python3 -X importtime`` shows ``command`` importing beyond ``python3 -c pass``."""
+
+    def names(*argv):
+        err = run("python3", "-X", "importtime", *argv)[2]
+        return {line.split("|")[-1].strip() for line in err.splitlines() if line.startswith("import time:")}
+
+    return sorted(names(*command) - names("-c", "pass"))
 
 
 def boot_cost(devices, source):
     """What the agent's boot run costs next to the floor any agent pays: start Python, trigger the devices.
 
-    The boot run competes with the rest of the boot for the (emulated) CPUs,
-    the floor is measured after it; so the agent is measured again beside the
-    floor: ``apply`` from the same source, the state unchanged (it reads,
-    resolves and writes, and triggers nothing: the trigger is the floor's
-    other half).
+    Measured in this boot, after the boot run:
+
+    - ``python_pass``: ``python3 -c pass``, the interpreter's start (wall, and
+      ``python_pass_cpu``);
+    - ``trigger_settle``: ``udevadm trigger --action=change --settle`` of the
+      devices the agent tagged (and their partitions), which the boot run did
+      too (wall; the work is udevd's);
+    - ``agent``: the boot run itself, devtag-agent.service's ExecStart
+      (ExecMainStart to ExecMainExit, monotonic), mid-boot: it competes with
+      the rest of the boot for the (emulated) CPUs, so it is measured again:
+    - ``agent_again``: ``devtag-agent -q apply --source SOURCE`` as the unit
+      runs it (/usr/bin/devtag-agent), the state unchanged: interpreter,
+      imports, reading the source, resolving, writing the state, no trigger
+      (wall, and ``agent_again_cpu``);
+    - ``agent_imports``: what that run imports beyond ``python3 -c pass``,
+      and ``unwanted_imports``, those of them it must not import.
+
+    Each command: the fastest of 3 runs.
     """
     syspaths = sorted({device["syspath"] for device in devices})
+    python_pass, python_pass_cpu = timed("python3", "-c", "pass")
     cost = {
         "agent": unit_times("devtag-agent.service"),
-        "python_pass": seconds("python3", "-c", "pass"),
+        "python_pass": python_pass,
+        "python_pass_cpu": python_pass_cpu,
         "python_import_agent": seconds("python3", "-c", "import devtag_agent.cli"),
         "trigger_settle": seconds("udevadm", "trigger", "--action=change", "--settle", *syspaths),
         "devices": len(syspaths),
         "load_average": open("/proc/loadavg").read().split()[:3],
     }
     if source in ("fwcfg", "configdrive", "instance-data"):
-        cost["agent_again"] = seconds("devtag-agent", "-q", "apply", "--source", source)
+        command = ("/usr/bin/devtag-agent", "-q", "apply", "--source", source)
+        cost["agent_again"], cost["agent_again_cpu"] = timed(*command)
+        cost["agent_imports"] = imported(*command)
+        cost["unwanted_imports"] = [name for name in cost["agent_imports"] if name in NOT_ON_THE_BOOT_PATH]
     return cost
 
 
@@ -126,7 +185,7 @@ def unit_times(unit):
         "show",
         unit,
         "-p",
-        "ExecMainStartTimestampMonotonic,ExecMainExitTimestampMonotonic,Result,ActiveState",
+        "ExecMainStartTimestampMonotonic,ExecMainExitTimestampMonotonic,Result,ActiveState,CPUUsageNSec",
     )
     return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 

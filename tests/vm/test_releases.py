@@ -14,7 +14,10 @@ that single boot:
 - ``udevadm verify`` accepts the rules file where udevadm has the verb
   (systemd >= 253: Debian 13);
 - the boot cost: kernel start to tags ready, the agent's share, and the floor
-  it is compared with (guest_report.boot_cost), printed for the README;
+  it is compared with (guest_report.boot_cost, boot_cost_figures), printed
+  for the README; and that the boot run imports none of the modules it must
+  not (requests, pyudev, jsonschema, dataclasses, typing, ...) on the
+  release's own Python;
 - a tagged disk hot-plugged through the attach flow gets its /dev/disk/by-tag
   link and udev properties, and loses them on detach (the metadata service
   answers the hot-plug unit; test_end_to_end.hot_plug_and_unplug);
@@ -123,30 +126,77 @@ def check_network_stage_order(report: Dict[str, Any], version: int) -> None:
     assert 0 < agent_done <= stage_start < second_start, (agent_done, stage_start, second_start)
 
 
-def boot_cost_line(version: int, report: Dict[str, Any]) -> str:
-    """kernel start -> tags ready, the agent's share, and the floor it is compared with."""
+GOAL = 1.5  # issue 17: the agent costs less than its floor (Python start + trigger of its devices) plus 50 %
+
+
+def boot_cost_figures(report: Dict[str, Any]) -> Dict[str, Any]:
+    """The boot cost of one boot (guest_report.boot_cost), and its ratios to the floor.
+
+    floor = ``python3 -c pass`` + ``udevadm trigger --action=change --settle`` of the
+    agent's devices, both measured in the same boot after the boot run: what any
+    agent that publishes through udev pays.  Ratios:
+
+    - ``mid_boot``: the boot run (the unit's ExecStart, wall) / floor, the
+      boot run competing with the rest of the boot for the emulated CPUs;
+    - ``after_boot``: (``devtag-agent apply`` again + trigger) / floor, all
+      three measured side by side after boot: the goal's figure (< 1.5);
+    - ``own_wall``, ``own_cpu``: ``apply`` again / ``python3 -c pass``, wall
+      and CPU time: the agent's run next to the interpreter's start alone.
+    """
     cost = report["boot_cost"]
+    agent = cost["agent"]
     started, finished = (
-        int(cost["agent"][key]) / 1e6 for key in ("ExecMainStartTimestampMonotonic", "ExecMainExitTimestampMonotonic")
+        int(agent[key]) / 1e6 for key in ("ExecMainStartTimestampMonotonic", "ExecMainExitTimestampMonotonic")
     )
     floor = cost["python_pass"] + cost["trigger_settle"]
+    cpu_ns = agent.get("CPUUsageNSec", "")
+    figures: Dict[str, Any] = {
+        **cost,
+        "tags_ready": finished,
+        "agent_boot": finished - started,
+        "agent_boot_cpu": int(cpu_ns) / 1e9 if cpu_ns.isdigit() and int(cpu_ns) < 2**63 else None,
+        "floor": floor,
+        "mid_boot": (finished - started) / floor,
+    }
+    if "agent_again" in cost:
+        figures["after_boot"] = (cost["agent_again"] + cost["trigger_settle"]) / floor
+        figures["own_wall"] = cost["agent_again"] / cost["python_pass"]
+        figures["own_cpu"] = cost["agent_again_cpu"] / max(cost["python_pass_cpu"], 1e-3)
+    return figures
+
+
+def boot_cost_line(version: int, report: Dict[str, Any]) -> str:
+    """One line for the README's boot-cost table (boot_cost_figures)."""
+    f = boot_cost_figures(report)
     python, jsonschema, pyudev = report["release"]["python_jsonschema_pyudev"]
     udev = report["release"]["udev"]
-    return (
+    boot_cpu = f" (CPU {f['agent_boot_cpu']:.2f} s, with ExecStartPre/Post)" if f["agent_boot_cpu"] is not None else ""
+    line = (
         f"[debian{version}: Python {python}, jsonschema {jsonschema}, pyudev {pyudev}, udev {udev}]"
-        f" tags ready {finished:.1f} s after kernel start; agent {finished - started:.2f} s;"
-        f" python3 -c pass {cost['python_pass']:.2f} s, import devtag_agent.cli {cost['python_import_agent']:.2f} s,"
-        f" udevadm trigger --settle of its {cost['devices']} devices {cost['trigger_settle']:.2f} s"
-        f" (agent / floor = {(finished - started) / floor:.2f})"
-        + (
-            f"; after boot: apply again {cost['agent_again']:.2f} s, (apply again + trigger) / floor ="
-            f" {(cost['agent_again'] + cost['trigger_settle']) / floor:.2f}"
-            if "agent_again" in cost
-            else ""
+        f" tags ready {f['tags_ready']:.1f} s after kernel start; boot run {f['agent_boot']:.2f} s{boot_cpu};"
+        f" python3 -c pass {f['python_pass']:.2f} s (CPU {f['python_pass_cpu']:.3f} s),"
+        f" import devtag_agent.cli {f['python_import_agent']:.2f} s,"
+        f" udevadm trigger --settle of its {f['devices']} devices {f['trigger_settle']:.2f} s;"
+        f" boot run / floor = {f['mid_boot']:.2f}"
+    )
+    if "after_boot" in f:
+        line += (
+            f"; after boot: apply again {f['agent_again']:.2f} s (CPU {f['agent_again_cpu']:.3f} s),"
+            f" (apply again + trigger) / floor = {f['after_boot']:.2f} (goal < {GOAL}),"
+            f" apply again / python3 -c pass = {f['own_wall']:.1f} wall, {f['own_cpu']:.1f} CPU"
         )
-        + f"; load average: guest {' '.join(cost.get('load_average', []))}, host"
+    return line + (
+        f"; load average: guest {' '.join(f.get('load_average', []))}, host"
         f" {' '.join(f'{load:.1f}' for load in os.getloadavg())}"
     )
+
+
+def check_boot_imports(report: Dict[str, Any]) -> None:
+    """The boot run imports nothing it does not need, on this release's Python and libraries."""
+    cost = report["boot_cost"]
+    assert "agent_imports" in cost, "no after-boot run from a local source"
+    assert "devtag_agent.apply" in cost["agent_imports"], cost["agent_imports"]
+    assert cost["unwanted_imports"] == [], cost["agent_imports"]
 
 
 def test_release_resolves_tags_configures_nics_hot_plugs_and_reboots(
@@ -170,6 +220,7 @@ def test_release_resolves_tags_configures_nics_hot_plugs_and_reboots(
         check_udev_verify(first, version)
         check_network_stage_order(first, version)
         print("\n" + boot_cost_line(version, first))
+        check_boot_imports(first)
         hot_plug_through_the_metadata_service(libvirt_conn, domain, directory)
         domain.reboot(0)
         second = wait_for_report(directory, 2, BOOT_TIMEOUT)
