@@ -143,62 +143,68 @@ def _general(connection: Connection, request: CandidateRequest, shape: Shape) ->
     found, _class_ids, _trait_ids = candidate_search.search(connection, request, shape.nested_aware)
     world = found.world
     chosen = found.candidates if request.limit is None else found.candidates[: request.limit]
-    involved = {rp_id for allocations, _mappings in chosen for rp_id in allocations}
-    for _allocations, mappings in chosen:
-        involved.update(rp_id for providers in mappings.values() for rp_id in providers)
+    # Parts are shared by the candidates that use them: each is looked at once.
+    parts = {id(part): part for pick, _merged in chosen for part in pick}
+    involved: Set[int] = set()
+    for part in parts.values():
+        involved.update(part[0])  # every provider of a part is in its mappings
     if shape.nested_aware:
         roots = {world.root[rp_id] for rp_id in involved}
-        summarised = sorted(rp_id for rp_id in world.uuid if world.root[rp_id] in roots)
+        root_of = world.root
+        summarised = [rp_id for rp_id in sorted(world.uuid) if root_of[rp_id] in roots]
     else:
         summarised = sorted(involved)
     names = resource_class.names_by_id(connection)
     requested = {name for group in request.groups for name in group.resources}
     summaries = _summaries(connection, world, summarised, names, requested, shape)
+    return Candidates(_requests(world, found.suffixes, chosen, parts, names, shape), summaries)
+
+
+def _requests(
+    world: candidate_search.World,
+    suffixes: List[str],
+    chosen: List[candidate_search.Candidate],
+    parts: Dict[int, candidate_search.Part],
+    names: Dict[int, str],
+    shape: Shape,
+) -> List[Dict[str, Any]]:
+    """The allocation requests of ``chosen`` in the API's shape.
+
+    What a part contributes (its providers' uuids with their resources, its
+    ``mappings`` entry) is worked out once per part; a candidate whose parts take
+    from distinct providers is then their entries side by side, sorted by uuid.
+    Repeated amounts are one shared object each."""
     uuid = world.uuid
-    # Candidates repeat the same amounts and mappings: one object per distinct value,
-    # referenced by every request that has it (fewer objects to build and collect).
-    same_resources: Dict[Tuple[Tuple[int, int], ...], Dict[str, int]] = {}
-    same_entries: Dict[Tuple[Tuple[int, int], ...], Dict[str, Any]] = {}
-    # A mappings list belongs to a part of the search, shared by every candidate that
-    # uses the part, and alive as long as ``chosen``: its id names it.
-    same_uuids: Dict[int, List[str]] = {}
-    by_uuid = uuid.__getitem__
+    same: Dict[Tuple[Tuple[int, int], ...], Any] = {}
+
+    def entry_of(amounts: Tuple[Tuple[int, int], ...]) -> Any:
+        """{"resources": {class: amount}} from 1.12, else the resources alone (shared)."""
+        entry = same.get(amounts)
+        if entry is None:
+            resources = {names[rc_id]: amount for rc_id, amount in amounts}
+            entry = same[amounts] = {"resources": resources} if shape.dict_format else resources
+        return entry
+
+    # id(part) -> ([(uuid, entry), ...], the uuids of its mappings entry)
+    rendered = {
+        key: ([(uuid[rp_id], entry_of(amounts)) for rp_id, amounts in part[1]], [uuid[rp] for rp in part[2]])
+        for key, part in parts.items()
+    }
     requests: List[Dict[str, Any]] = []
-    for allocations, mappings in chosen:
-        if shape.dict_format:
-            entries: Dict[str, Dict[str, Any]] = {}
-            for rp_id in sorted(allocations, key=by_uuid):
-                key = _sorted_items(allocations[rp_id])
-                entry = same_entries.get(key)
-                if entry is None:
-                    entry = same_entries[key] = {"resources": {names[rc]: n for rc, n in key}}
-                entries[uuid[rp_id]] = entry
-            body: Dict[str, Any] = {"allocations": entries}
+    for pick, merged in chosen:
+        of_parts = [rendered[id(part)] for part in pick]
+        if merged is None:
+            taken: List[Tuple[str, Any]] = []
+            for entries, _uuids in of_parts:
+                taken += entries
         else:
-            parts = []
-            for rp_id in sorted(allocations, key=by_uuid):
-                key = _sorted_items(allocations[rp_id])
-                resources = same_resources.get(key)
-                if resources is None:
-                    resources = same_resources[key] = {names[rc]: n for rc, n in key}
-                parts.append((uuid[rp_id], resources))
-            body = _request(parts, False)
+            taken = [(uuid[rp_id], entry_of(amounts)) for rp_id, amounts in merged]
+        taken.sort()  # by uuid: a provider is there once, the entries are never compared
+        body: Dict[str, Any] = {"allocations": dict(taken)} if shape.dict_format else _request(taken, False)
         if shape.with_mappings:
-            by_suffix: Dict[str, List[str]] = {}
-            for suffix, rps in mappings.items():
-                uuids = same_uuids.get(id(rps))
-                if uuids is None:
-                    uuids = same_uuids[id(rps)] = [uuid[rp] for rp in rps]
-                by_suffix[suffix] = uuids
-            body["mappings"] = by_suffix
+            body["mappings"] = dict(zip(suffixes, [uuids for _entries, uuids in of_parts]))
         requests.append(body)
-    return Candidates(requests, summaries)
-
-
-def _sorted_items(mapping: Dict[Any, Any]) -> Tuple[Tuple[Any, Any], ...]:
-    """``mapping``'s items in key order, as a hashable tuple (sorting one item is
-    skipped: most providers have one or two classes per candidate)."""
-    return tuple(sorted(mapping.items())) if len(mapping) > 1 else tuple(mapping.items())
+    return requests
 
 
 _TRAIT_NAMES = select(provider_traits.c.resource_provider_id, traits.c.name).join(
@@ -207,21 +213,32 @@ _TRAIT_NAMES = select(provider_traits.c.resource_provider_id, traits.c.name).joi
 _TRAIT_NAMES_OF = _TRAIT_NAMES.where(provider_traits.c.resource_provider_id.in_(bindparam("b_ids", expanding=True)))
 
 
-def _trait_names(connection: Connection, provider_ids: List[int], everyone: int) -> Dict[int, List[str]]:
-    """{provider: its trait names} for ``provider_ids``.  When they are a good part of
-    the ``everyone`` providers, the whole table is read and filtered here: an IN list
-    of thousands of ids costs more to build and bind than the rows it spares."""
-    names: Dict[int, List[str]] = {rp_id: [] for rp_id in provider_ids}
+def _trait_lists(connection: Connection, provider_ids: List[int], everyone: int) -> Dict[int, List[str]]:
+    """{provider: its trait names, sorted} for the providers of ``provider_ids`` that
+    have traits; providers with the same traits share one list.  When they are a good
+    part of the ``everyone`` providers, the whole table is read and filtered here: an
+    IN list of thousands of ids costs more to build and bind than the rows it spares."""
+    rows: List[Any] = []
     if len(provider_ids) * 4 >= everyone:
-        for rp_id, name in connection.execute(_TRAIT_NAMES).all():
-            have = names.get(rp_id)
-            if have is not None:
-                have.append(name)
-        return names
-    for start in range(0, len(provider_ids), 500):
-        for rp_id, name in connection.execute(_TRAIT_NAMES_OF, {"b_ids": provider_ids[start : start + 500]}).all():
-            names[rp_id].append(name)
-    return names
+        wanted = set(provider_ids) if len(provider_ids) < everyone else None
+        rows += candidate_search.fetch_all(connection, _TRAIT_NAMES)
+    else:
+        wanted = None
+        for start in range(0, len(provider_ids), 500):
+            rows += connection.execute(_TRAIT_NAMES_OF, {"b_ids": provider_ids[start : start + 500]}).all()
+    having: Dict[str, List[int]] = {}
+    for rp_id, name in rows:
+        if wanted is None or rp_id in wanted:
+            having.setdefault(name, []).append(rp_id)
+    # Name by name in order: each provider's names come out sorted.
+    listed: Dict[int, Tuple[str, ...]] = {}
+    for name in sorted(having):
+        one = (name,)
+        for rp_id in having[name]:
+            have = listed.get(rp_id)
+            listed[rp_id] = one if have is None else have + one
+    same: Dict[Tuple[str, ...], List[str]] = {}
+    return {rp_id: same.get(names) or same.setdefault(names, list(names)) for rp_id, names in listed.items()}
 
 
 def _summaries(
@@ -232,45 +249,52 @@ def _summaries(
     requested: Set[str],
     shape: Shape,
 ) -> Dict[str, Dict[str, object]]:
+    """The summaries of ``provider_ids`` (sorted by id: the answer's order).  Figures
+    and trait lists that repeat are one shared object each (built once, encoded many
+    times)."""
     if not provider_ids:
         return {}
-    resources: Dict[int, Dict[str, Tuple[int, int]]] = {rp_id: {} for rp_id in provider_ids}
-    for rp_id, rc_id, capacity, used, _min_unit, _max_unit, _step_size in world.inventory:
-        have = resources.get(rp_id)
-        if have is not None:
-            name = names[rc_id]
-            if shape.all_classes or name in requested:
-                have[name] = (int(capacity), int(used))
-    traits_of = _trait_names(connection, provider_ids, len(world.uuid)) if shape.with_traits else {}
-    # Trees repeat the same figures and trait sets: one object per distinct value.
-    same_resources: Dict[Tuple[Tuple[str, Tuple[int, int]], ...], Dict[str, Dict[str, int]]] = {}
-    same_traits: Dict[Tuple[str, ...], List[str]] = {}
     uuid, parent_of, root_of = world.uuid, world.parent, world.root
+    wanted = set(provider_ids) if len(provider_ids) < len(uuid) else uuid
+    resources: Dict[int, Dict[str, Dict[str, int]]] = {}
+    same_figures: Dict[Tuple[float, int], Dict[str, int]] = {}
+    # Class by class in name order: each provider's classes come out sorted by name.
+    for rc_id in sorted(world.rows, key=names.__getitem__):
+        name = names[rc_id]
+        if not shape.all_classes and name not in requested:
+            continue
+        for rp_id, row in world.rows[rc_id].items():
+            if rp_id not in wanted:
+                continue
+            key = (row[2], row[3])
+            figures = same_figures.get(key)
+            if figures is None:
+                figures = same_figures[key] = {"capacity": int(row[2]), "used": int(row[3])}
+            have = resources.get(rp_id)
+            if have is None:
+                resources[rp_id] = {name: figures}
+            else:
+                have[name] = figures
+    nothing: Dict[str, Any] = {}
+    no_traits: List[str] = []
+    if shape.with_traits:
+        traits_of = _trait_lists(connection, provider_ids, len(uuid))
+        if shape.nested_aware:  # 1.29+: the common case, built in one go
+            by_uuid = uuid.get  # a root's parent is None, and None is no provider's id
+            return {
+                uuid[rp_id]: {
+                    "resources": resources.get(rp_id, nothing),
+                    "traits": traits_of.get(rp_id, no_traits),
+                    "parent_provider_uuid": by_uuid(parent_of[rp_id]),  # type: ignore[arg-type]
+                    "root_provider_uuid": uuid[root_of[rp_id]],
+                }
+                for rp_id in provider_ids
+            }
     summaries: Dict[str, Dict[str, object]] = {}
     for rp_id in provider_ids:
-        key = _sorted_items(resources[rp_id])
-        figures = same_resources.get(key)
-        if figures is None:
-            figures = same_resources[key] = {name: {"capacity": c, "used": u} for name, (c, u) in key}
-        traits_list: Optional[List[str]] = None
+        summary: Dict[str, object] = {"resources": resources.get(rp_id, nothing)}
         if shape.with_traits:
-            names_of = traits_of[rp_id]
-            listed = tuple(sorted(names_of)) if len(names_of) > 1 else tuple(names_of)
-            traits_list = same_traits.get(listed)
-            if traits_list is None:
-                traits_list = same_traits[listed] = list(listed)
-        if shape.nested_aware and shape.with_traits:  # 1.29+: built in one go, the common case
-            parent = parent_of[rp_id]
-            summaries[uuid[rp_id]] = {
-                "resources": figures,
-                "traits": traits_list,
-                "parent_provider_uuid": uuid[parent] if parent is not None else None,
-                "root_provider_uuid": uuid[root_of[rp_id]],
-            }
-            continue
-        summary: Dict[str, object] = {"resources": figures}
-        if shape.with_traits:
-            summary["traits"] = traits_list
+            summary["traits"] = traits_of.get(rp_id, no_traits)
         if shape.nested_aware:
             parent = parent_of[rp_id]
             summary["parent_provider_uuid"] = uuid[parent] if parent is not None else None

@@ -22,13 +22,15 @@ answers it with one cached SQL statement.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass, field
 from typing import Any, Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple
 
 import os_traits
 from sqlalchemy import bindparam, func, select
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Dialect
+from sqlalchemy.sql.expression import Select
 
 from ..candidate_request import CandidateRequest, Group
 from ..db import inventories, provider_aggregates, provider_traits, resource_providers
@@ -40,10 +42,16 @@ from . import resource_class, trait
 MAX_COMBINATIONS = 200_000
 
 
-# An inventory row of a requested class: (capacity, used, min_unit, max_unit, step_size).
-# ``amount`` fits when capacity - used >= amount, min_unit <= amount <= max_unit and
-# amount % step_size == 0 (``World.fitting``).
-Row = Tuple[int, int, int, int, int]
+# An inventory row as read: (provider, class, capacity, used, min_unit, max_unit,
+# step_size), the capacity as SQL computes it (a float).  ``amount`` fits when
+# int(capacity) - used >= amount, min_unit <= amount <= max_unit and amount %
+# step_size == 0 (``World.fitting``).
+Row = Tuple[int, int, float, int, int, int, int]
+_EXACT_FLOATS = float(2**53)  # every integer up to here is a float, and differences of them are exact
+
+# What one part of a candidate takes from each of its providers: (provider,
+# ((class, amount), ...) by class id), one entry per provider.
+Allocations = Tuple[Tuple[int, Tuple[Tuple[int, int], ...]], ...]
 
 
 @dataclass
@@ -55,14 +63,28 @@ class World:
     root: Dict[int, int]
     traits: Dict[int, Set[int]]  # provider -> the wanted traits it has
     aggregates: Dict[int, Set[str]]  # read only when a group names aggregates or sharing providers exist
-    rows: Dict[int, Dict[int, Row]]  # class -> {provider: its row}, requested classes only
+    # class -> {provider: its row}, for every class: the search reads the requested
+    # ones, the summaries all of them (1.27), and one read of the table serves both.
+    rows: Dict[int, Dict[int, Row]]
     sharing: Set[int]
     with_trait: Dict[int, Set[int]] = field(default_factory=dict)  # wanted trait id -> providers having it
-    # Every inventory row as (provider, class, capacity, used, min_unit, max_unit,
-    # step_size): the summaries show all classes (1.27), and reading them here spares
-    # a second query with a long IN list.
-    inventory: Sequence[Any] = ()
     _fitting: Dict[Tuple[int, int], Set[int]] = field(default_factory=dict)
+    _lineage: Dict[int, FrozenSet[int]] = field(default_factory=dict)
+
+    def lineage(self, rp_id: int) -> FrozenSet[int]:
+        """The provider and its ancestors (remembered, and built on the parent's)."""
+        found = self._lineage.get(rp_id)
+        if found is not None:
+            return found
+        chain: List[int] = []
+        up: Optional[int] = rp_id
+        while up is not None and up not in self._lineage and len(chain) <= len(self.parent):
+            chain.append(up)  # the length bound: a loop is refused on write, but never hang on one
+            up = self.parent.get(up)
+        found = self._lineage.get(up, frozenset()) if up is not None else frozenset()
+        for node in reversed(chain):
+            found = self._lineage[node] = found | {node}
+        return found
 
     def fitting(self, rc_id: int, amount: int) -> Set[int]:
         """The providers that can take ``amount`` of class ``rc_id`` (remembered: several
@@ -70,28 +92,37 @@ class World:
         found = self._fitting.get((rc_id, amount))
         if found is None:
             rows = self.rows.get(rc_id, {})
-            # ``fits`` inlined: this looks at every row of the class.
+            # ``fits`` inlined: this looks at every row of the class.  Below 2**53 the
+            # float difference is exact and compares as int(capacity) - used would.
             found = self._fitting[(rc_id, amount)] = {
                 rp_id
-                for rp_id, (capacity, used, min_unit, max_unit, step_size) in rows.items()
-                if capacity - used >= amount and min_unit <= amount <= max_unit and amount % step_size == 0
+                for rp_id, (_rp, _rc, capacity, used, min_unit, max_unit, step_size) in rows.items()
+                if (capacity - used >= amount if capacity < _EXACT_FLOATS else int(capacity) - used >= amount)
+                and min_unit <= amount <= max_unit
+                and amount % step_size == 0
             }
         return found
 
 
-# One part of a candidate: the provider ids a group uses (sorted by id), {provider:
-# {class: amount}} as (provider, class, amount) triples, and the providers sorted by
-# uuid (the group's ``mappings`` entry, worked out once per part, not per candidate).
-Part = Tuple[Tuple[int, ...], Tuple[Tuple[int, int, int], ...], List[int]]
+# One part of a candidate: the provider ids a group uses (sorted by id), what it
+# takes from them, and the providers sorted by uuid (the group's ``mappings``
+# entry, worked out once per part, not per candidate).  Parts are shared by every
+# candidate that uses them.
+Part = Tuple[Tuple[int, ...], Allocations, List[int]]
+
+# A candidate: one part per group (in group order), and, only when two of its parts
+# take from the same provider, their allocations merged (else None: the parts'
+# allocations side by side are the candidate's).
+Candidate = Tuple[Tuple[Part, ...], Optional[Allocations]]
 
 
 @dataclass
 class Found:
-    """Candidates as (allocations {rp: {rc: amount}}, mappings {suffix: [rp]}), and the
-    providers whose summaries the answer carries."""
+    """The candidates, in the answer's order, and what they were searched in."""
 
-    candidates: List[Tuple[Dict[int, Dict[int, int]], Dict[str, List[int]]]]
+    candidates: List[Candidate]
     world: World
+    suffixes: List[str] = field(default_factory=list)  # the groups' suffixes, in the parts' order
 
 
 _PROVIDERS = select(
@@ -117,9 +148,26 @@ _INVENTORY = select(
 )
 
 
+@functools.lru_cache(maxsize=32)
+def _sql_of(statement: Select[Any], dialect: Dialect) -> str:
+    return str(statement.compile(dialect=dialect))
+
+
+def fetch_all(connection: Connection, statement: Select[Any]) -> Sequence[Any]:
+    """Every row of ``statement`` (a constant without parameters that returns only
+    numbers and strings) as plain tuples, read through the DB-API cursor of
+    ``connection``, in its transaction.  SQLAlchemy's result layer costs about a fifth
+    of reading thousands of rows, and the driver's values need no processing here."""
+    cursor = connection.connection.cursor()
+    try:
+        cursor.execute(_sql_of(statement, connection.dialect))
+        return cursor.fetchall()
+    finally:
+        cursor.close()
+
+
 def load(
     connection: Connection,
-    class_ids: Iterable[int],
     trait_ids: Iterable[int],
     shares_id: Optional[int],
     with_aggregates: bool = True,
@@ -127,7 +175,7 @@ def load(
     """Read the providers, the wanted traits, the inventories and (when ``with_aggregates``
     or sharing providers exist) the aggregates: four statements built once, each row
     list fetched whole (row by row iteration cost more than SQLite's work)."""
-    providers = connection.execute(_PROVIDERS).all()
+    providers = fetch_all(connection, _PROVIDERS)
     ids = [row[0] for row in providers]
     uuid: Dict[int, str] = dict(zip(ids, [row[1] for row in providers]))
     parent: Dict[int, Optional[int]] = dict(zip(ids, [row[2] for row in providers]))
@@ -142,15 +190,16 @@ def load(
     sharing = set(with_trait[shares_id]) if shares_id is not None else set()
     aggregates: Dict[int, Set[str]] = {}
     if with_aggregates or sharing:
-        for rp_id, agg in connection.execute(_AGGREGATES).all():
+        for rp_id, agg in fetch_all(connection, _AGGREGATES):
             aggregates.setdefault(rp_id, set()).add(agg)
-    rows: Dict[int, Dict[int, Row]] = {rc_id: {} for rc_id in class_ids}
-    inventory = connection.execute(_INVENTORY).all()
-    for rp_id, rc_id, capacity, used, min_unit, max_unit, step in inventory:
-        of_class = rows.get(rc_id)
-        if of_class is not None:
-            of_class[rp_id] = (int(capacity), int(used), min_unit, max_unit, step)
-    return World(uuid, parent, root, traits, aggregates, rows, sharing, with_trait, inventory)
+    rows: Dict[int, Dict[int, Row]] = {}
+    for row in fetch_all(connection, _INVENTORY):
+        of_class = rows.get(row[1])
+        if of_class is None:
+            rows[row[1]] = {row[0]: row}
+        else:
+            of_class[row[0]] = row
+    return World(uuid, parent, root, traits, aggregates, rows, sharing, with_trait)
 
 
 @dataclass
@@ -177,7 +226,7 @@ def search(
         os_traits.MISC_SHARES_VIA_AGGREGATE
     )
     with_aggregates = any(group.aggregates for group in request.groups)
-    world = load(connection, class_ids.values(), trait_ids.values(), shares_id, with_aggregates)
+    world = load(connection, trait_ids.values(), shares_id, with_aggregates)
     by_uuid = {uuid: rp_id for rp_id, uuid in world.uuid.items()} if any(g.in_tree for g in request.groups) else {}
     filters: List[_Filters] = []
     for group in request.groups:
@@ -214,7 +263,8 @@ def search(
         if not parts:
             return Found([], world), class_ids, trait_ids
         per_group.append(parts)
-    return Found(_combine(world, request, filters, per_group, nested_aware), world), class_ids, trait_ids
+    suffixes = [f.group.suffix for f in filters]
+    return Found(_combine(world, request, filters, per_group, nested_aware), world, suffixes), class_ids, trait_ids
 
 
 def _combine(
@@ -223,7 +273,7 @@ def _combine(
     filters: List[_Filters],
     per_group: List[Dict[int, List[Part]]],
     nested_aware: bool,
-) -> List[Tuple[Dict[int, Dict[int, int]], Dict[str, List[int]]]]:
+) -> List[Candidate]:
     """Every pick of one part per group, anchored on the same tree, that meets
     ``group_policy``, ``same_subtree`` and the capacity of what several groups take
     from one provider; in anchor order, at most ``MAX_COMBINATIONS`` picks looked at."""
@@ -231,50 +281,85 @@ def _combine(
     isolate = request.group_policy == "isolate" and len(numbered) > 1
     suffix_index = {f.group.suffix: index for index, f in enumerate(filters)}
     subtrees = [[suffix_index[s] for s in subtree] for subtree in request.same_subtrees]
-    suffixes = [f.group.suffix for f in filters]
-    candidates: List[Tuple[Dict[int, Dict[int, int]], Dict[str, List[int]]]] = []
+    # The parts of a pick take from distinct providers when at most one group takes
+    # anything, or when every group is numbered and isolated (each part is one
+    # provider, and isolate keeps them apart): then nothing needs merging.
+    taking = [index for index, f in enumerate(filters) if f.amounts]
+    apart = len(taking) < 2 or (isolate and len(numbered) == len(filters))
+    root = world.root
+    # same_subtree: per part, the providers that are an ancestor (or itself) of each
+    # of its providers; a pick meets a subtree when the intersection over its parts
+    # holds one of their providers.
+    commons: Dict[int, FrozenSet[int]] = {}
+    if subtrees:
+        lineage = world.lineage
+        for parts in per_group:
+            for listed in parts.values():
+                for part in listed:
+                    providers = part[0]
+                    commons[id(part)] = (
+                        lineage(providers[0])
+                        if len(providers) == 1
+                        else frozenset.intersection(*map(lineage, providers))
+                    )
+    candidates: List[Candidate] = []
     seen: Set[Any] = set()
     anchors = set.intersection(*(set(parts) for parts in per_group))
     budget = MAX_COMBINATIONS
     for anchor in sorted(anchors):
-        for pick in itertools.product(*(parts[anchor] for parts in per_group)):
+        for pick in itertools.product(*[parts[anchor] for parts in per_group]):
             budget -= 1
             if budget < 0:
                 break
             if isolate and len({pick[index][0][0] for index in numbered}) != len(numbered):
                 continue
-            if subtrees and not all(_same_subtree(world, [pick[i][0] for i in subtree]) for subtree in subtrees):
+            if subtrees and not all(_same_subtree(commons, [pick[i] for i in subtree]) for subtree in subtrees):
                 continue
-            allocations: Dict[int, Dict[int, int]] = {}
-            shared = False  # several groups take the same class of one provider: check the sum
-            for _providers, amounts, _mapped in pick:
-                for rp_id, rc_id, amount in amounts:
-                    per = allocations.get(rp_id)
-                    if per is None:
-                        allocations[rp_id] = {rc_id: amount}
-                    elif rc_id in per:
-                        per[rc_id] += amount
-                        shared = True
-                    else:
-                        per[rc_id] = amount
-            # A part's own amounts fit (each was checked on its row): only sums can exceed.
-            if shared and _exceeds(world, allocations):
-                continue
-            if not nested_aware and len({world.root[rp_id] for rp_id in allocations}) != len(allocations):
-                continue
-            mappings = {suffix: part[2] for suffix, part in zip(suffixes, pick)}
+            merged: Optional[Allocations] = None
+            if not apart:
+                merged = _merged(world, pick)
+                if merged == ():  # two groups took more of one provider than it has
+                    continue
+            if not nested_aware:  # before 1.29, never two providers of one tree
+                entries = merged if merged is not None else [entry for part in pick for entry in part[1]]
+                if len({root[rp_id] for rp_id, _amounts in entries}) != len(entries):
+                    continue
             if world.sharing:  # a sharing provider serves several anchors: the same candidate may recur
-                key = (
-                    tuple(sorted((rp, tuple(sorted(per.items()))) for rp, per in allocations.items())),
-                    tuple(sorted((s, tuple(v)) for s, v in mappings.items())),
-                )
+                allocations = merged if merged is not None else tuple(entry for part in pick for entry in part[1])
+                key = (tuple(sorted(allocations)), tuple(tuple(part[2]) for part in pick))
                 if key in seen:
                     continue
                 seen.add(key)
-            candidates.append((allocations, mappings))
+            candidates.append((pick, merged))
         if budget < 0:
             break
     return candidates
+
+
+def _merged(world: World, pick: Tuple[Part, ...]) -> Optional[Allocations]:
+    """The allocations of ``pick``'s parts, summed per provider and class; None when
+    the parts take from distinct providers (nothing to merge), () when a sum exceeds
+    what the provider can give."""
+    entries = [entry for part in pick for entry in part[1]]
+    if len({rp_id for rp_id, _amounts in entries}) == len(entries):
+        return None
+    allocations: Dict[int, Dict[int, int]] = {}
+    shared = False  # several groups take the same class of one provider: check the sum
+    for rp_id, amounts in entries:
+        per = allocations.get(rp_id)
+        if per is None:
+            allocations[rp_id] = dict(amounts)
+            continue
+        for rc_id, amount in amounts:
+            if rc_id in per:
+                per[rc_id] += amount
+                shared = True
+            else:
+                per[rc_id] = amount
+    # A part's own amounts fit (each was checked on its row): only sums can exceed.
+    if shared and _exceeds(world, allocations):
+        return ()
+    return tuple((rp_id, tuple(sorted(per.items()))) for rp_id, per in allocations.items())
 
 
 def _anchors_of_sharing(world: World) -> Dict[int, Set[int]]:
@@ -331,7 +416,7 @@ def _same_provider_parts(world: World, f: _Filters, anchors_of: Dict[int, Set[in
             continue
         if check_aggregates and not _aggregates_ok(world, f.group, rp_id, None):
             continue
-        part: Part = ((rp_id,), tuple([(rp_id, rc, n) for rc, n in amounts]), [rp_id])
+        part: Part = ((rp_id,), ((rp_id, amounts),) if amounts else (), [rp_id])
         anchors = anchors_of.get(rp_id)
         if anchors is None:
             found = parts.get(root)
@@ -382,38 +467,27 @@ def _tree_parts(world: World, f: _Filters, anchors_of: Dict[int, Set[int]]) -> D
                 have |= own
             if forbidden or not all(have & any_of for any_of in f.required):
                 continue
+            taken: Dict[int, List[Tuple[int, int]]] = {}
+            for rc, rp_id in zip(wanted, pick):  # by class id, as ``wanted``
+                taken.setdefault(rp_id, []).append((rc, f.amounts[rc]))
             mapped = sorted(providers, key=world.uuid.__getitem__)
-            found.append((providers, tuple((rp_id, rc, f.amounts[rc]) for rc, rp_id in zip(wanted, pick)), mapped))
+            found.append((providers, tuple((rp_id, tuple(amounts)) for rp_id, amounts in taken.items()), mapped))
         if found:
             parts[anchor] = found
     return parts
 
 
-def _same_subtree(world: World, providers_of_groups: List[Tuple[int, ...]]) -> bool:
-    """One of the providers is an ancestor (or itself) of every other.  This runs once
-    per candidate: it walks up the parent links (trees are shallow) rather than build
-    a set of ancestors per provider."""
-    everyone = set().union(*providers_of_groups)
-    parent = world.parent
-    longest = len(parent)  # a longer walk would be a loop (refused on write)
-    for top in everyone:
-        for rp in everyone:
-            up: Optional[int] = rp
-            steps = 0
-            while up != top and up is not None and steps <= longest:
-                up = parent.get(up)
-                steps += 1
-            if up != top:
-                break
-        else:
-            return True
-    return False
+def _same_subtree(commons: Dict[int, FrozenSet[int]], parts: List[Part]) -> bool:
+    """One of the parts' providers is an ancestor (or itself) of every other: it is
+    in the intersection of their lineages (``commons``: that intersection per part)."""
+    common = frozenset.intersection(*[commons[id(part)] for part in parts])
+    return any(not common.isdisjoint(part[0]) for part in parts)
 
 
 def _exceeds(world: World, allocations: Dict[int, Dict[int, int]]) -> bool:
     for rp_id, per in allocations.items():
         for rc_id, amount in per.items():
-            capacity, used, _min_unit, max_unit, _step = world.rows[rc_id][rp_id]
-            if used + amount > capacity or amount > max_unit:
+            _rp, _rc, capacity, used, _min_unit, max_unit, _step = world.rows[rc_id][rp_id]
+            if used + amount > int(capacity) or amount > max_unit:
                 return True
     return False
