@@ -207,10 +207,21 @@ def _requests(
     return requests
 
 
-_TRAIT_NAMES = select(provider_traits.c.resource_provider_id, traits.c.name).join(
-    traits, traits.c.id == provider_traits.c.trait_id
+_TRAIT_NAMES_OF = (
+    select(provider_traits.c.resource_provider_id, traits.c.name)
+    .join(traits, traits.c.id == provider_traits.c.trait_id)
+    .where(provider_traits.c.resource_provider_id.in_(bindparam("b_ids", expanding=True)))
 )
-_TRAIT_NAMES_OF = _TRAIT_NAMES.where(provider_traits.c.resource_provider_id.in_(bindparam("b_ids", expanding=True)))
+
+
+@functools.lru_cache(maxsize=4)
+def _providers_by_trait(dialect: str) -> Select[Any]:
+    """SQL: each trait name in use with the joined ids of its providers."""
+    return (
+        select(traits.c.name, candidate_search.joined_ids(provider_traits.c.resource_provider_id, dialect))
+        .select_from(provider_traits.join(traits, traits.c.id == provider_traits.c.trait_id))
+        .group_by(traits.c.name)
+    )
 
 
 def _trait_lists(connection: Connection, provider_ids: List[int], everyone: int) -> Dict[int, List[str]]:
@@ -218,18 +229,18 @@ def _trait_lists(connection: Connection, provider_ids: List[int], everyone: int)
     have traits; providers with the same traits share one list.  When they are a good
     part of the ``everyone`` providers, the whole table is read and filtered here: an
     IN list of thousands of ids costs more to build and bind than the rows it spares."""
-    rows: List[Any] = []
+    having: Dict[str, List[int]] = {}
     if len(provider_ids) * 4 >= everyone:
         wanted = set(provider_ids) if len(provider_ids) < everyone else None
-        rows += candidate_search.fetch_all(connection, _TRAIT_NAMES)
+        # One row per trait with its providers' ids joined: a few rows instead of one
+        # per (provider, trait), each of which costs the driver more than its parsing.
+        for name, joined in candidate_search.fetch_all(connection, _providers_by_trait(connection.dialect.name)):
+            ids = candidate_search.split_ids(joined)
+            having[name] = list(ids) if wanted is None else [rp_id for rp_id in ids if rp_id in wanted]
     else:
-        wanted = None
         for start in range(0, len(provider_ids), 500):
-            rows += connection.execute(_TRAIT_NAMES_OF, {"b_ids": provider_ids[start : start + 500]}).all()
-    having: Dict[str, List[int]] = {}
-    for rp_id, name in rows:
-        if wanted is None or rp_id in wanted:
-            having.setdefault(name, []).append(rp_id)
+            for rp_id, name in connection.execute(_TRAIT_NAMES_OF, {"b_ids": provider_ids[start : start + 500]}).all():
+                having.setdefault(name, []).append(rp_id)
     # Name by name in order: each provider's names come out sorted.
     listed: Dict[int, Tuple[str, ...]] = {}
     for name in sorted(having):
