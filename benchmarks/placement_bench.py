@@ -70,7 +70,7 @@ import orjson
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import Engine
 
-from devtag_host.placement import migrate
+from devtag_host.placement import schema_upgrade
 from devtag_host.placement.app import Placement
 from devtag_host.placement.db import Store
 
@@ -412,7 +412,7 @@ def side(args: argparse.Namespace) -> Dict[str, Any]:
     if kind == "contention":
         if service == "ours":
             store = Store(args.url, pool_size=args.threads)
-            migrate.upgrade(store)
+            schema_upgrade.upgrade(store)
             results = contention(ours_call(store), args.threads, args.writes, args.capacity, args.url)
             store.dispose()
         else:
@@ -424,7 +424,7 @@ def side(args: argparse.Namespace) -> Dict[str, Any]:
     fresh = not database.exists()
     if service == "ours":
         store = Store(f"sqlite:///{database}")
-        migrate.upgrade(store)
+        schema_upgrade.upgrade(store)
         call = ours_call(store)
     else:
         call = wsgi_call(stock_app(database))

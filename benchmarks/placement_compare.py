@@ -21,7 +21,7 @@ from typing import Any, List
 
 from placement_bench import ours_call, stock_app, wsgi_call
 
-from devtag_host.placement import migrate
+from devtag_host.placement import schema_upgrade
 from devtag_host.placement.db import Store
 
 
@@ -300,7 +300,7 @@ def bodies(ours: Any, stock: Any) -> List[str]:
 def main() -> int:
     with tempfile.TemporaryDirectory(prefix="placement-compare-") as tmp:
         store = Store(f"sqlite:///{tmp}/ours.sqlite")
-        migrate.upgrade(store)
+        schema_upgrade.upgrade(store)
         ours = ours_call(store)
         # openstack-placement configures its database once per process: one app, both passes.
         stock = wsgi_call(stock_app(Path(tmp) / "stock.sqlite"))

@@ -91,7 +91,7 @@ IN_FUNCTION_IMPORTS: Dict[Tuple[str, str], str] = {
     ("devtag_host.placement.app", "starlette.concurrency"): "starlette: only the ASGI entry point needs it (WSGI not)",
     ("devtag_host.placement.commands", "devtag_host.placement.app"): SERVICE,
     ("devtag_host.placement.commands", "devtag_host.placement.db"): SERVICE,
-    ("devtag_host.placement.commands", "devtag_host.placement.migrate"): SERVICE,
+    ("devtag_host.placement.commands", "devtag_host.placement.schema_upgrade"): SERVICE,
     ("devtag_host.placement.commands", "sqlalchemy.exc"): SERVICE,
     ("devtag_host.placement.commands", "uvicorn"): SERVICE,
     ("devtag_host.placement.commands", "devtag_host.placement.serve_limits"): SERVICE + " (a uvicorn protocol)",

@@ -16,7 +16,7 @@ from devtag_host.attach import (
     NotFound,
     VolumeInUse,
 )
-from devtag_host.attach.migrate import VERSION_TABLE, current_revision
+from devtag_host.attach.schema_upgrade import VERSION_TABLE, current_revision
 
 INSTANCE_A = "aaaaaaaa-0000-4000-8000-000000000001"
 INSTANCE_B = "bbbbbbbb-0000-4000-8000-000000000002"
@@ -170,11 +170,11 @@ def test_schema_has_its_own_alembic_version_table(store: AttachmentStore) -> Non
 def test_attach_and_placement_schemas_share_one_database(sqlite_url: str) -> None:
     from sqlalchemy import inspect
 
-    from devtag_host.placement import migrate as placement_migrate
+    from devtag_host.placement import schema_upgrade as placement_schema
     from devtag_host.placement.db import Store
 
     placement = Store(sqlite_url)
-    placement_migrate.upgrade(placement)
+    placement_schema.upgrade(placement)
     placement.dispose()
     store = AttachmentStore(sqlite_url)
     try:

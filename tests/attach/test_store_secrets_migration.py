@@ -16,7 +16,7 @@ from typing import Iterator, List
 import pytest
 from sqlalchemy import select
 
-from devtag_host.attach import AttachmentStore, display_secrets, migrate
+from devtag_host.attach import AttachmentStore, display_secrets, schema_upgrade
 from devtag_host.attach.db import journal
 from devtag_host.attach.lifecycle import shelved_definition
 from tests.support.services import create_database
@@ -75,7 +75,7 @@ def old_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Attach
     else:
         url = create_database(request.getfixturevalue("postgres_url"), f"attach_old_{secrets.token_hex(4)}")
     store = AttachmentStore(url, migrate=False)
-    migrate.upgrade(store, "0002")
+    schema_upgrade.upgrade(store, "0002")
     old_database(store)
     yield store
     store.close()
@@ -96,9 +96,9 @@ def journal_text(store: AttachmentStore) -> List[str]:
 def test_upgrade_scrubs_every_display_password_from_the_journal(old_store: AttachmentStore, secrets_dir: Path) -> None:
     assert any("s3cret" in detail for detail in journal_text(old_store)), "the old format held them"
 
-    migrate.upgrade(old_store)
+    schema_upgrade.upgrade(old_store)
 
-    assert migrate.current_revision(old_store) == "0003"
+    assert schema_upgrade.current_revision(old_store) == "0003"
     assert not any("s3cret" in detail for detail in journal_text(old_store))
     # Pending shelves (the last one of an instance not unshelved since, an open one): kept root-only.
     kept = sorted(path.name for path in secrets_dir.iterdir())
@@ -111,7 +111,7 @@ def test_upgrade_scrubs_every_display_password_from_the_journal(old_store: Attac
 
 
 def test_unshelve_after_the_upgrade_gets_the_passwords_back(old_store: AttachmentStore, secrets_dir: Path) -> None:
-    migrate.upgrade(old_store)
+    schema_upgrade.upgrade(old_store)
     host = SimpleNamespace(store=old_store)
     definition = shelved_definition(host, PENDING)  # type: ignore[arg-type] - only its store is used
     assert 'passwd="vnc-a-s3cret"' in definition and 'passwd="spice-a-s3cret"' in definition
@@ -130,13 +130,13 @@ def test_unshelve_after_the_upgrade_gets_the_passwords_back(old_store: Attachmen
 def test_rows_written_after_the_change_are_left_alone(tmp_path: Path, secrets_dir: Path) -> None:
     store = AttachmentStore(f"sqlite:///{tmp_path / 'new.sqlite'}", migrate=False)
     try:
-        migrate.upgrade(store, "0002")
+        schema_upgrade.upgrade(store, "0002")
         clean = display_secrets.without_display_passwords(secure_definition(NEW_FORMAT))
         detail = {"definition": clean, "display_passwords": 2, "volumes": [], "running": False}
         store.journal_step("op-new", "shelve-offload", "validate", instance_uuid=NEW_FORMAT, detail=detail)
         store.journal_step("op-new", "shelve-offload", "end", instance_uuid=NEW_FORMAT, detail={"outcome": "completed"})
         before = journal_text(store)
-        migrate.upgrade(store)
+        schema_upgrade.upgrade(store)
         assert journal_text(store) == before
         assert not secrets_dir.exists()
     finally:

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from sqlalchemy import text
 
-from devtag_host.placement import migrate
+from devtag_host.placement import schema_upgrade
 from devtag_host.placement.app import Placement
 from devtag_host.placement.db import Store
 from tests.support.services import create_database
@@ -33,7 +33,7 @@ def postgres_server(postgres_url: str) -> str:
 @pytest.fixture(scope="session")
 def pg_store(postgres_server: str) -> Iterator[Store]:
     store = Store(postgres_server)
-    migrate.upgrade(store)
+    schema_upgrade.upgrade(store)
     yield store
     store.dispose()
 
@@ -58,7 +58,7 @@ def clean(store: Store) -> None:
 @pytest.fixture
 def sqlite_store(tmp_path: Path) -> Iterator[Store]:
     store = Store(f"sqlite:///{tmp_path / 'placement.sqlite'}")
-    migrate.upgrade(store)
+    schema_upgrade.upgrade(store)
     yield store
     store.dispose()
 

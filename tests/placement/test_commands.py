@@ -7,7 +7,7 @@ import pytest
 from devtag_host.cli import main
 from devtag_host.errors import InputError
 from devtag_host.inputs import ListenAddress, parse_listen
-from devtag_host.placement import migrate
+from devtag_host.placement import schema_upgrade
 from devtag_host.placement.commands import loopback_or_token
 from devtag_host.placement.db import Store
 
@@ -18,7 +18,7 @@ def test_db_sync_is_idempotent(tmp_path, capsys):
     assert main(["placement", "db-sync", "--db", url]) == 0
     assert "up to date" in capsys.readouterr().out
     store = Store(url)
-    assert migrate.current_revision(store) == "0004"
+    assert schema_upgrade.current_revision(store) == "0004"
     store.dispose()
 
 

@@ -29,7 +29,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from devtag_host.placement import microversion, migrate
+from devtag_host.placement import microversion, schema_upgrade
 from devtag_host.placement.app import Placement
 from devtag_host.placement.db import Store
 from tests.support.upstream_placement import reset, upstream_app
@@ -544,7 +544,7 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tuple[httpx.C
     upstream_db = tmp / "upstream.sqlite"
     upstream = httpx.Client(transport=httpx.WSGITransport(app=upstream_app(upstream_db)), base_url="http://placement")
     store = Store(f"sqlite:///{tmp / 'ours.sqlite'}")
-    migrate.upgrade(store)
+    schema_upgrade.upgrade(store)
     ours = httpx.Client(transport=httpx.WSGITransport(app=Placement(store).wsgi), base_url="http://placement")
     yield ours, upstream, upstream_db, store
     ours.close()

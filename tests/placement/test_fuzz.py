@@ -12,7 +12,7 @@ from urllib.parse import quote
 import hypothesis.strategies as st
 from hypothesis import HealthCheck, given, settings
 
-from devtag_host.placement import migrate
+from devtag_host.placement import schema_upgrade
 from devtag_host.placement.app import ROUTES
 from devtag_host.placement.db import Store
 
@@ -116,7 +116,7 @@ def requests(draw):
 
 def test_no_500s(tmp_path):
     store = Store(f"sqlite:///{tmp_path / 'fuzz.sqlite'}")
-    migrate.upgrade(store)
+    schema_upgrade.upgrade(store)
     client = make_client(store)
     # Something to hit: a provider with inventory, a trait and an aggregate.
     client.post("/resource_providers", json={"name": "seed", "uuid": RP})

@@ -22,14 +22,14 @@ def test_0003_sums_existing_allocations_into_inventories_used(tmp_path):
     """A database written before ``inventories.used`` existed keeps its usage."""
     from sqlalchemy import text
 
-    from devtag_host.placement import migrate
+    from devtag_host.placement import schema_upgrade
     from devtag_host.placement.db import Store
 
     from .conftest import make_client
     from .test_api import new_provider, set_inventory
 
     store = Store(f"sqlite:///{tmp_path / 'old.sqlite'}")
-    migrate.upgrade(store)
+    schema_upgrade.upgrade(store)
     client = make_client(store)
     rp = new_provider(client, "cn1")
     set_inventory(client, rp, VCPU={"total": 8}, MEMORY_MB={"total": 1024})
@@ -43,10 +43,10 @@ def test_0003_sums_existing_allocations_into_inventories_used(tmp_path):
         from alembic.config import Config
 
         config = Config()
-        config.set_main_option("script_location", str(migrate.MIGRATIONS))
+        config.set_main_option("script_location", str(schema_upgrade.MIGRATIONS))
         config.attributes["connection"] = connection
         command.downgrade(config, "0002")
-    migrate.upgrade(store)
+    schema_upgrade.upgrade(store)
     with store.read() as connection:
         used = dict(
             connection.execute(
@@ -76,11 +76,11 @@ def _downgrade(store, revision: str) -> None:
     from alembic import command
     from alembic.config import Config
 
-    from devtag_host.placement import migrate
+    from devtag_host.placement import schema_upgrade
 
     with store.write() as connection:
         config = Config()
-        config.set_main_option("script_location", str(migrate.MIGRATIONS))
+        config.set_main_option("script_location", str(schema_upgrade.MIGRATIONS))
         config.attributes["connection"] = connection
         command.downgrade(config, revision)
 
@@ -90,7 +90,7 @@ def _upgrade_a_1_17_database(url: str) -> None:
     then upgraded in place: the data is kept and served at 1.28."""
     import uuid
 
-    from devtag_host.placement import migrate
+    from devtag_host.placement import schema_upgrade
     from devtag_host.placement.db import Store
 
     from .conftest import make_client
@@ -98,7 +98,7 @@ def _upgrade_a_1_17_database(url: str) -> None:
 
     store = Store(url)
     try:
-        migrate.upgrade(store)
+        schema_upgrade.upgrade(store)
         client = make_client(store, **{"openstack-api-version": "placement 1.17"})
         rp = new_provider(client, "cn1")
         set_inventory(client, rp, VCPU={"total": 8})
@@ -110,7 +110,7 @@ def _upgrade_a_1_17_database(url: str) -> None:
         with store.read() as connection:
             columns = {column["name"] for column in inspect(connection).get_columns("consumers")}
         assert "generation" not in columns
-        migrate.upgrade(store)
+        schema_upgrade.upgrade(store)
         with store.read() as connection:
             differences = compare_metadata(MigrationContext.configure(connection), _merged_metadata())
         assert differences == []

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from devtag_host import placement_client
-from devtag_host.placement import migrate
+from devtag_host.placement import schema_upgrade
 from devtag_host.placement.app import Placement
 from devtag_host.placement.db import Store
 from tests.support.services import create_database
@@ -32,7 +32,7 @@ def placement(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[placem
         store = Store(f"sqlite:///{tmp_path / 'placement.sqlite'}")
     else:
         store = _fresh_postgres_store(request.getfixturevalue("postgres_url"))
-    migrate.upgrade(store)
+    schema_upgrade.upgrade(store)
     session = httpx.Client(transport=httpx.WSGITransport(app=Placement(store).wsgi))
     yield placement_client.PlacementClient("http://placement", session=session)
     session.close()

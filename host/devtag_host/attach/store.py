@@ -19,7 +19,6 @@ from sqlalchemy.exc import IntegrityError
 from ..db import Store
 from . import model
 from .db import END_STEP, attachments, default_url, interfaces, journal, volumes
-from .migrate import upgrade
 from .model import (
     ATTACHED,
     ATTACHING,
@@ -35,6 +34,7 @@ from .model import (
     from_json,
     to_json,
 )
+from .schema_upgrade import upgrade
 
 FORWARD_OUTCOMES = ("completed", "rolled-forward")
 JOURNAL_HISTORY = 1000  # finished operations kept for operators (and the stale-tag sweep)

@@ -119,13 +119,13 @@ def check_database_url(url: str | None) -> None:
 def _sync(url: str | None) -> None:
     from sqlalchemy.exc import SQLAlchemyError
 
-    from . import migrate
+    from . import schema_upgrade
     from .db import Store
 
     check_database_url(url)
     store = Store(url)
     try:
-        migrate.upgrade(store)
+        schema_upgrade.upgrade(store)
     except SQLAlchemyError as exc:
         raise RuntimeFailure(f"cannot create or upgrade the placement database: {exc}") from None
     finally:

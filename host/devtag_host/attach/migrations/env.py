@@ -6,7 +6,7 @@ Its own version table, so the attach and placement schemas can share one databas
 from alembic import context
 
 from devtag_host.attach.db import metadata
-from devtag_host.attach.migrate import VERSION_TABLE
+from devtag_host.attach.schema_upgrade import VERSION_TABLE
 
 connection = context.config.attributes["connection"]
 context.configure(connection=connection, target_metadata=metadata, render_as_batch=True, version_table=VERSION_TABLE)

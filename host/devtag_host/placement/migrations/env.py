@@ -1,4 +1,4 @@
-"""Alembic environment: the connection is handed in by ``migrate.upgrade``."""
+"""Alembic environment: the connection is handed in by ``schema_upgrade.upgrade``."""
 
 from alembic import context
 
