@@ -660,3 +660,71 @@ def test_stale_generations_worded_per_route_as_upstream(client):
     assert aggregates.status_code == 409 and aggregates.json()["errors"][0]["detail"] == (
         "Resource provider's generation already changed. Please update the generation and try again."
     )
+
+
+def test_candidates_stop_at_the_first_group_without_candidates(client):
+    """Upstream searches the groups in the order of their first key in the query and
+    stops at the first group without candidates, before it looks up the next group's
+    names: a later group's unknown class or trait is then an empty answer, not a 400
+    (the random differential run found it)."""
+    empty = {"allocation_requests": [], "provider_summaries": {}}
+    query = "resources=VCPU:1&resources1=CUSTOM_GPU:1&group_policy=none"
+    nothing = client.get(f"/allocation_candidates?{query}", headers=at("1.25"))
+    assert nothing.status_code == 200 and nothing.json() == empty
+    # The first group in the query comes first, whatever its suffix.
+    first = client.get("/allocation_candidates?resources1=CUSTOM_GPU:1&resources=VCPU:1&group_policy=none",
+                       headers=at("1.25"))  # fmt: skip
+    assert first.status_code == 400 and "No such resource class CUSTOM_GPU." in first.text
+    traits = client.get("/allocation_candidates?resources=VCPU:1&resources1=VCPU:1&required1=CUSTOM_NOPE"
+                        "&group_policy=none", headers=at("1.25"))  # fmt: skip
+    assert traits.status_code == 200 and traits.json() == empty
+    cn = new_provider(client, "cn1")
+    set_inventory(client, cn, VCPU={"total": 8})
+    # The first group has candidates now: the second group's unknown class is looked up.
+    found = client.get(f"/allocation_candidates?{query}", headers=at("1.25"))
+    assert found.status_code == 400 and "No such resource class CUSTOM_GPU." in found.text
+    # No root has root_required's trait: upstream stops before any group.
+    client.put("/traits/CUSTOM_FAST")
+    rooted = client.get("/allocation_candidates?resources=BOGUS:1&root_required=CUSTOM_FAST", headers=at("1.35"))
+    assert rooted.status_code == 200 and rooted.json() == empty
+    set_traits(client, cn, "CUSTOM_FAST")
+    rooted = client.get("/allocation_candidates?resources=BOGUS:1&root_required=CUSTOM_FAST", headers=at("1.35"))
+    assert rooted.status_code == 400 and "No such resource class BOGUS." in rooted.text
+
+
+def test_candidate_query_checked_as_upstream_validates_it(client):
+    """Upstream validates the query with jsonschema (each key's last value; a missing
+    ``resources`` before unexpected keys, every unexpected key named, worded per
+    microversion), then takes the first ``limit``/``group_policy``, then parses the
+    group keys one occurrence after the other (found by the differential test)."""
+
+    def detail(query: str, version: str) -> str:
+        response = client.get(f"/allocation_candidates?{query}", headers=at(version))
+        assert response.status_code == 400, response.text
+        return response.json()["errors"][0]["detail"]
+
+    prefix = "Invalid query string parameters: "
+    assert detail("foo=1", "1.16") == f"{prefix}'resources' is a required property"
+    assert detail("resources1=VCPU:1", "1.24") == f"{prefix}'resources' is a required property"
+    both = detail("resources=VCPU:1&foo=1&bar=1&limit=0", "1.16")
+    assert both == f"{prefix}Additional properties are not allowed ('bar', 'foo' were unexpected)"
+    assert detail("foo=1&resources=VCPU:1", "1.25") == (
+        f"{prefix}'foo' does not match any of the regexes: "
+        "'^member_of([1-9][0-9]*)?$', '^required([1-9][0-9]*)?$', '^resources([1-9][0-9]*)?$'"
+    )
+    assert "'foo', 'in_tree!' do not match any of the regexes: '^in_tree([a-zA-Z0-9_-]{1,64})?$'" in detail(
+        "foo=1&in_tree!=x&resources=VCPU:1", "1.33"
+    )
+    # Every occurrence is parsed, in query order.
+    assert detail("resources=VCPU:x&resources=VCPU:1", "1.16").startswith("Requested resource VCPU expected")
+    assert "Got an empty trait in: ," in detail("resources=VCPU:1&required=,&resources=VCPU:x", "1.17")
+    in_tree = f"in_tree=nope&in_tree={uuid.uuid4()}&resources=VCPU:1"
+    assert "'in_tree' parameter to be a format of uuid. Got: nope" in detail(in_tree, "1.31")
+    # The request-wide parameters before the groups.
+    assert "Got an empty trait in: ," in detail("resources=VCPU:x&root_required=,", "1.35")
+    # An empty class name is a class that does not exist.
+    assert detail("resources=:1", "1.16") == "Invalid resource class in resources parameter: No such resource class ."
+    # The schema checks the last group_policy, the first one counts ("bogus" does not isolate).
+    policy = client.get("/allocation_candidates?group_policy=bogus&group_policy=none&resources=VCPU:1",
+                        headers=at("1.25"))  # fmt: skip
+    assert policy.status_code == 200, policy.text

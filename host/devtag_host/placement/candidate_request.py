@@ -47,6 +47,13 @@ class CandidateRequest:
     group_policy: Optional[str] = None
     root_traits: TraitFilter = field(default_factory=TraitFilter)
     same_subtrees: List[Set[str]] = field(default_factory=list)
+    # The suffixes in the order of their first key in the query: upstream searches
+    # the groups in this order and stops at the first group without candidates.
+    lookup_order: List[str] = field(default_factory=list)
+
+    def groups_in_lookup_order(self) -> List[Group]:
+        by_suffix = {group.suffix: group for group in self.groups}
+        return [by_suffix[suffix] for suffix in self.lookup_order]
 
     def trait_names(self) -> Set[str]:
         names = set(self.root_traits.names())
@@ -68,77 +75,96 @@ class CandidateRequest:
         return {name for group in self.groups for name in group.resources}
 
 
-def _unexpected(key: str) -> errors.PlacementError:
-    return errors.bad_request(
-        f"Invalid query string parameters: Additional properties are not allowed ('{key[:100]}' was unexpected)"
-    )
+# Upstream's query schema, version by version: the request-wide properties (with the
+# first and, if any, the last microversion that has them) and the group keys' patterns.
+_PROPERTIES = {
+    "resources": (10, 24),
+    "limit": (16, None),
+    "required": (17, 24),
+    "member_of": (21, 24),
+    "group_policy": (25, None),
+    "root_required": (35, None),
+    "same_subtree": (36, None),
+}
+_LIMIT = re.compile(r"^[1-9][0-9]*$")
+
+
+def _schema_properties(version: Version) -> Set[str]:
+    return {
+        name
+        for name, (first, last) in _PROPERTIES.items()
+        if version.at_least(first) and (last is None or not version.at_least(last + 1))
+    }
+
+
+def _group_patterns(version: Version) -> List[str]:
+    """The schema's patternProperties (1.25 on), as upstream writes them."""
+    if not version.at_least(25):
+        return []
+    suffix = "[a-zA-Z0-9_-]{1,64}" if version.at_least(33) else "[1-9][0-9]*"
+    prefixes = ["resources", "required", "member_of"] + (["in_tree"] if version.at_least(31) else [])
+    return [f"^{prefix}({suffix})?$" for prefix in prefixes]
+
+
+def _check_schema(query: List[Tuple[str, str]], version: Version) -> None:
+    """Upstream validates the query (each key's last value) with jsonschema and reports
+    the error jsonschema ranks first: one about the whole query (a missing
+    ``resources`` before 1.25, then unexpected keys, all of them), else one about a
+    value (``limit`` before ``group_policy``)."""
+    last = dict(query)
+    properties = _schema_properties(version)
+    patterns = _group_patterns(version)
+    extras = sorted(key for key in last if key not in properties and not any(re.search(p, key) for p in patterns))
+    prefix = "Invalid query string parameters: "
+    if "resources" in properties and "resources" not in last:
+        raise errors.bad_request(f"{prefix}'resources' is a required property")
+    if extras:
+        joined = ", ".join(repr(key[:100]) for key in extras[:20])
+        if patterns:
+            verb = "does" if len(extras) == 1 else "do"
+            regexes = ", ".join(repr(pattern) for pattern in sorted(patterns))
+            raise errors.bad_request(f"{prefix}{joined} {verb} not match any of the regexes: {regexes}")
+        verb = "was" if len(extras) == 1 else "were"
+        raise errors.bad_request(f"{prefix}Additional properties are not allowed ({joined} {verb} unexpected)")
+    if "limit" in last and not _LIMIT.search(last["limit"]):
+        raise errors.bad_request(f"{prefix}{last['limit'][:100]!r} does not match '^[1-9][0-9]*$'")
+    if "group_policy" in properties and last.get("group_policy", "none") not in ("none", "isolate"):
+        raise errors.bad_request(f"{prefix}{last['group_policy'][:100]!r} is not one of ['none', 'isolate']")
 
 
 def parse(query: List[Tuple[str, str]], version: Version) -> CandidateRequest:
-    """``query`` as (key, value) pairs, in order."""
-    granular = version.at_least(25)
+    """``query`` as (key, value) pairs, in order, checked in upstream's order: the
+    schema, the request-wide parameters, then the group keys one by one as they
+    come (every occurrence of a key is parsed)."""
+    _check_schema(query, version)
     pattern = _NAMED if version.at_least(33) else _NUMBERED
-    request_wide = {"limit": 16, "group_policy": 25, "root_required": 35, "same_subtree": 36}
-    seen: Dict[str, List[str]] = {}
+    values: Dict[str, List[str]] = {}
     for key, value in query:
-        if key in request_wide and version.at_least(request_wide[key]):
-            seen.setdefault(key, []).append(value)
-            continue
-        match = pattern.match(key)
-        if match is None:
-            raise _unexpected(key)
-        prefix, suffix = match.group(1), match.group(2) or ""
-        if suffix and not granular:
-            raise _unexpected(key)
-        minimum = {"resources": 10, "required": 17, "member_of": 21, "in_tree": 31}[prefix]
-        if not version.at_least(minimum):
-            raise _unexpected(key)
-        seen.setdefault(key, []).append(value)
+        values.setdefault(key, []).append(value)
 
     request = CandidateRequest(groups=[])
-    # Upstream's query schema (limit, group_policy) is checked before any group is parsed.
-    if "limit" in seen:
-        value = seen["limit"][0]
-        if not value.isdigit() or int(value) < 1 or len(value) > 18:
-            raise errors.bad_request(f"Invalid query string parameters: '{value[:20]}' does not match '^[1-9][0-9]*$'")
-        request.limit = int(value)
-    if "group_policy" in seen:
-        value = seen["group_policy"][0]
-        if value not in ("none", "isolate"):
-            raise errors.bad_request(
-                f"Invalid query string parameters: '{value[:40]}' is not one of ['none', 'isolate']"
-            )
-        request.group_policy = value
-    by_suffix: Dict[str, Group] = {}
-    for key, values in seen.items():
-        if key in request_wide and version.at_least(request_wide[key]):
-            continue
-        match = pattern.match(key)
-        assert match is not None
-        prefix, suffix = match.group(1), match.group(2) or ""
-        group = by_suffix.setdefault(suffix, Group(suffix))
-        if prefix == "resources":
-            group.resources = parse_resources(values[-1])
-        elif prefix == "required":
-            group.traits = parse_traits(values, version)
-        elif prefix == "member_of":
-            group.aggregates = parse_member_of(values, version, suffix)
-        else:
-            group.in_tree = parse_uuid("in_tree", values[-1])
-
-    if "root_required" in seen:
-        if len(seen["root_required"]) > 1:
+    if "limit" in values:
+        # Upstream takes the first value (the schema checked the last one).
+        first = values["limit"][0]
+        if not _LIMIT.search(first):  # upstream fails with a 500 there
+            raise errors.bad_request(f"Invalid query string parameters: {first[:100]!r} does not match '^[1-9][0-9]*$'")
+        request.limit = int(first)
+    if "group_policy" in values:
+        # Likewise the first value: only "isolate" isolates.
+        request.group_policy = values["group_policy"][0]
+    if "root_required" in values:
+        if len(values["root_required"]) > 1:
             raise errors.bad_request(
                 "Query parameter 'root_required' may be specified only once.", errors.ILLEGAL_DUPLICATE_QUERYPARAM
             )
-        request.root_traits = parse_traits_value(seen["root_required"][0], allow_forbidden=True, allow_any=False)
+        request.root_traits = parse_traits_value(values["root_required"][0], allow_forbidden=True, allow_any=False)
         conflicts = {name for any_of in request.root_traits.required for name in any_of} & request.root_traits.forbidden
         if conflicts:
             raise errors.bad_request(
                 f"Conflicting required and forbidden traits found in root_required: {', '.join(sorted(conflicts))}",
                 errors.QUERYPARAM_BAD_VALUE,
             )
-    for value in seen.get("same_subtree", []):
+    for value in values.get("same_subtree", []):
         suffixes = {item.strip() for item in value.split(",")}
         if "" in suffixes:
             raise errors.bad_request(
@@ -147,8 +173,25 @@ def parse(query: List[Tuple[str, str]], version: Version) -> CandidateRequest:
             )
         request.same_subtrees.append(suffixes)
 
+    by_suffix: Dict[str, Group] = {}
+    for key, value in query:
+        match = pattern.match(key)
+        if match is None:  # a request-wide parameter
+            continue
+        prefix, suffix = match.group(1), match.group(2) or ""
+        group = by_suffix.setdefault(suffix, Group(suffix))
+        if prefix == "resources":
+            group.resources = parse_resources(value)
+        elif prefix == "required":
+            group.traits = parse_traits(values[key], version)
+        elif prefix == "member_of":
+            group.aggregates = parse_member_of(values[key], version, suffix)
+        else:
+            group.in_tree = parse_uuid("in_tree", value)
+
     _check_groups(by_suffix, request, version)
     request.groups = [by_suffix[suffix] for suffix in sorted(by_suffix)]
+    request.lookup_order = list(by_suffix)
     if not request.group_policy and sum(1 for group in request.groups if group.same_provider) > 1:
         raise errors.bad_request(
             'The "group_policy" parameter is required when specifying more than one "resources{N}" parameter.'

@@ -130,7 +130,7 @@ def parse_resources(value: str) -> Dict[str, int]:
     result: Dict[str, int] = {}
     for item in value.split(","):
         name, sep, amount = item.partition(":")
-        if not sep or ":" in amount or not name:
+        if not sep or ":" in amount:
             raise errors.bad_request(
                 f"Badly formed resources parameter. Expected resources query string parameter in form: "
                 f"{form}. Got: {item[:100]}."
