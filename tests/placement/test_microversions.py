@@ -728,3 +728,43 @@ def test_candidate_query_checked_as_upstream_validates_it(client):
     policy = client.get("/allocation_candidates?group_policy=bogus&group_policy=none&resources=VCPU:1",
                         headers=at("1.25"))  # fmt: skip
     assert policy.status_code == 200, policy.text
+
+
+def test_provider_list_and_usages_checked_in_upstream_order(client):
+    """GET /resource_providers as upstream: an unknown in_tree provider, the required
+    traits (no provider has them: an empty list before the forbidden traits and the
+    classes are looked up), the forbidden traits, member_of, the classes; the query
+    schema names every unexpected key; /usages checks project_id before unexpected keys
+    and consumer_type with upstream's own pattern (found by the differential test)."""
+    client.put("/traits/CUSTOM_FAST")
+    nobody = {"resource_providers": []}
+
+    def listed(query: str) -> httpx.Response:
+        return client.get(f"/resource_providers?{query}", headers=at("1.32"))
+
+    assert listed("required=CUSTOM_FAST,!CUSTOM_SLOW").json() == nobody
+    assert listed("required=CUSTOM_FAST&resources=BOGUS:1").json() == nobody
+    assert listed(f"member_of={uuid.uuid4()}&resources=BOGUS:1").json() == nobody
+    assert listed(f"in_tree={uuid.uuid4()}&required=BOGUS").json() == nobody
+    unknown = listed(f"member_of={uuid.uuid4()}&required=BOGUS").json()["errors"][0]["detail"]
+    assert unknown == 'Invalid trait(s) in "required" parameter: No such trait(s): BOGUS.'
+    rp = new_provider(client, "cn1")
+    set_traits(client, rp, "CUSTOM_FAST")
+    slow = listed("required=CUSTOM_FAST,!CUSTOM_SLOW")
+    assert slow.status_code == 400 and "No such trait(s): CUSTOM_SLOW." in slow.text
+    bogus = listed("required=CUSTOM_FAST&resources=BOGUS:1")
+    assert bogus.status_code == 400 and "No such resource class BOGUS." in bogus.text
+    extras = listed("foo=1&bar=2")
+    assert extras.json()["errors"][0]["detail"] == (
+        "Invalid query string parameters: Additional properties are not allowed ('bar', 'foo' were unexpected)"
+    )
+
+    def usages(query: str) -> httpx.Response:
+        return client.get(f"/usages?{query}", headers=at("1.38"))
+
+    assert "'project_id' is a required property" in usages("foo=1").text
+    assert "'bar', 'foo' were unexpected" in usages("project_id=p1&foo=1&bar=2").text
+    assert "'x' does not match '^[A-Z0-9_]+$|^all|^unknown$'" in usages("project_id=p&consumer_type=x").text
+    # The error of the property whose name sorts last: project_id's before consumer_type's.
+    assert "'' should be non-empty" in usages("project_id=&consumer_type=x").text
+    assert usages("project_id=p1&consumer_type=allx").json() == {"usages": {}}

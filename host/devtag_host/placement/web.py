@@ -44,15 +44,20 @@ class Call:
     def want(self, minor: int) -> bool:
         return self.version.at_least(minor)
 
-    def query_dict(self, allowed: Set[str]) -> Dict[str, str]:
-        """The query as a dict (last value wins), 400 for unknown keys."""
-        result: Dict[str, str] = {}
-        for key, value in self.query:
-            if key not in allowed:
-                raise errors.bad_request(
-                    f"Invalid query string parameters: Additional properties are not allowed ('{key}' was unexpected)"
-                )
-            result[key] = value
+    def query_dict(self, allowed: Set[str], required: Tuple[str, ...] = ()) -> Dict[str, str]:
+        """The query as a dict (last value wins); else the 400 upstream's jsonschema
+        ranks first: a missing ``required`` key, then every unexpected key."""
+        result = dict(self.query)
+        for key in required:
+            if key not in result:
+                raise errors.bad_request(f"Invalid query string parameters: '{key}' is a required property")
+        extras = sorted(key for key in result if key not in allowed)
+        if extras:
+            joined = ", ".join(repr(key) for key in extras)
+            verb = "was" if len(extras) == 1 else "were"
+            raise errors.bad_request(
+                f"Invalid query string parameters: Additional properties are not allowed ({joined} {verb} unexpected)"
+            )
         return result
 
     def values(self, key: str) -> List[str]:

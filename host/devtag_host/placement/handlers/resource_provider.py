@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any, Dict
 
 from .. import errors
-from ..errors import Http, mapped
-from ..exception import TraitNotFound
+from ..errors import Http, Rules, mapped
+from ..exception import ResourceClassNotFound, TraitNotFound
 from ..objects import resource_class, trait
 from ..objects import resource_provider as rp
-from ..query import parse_member_of, parse_traits
+from ..query import TraitFilter, parse_member_of, parse_traits
 from ..schemas import resource_provider as schema
 from ..web import Call, Reply, cache_headers, is_uuid, normal_uuid, parse_resources, provider_url, validate
 
@@ -35,6 +35,13 @@ def represent(call: Call, provider: rp.Provider) -> Dict[str, Any]:
     return body
 
 
+# Names in the query that do not exist: the request is bad, in upstream's words.
+_REWORDED: Rules = {
+    ResourceClassNotFound: Http(400, prefix="Invalid resource class in resources parameter: "),
+    TraitNotFound: Http(400, prefix='Invalid trait(s) in "required" parameter: '),
+}
+
+
 def list_providers(call: Call) -> Reply:
     allowed = {"name", "uuid"}
     if call.want(3):
@@ -58,24 +65,39 @@ def list_providers(call: Call) -> Reply:
         aggregates = parse_member_of(call.values("member_of"), call.version)
         filters["member_of"] = aggregates.required
         filters["forbidden_aggregates"] = aggregates.forbidden
-    wanted_traits = parse_traits(call.values("required"), call.version) if "required" in query else None
-    with call.store.read() as connection:
-        if "resources" in query:
-            wanted = parse_resources(query["resources"])
-            ids = resource_class.ids_by_name(connection, wanted)
-            unknown = [name for name in wanted if name not in ids]
-            if unknown:
-                raise errors.bad_request(
-                    f"Invalid resource class in resources parameter: No such resource class {unknown[0]}."
-                )
+    wanted_traits = parse_traits(call.values("required"), call.version) if "required" in query else TraitFilter()
+    wanted = parse_resources(query["resources"]) if "resources" in query else {}
+    with call.store.read() as connection, mapped(_REWORDED):
+        # Upstream's order: an unknown in_tree provider, then the required traits (400
+        # for an unknown one; no provider has them: none), the forbidden ones (400),
+        # no provider in member_of (none), the resource classes (400).  The "none"
+        # short cuts matter only when a later name is unknown: checked only then.
+        later_unknown = len(resource_class.ids_by_name(connection, wanted)) < len(wanted)
+        if "in_tree" in filters and rp.get(connection, filters["in_tree"]) is None:
+            return Reply(200, {"resource_providers": []}, cache_headers(call))
+        ordered = [name for any_of in wanted_traits.required for name in sorted(any_of)]
+        found = trait.require_ids(connection, ordered)
+        filters["required_trait_ids"] = [{found[name] for name in any_of} for any_of in wanted_traits.required]
+        later_unknown = later_unknown or len(trait.ids_by_name(connection, wanted_traits.forbidden)) < len(
+            wanted_traits.forbidden
+        )
+        if (
+            later_unknown
+            and ordered
+            and not rp.list_providers(connection, required_trait_ids=filters["required_trait_ids"])
+        ):
+            return Reply(200, {"resource_providers": []}, cache_headers(call))
+        found = trait.require_ids(connection, sorted(wanted_traits.forbidden))
+        filters["forbidden_trait_ids"] = set(found.values())
+        if (
+            later_unknown
+            and filters.get("member_of")
+            and not rp.list_providers(connection, member_of=filters["member_of"])
+        ):
+            return Reply(200, {"resource_providers": []}, cache_headers(call))
+        if wanted:
+            ids = resource_class.require_ids(connection, wanted)
             filters["resources"] = {ids[name]: amount for name, amount in wanted.items()}
-        if wanted_traits:
-            # Upstream looks the required groups up in order, then the forbidden ones.
-            ordered = [name for any_of in wanted_traits.required for name in sorted(any_of)]
-            with mapped({TraitNotFound: Http(400, prefix='Invalid trait(s) in "required" parameter: ')}):
-                found = trait.require_ids(connection, [*ordered, *sorted(wanted_traits.forbidden)])
-            filters["required_trait_ids"] = [{found[name] for name in any_of} for any_of in wanted_traits.required]
-            filters["forbidden_trait_ids"] = {found[name] for name in wanted_traits.forbidden}
         providers = rp.list_providers(connection, **filters)
     body = {"resource_providers": [represent(call, provider) for provider in providers]}
     return Reply(200, body, cache_headers(call))

@@ -17,21 +17,28 @@ def provider_usages(call: Call) -> Reply:
     return Reply(200, {"resource_provider_generation": provider.generation, "usages": usages}, cache_headers(call))
 
 
-_CONSUMER_TYPE = re.compile(r"^([A-Z0-9_]+|all|unknown)$")
+# Upstream's pattern, as Python's re reads it ("^all" has no end: "allx" passes).
+_CONSUMER_TYPE = "^[A-Z0-9_]+$|^all|^unknown$"
+
+
+def _check_value(key: str, value: str) -> None:
+    """One value against upstream's schema, keyword by keyword in its order."""
+    prefix = "Invalid query string parameters: "
+    if key == "consumer_type" and not re.search(_CONSUMER_TYPE, value):
+        raise errors.bad_request(f"{prefix}{value[:300]!r} does not match {_CONSUMER_TYPE!r}")
+    if not value:
+        raise errors.bad_request(f"{prefix}'' should be non-empty")
+    if len(value) > 255:
+        raise errors.bad_request(f"{prefix}{value[:300]!r} is too long")
 
 
 def project_usages(call: Call) -> Reply:
-    query = call.query_dict({"project_id", "user_id", "consumer_type"} if call.want(38) else {"project_id", "user_id"})
-    if "project_id" not in query:
-        raise errors.bad_request("Invalid query string parameters: 'project_id' is a required property")
-    for key, value in query.items():
-        if not value or len(value) > 255:
-            raise errors.bad_request(f"Invalid query string parameters: bad {key}")
+    allowed = {"project_id", "user_id", "consumer_type"} if call.want(38) else {"project_id", "user_id"}
+    query = call.query_dict(allowed, required=("project_id",))
+    # jsonschema reports the error of the property whose name sorts last.
+    for key in sorted(query, reverse=True):
+        _check_value(key, query[key])
     consumer_type = query.get("consumer_type")
-    if consumer_type is not None and not _CONSUMER_TYPE.match(consumer_type):
-        raise errors.bad_request(
-            f"Invalid query string parameters: '{consumer_type[:255]}' does not match '^([A-Z0-9_]+|all|unknown)$'"
-        )
     with call.store.read() as connection:
         if call.want(38):  # grouped by consumer type, with a consumer count
             usages = allocation.usages_by_consumer_type(
