@@ -372,6 +372,10 @@ def test_resource_classes(client):
     assert standard.json()["errors"][0]["detail"] == (
         "Error in delete resource class: Cannot delete standard resource class VCPU."
     )  # upstream's words (the random differential run found ours differed)
+    # A name that is neither custom nor standard is looked up first: not found, as upstream
+    # (the differential test found ours refused it as a standard class).
+    assert client.delete("/resource_classes/BOGUS").status_code == 404
+    assert client.put("/resource_classes/BOGUS", json={"name": "CUSTOM_X"}, headers=v1_2).status_code == 404
     assert client.delete("/resource_classes/CUSTOM_VGPU").status_code == 204
     assert client.get("/resource_classes/CUSTOM_VGPU").status_code == 404
     assert client.get("/resource_classes", headers={"openstack-api-version": "placement 1.1"}).status_code == 404

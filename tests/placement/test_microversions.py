@@ -563,11 +563,11 @@ def test_reshaper_and_traits_answers_as_upstream(client):
     response = client.post("/reshaper", json=reshape, headers=v)
     assert response.status_code == 204, response.text
     assert client.get(f"/resource_providers/{cn}/inventories").json()["inventories"]["VCPU"]["reserved"] == 8
-    traits = client.put(f"/resource_providers/{cn}/traits", json={"traits": [], "resource_provider_generation": 1})
+    traits = client.put(f"/resource_providers/{cn}/traits", json={"traits": [], "resource_provider_generation": 2})
     assert traits.status_code == 200 and traits.headers["cache-control"] == "no-cache"
     assert "last-modified" in traits.headers
     early = client.put(
-        f"/resource_providers/{cn}/traits", json={"traits": [], "resource_provider_generation": 1}, headers=at("1.14")
+        f"/resource_providers/{cn}/traits", json={"traits": [], "resource_provider_generation": 2}, headers=at("1.14")
     )
     assert early.status_code == 200 and "cache-control" not in early.headers
 
@@ -768,3 +768,21 @@ def test_provider_list_and_usages_checked_in_upstream_order(client):
     # The error of the property whose name sorts last: project_id's before consumer_type's.
     assert "'' should be non-empty" in usages("project_id=&consumer_type=x").text
     assert usages("project_id=p1&consumer_type=allx").json() == {"usages": {}}
+
+
+def test_reshaper_counts_generations_as_upstream(client):
+    """Upstream sets a non-empty new inventory twice (an interim union of old and new
+    before the allocations move, then the new one): two generations; an empty one once
+    (found by the differential test)."""
+    cn = new_provider(client, "cn1")
+    child = new_provider(client, "numa0", parent_provider_uuid=cn)
+    body = {
+        "inventories": {
+            cn: {"resource_provider_generation": 0, "inventories": {}},
+            child: {"resource_provider_generation": 0, "inventories": {"VCPU": {"total": 4}}},
+        },
+        "allocations": {},
+    }
+    assert client.post("/reshaper", json=body, headers=at("1.30")).status_code == 204
+    assert client.get(f"/resource_providers/{child}").json()["generation"] == 2
+    assert client.get(f"/resource_providers/{cn}").json()["generation"] == 1

@@ -13,10 +13,12 @@ import subprocess
 import sys
 from pathlib import Path
 from socketserver import ThreadingMixIn
-from typing import Callable, Iterator, Union
+from typing import Callable, Dict, Iterator, Union
 from wsgiref.simple_server import WSGIServer, make_server
 
 from sqlalchemy import create_engine, text
+from sqlalchemy.engine import Engine
+from sqlalchemy.pool import NullPool
 
 from tests.support.services import free_port, wait_for_port
 
@@ -62,6 +64,25 @@ def reset(database: Path) -> None:
         connection.execute(text("DELETE FROM traits WHERE name LIKE 'CUSTOM\\_%' ESCAPE '\\'"))
         connection.execute(text("DELETE FROM resource_classes WHERE name LIKE 'CUSTOM\\_%' ESCAPE '\\'"))
     engine.dispose()
+
+
+def forget_empty_consumers(database: Path) -> None:
+    """Delete the consumers that hold no allocation from upstream's database.
+
+    Upstream creates a request's new consumers before it checks that the providers
+    named exist, and keeps them when that check fails (PUT and POST /allocations,
+    POST /reshaper): an empty consumer with generation 0 stays behind, and a later
+    write that says the consumer is new gets a generation conflict.  devtag creates
+    nothing on a failed request; a differential test calls this after each failed
+    write so that upstream's leftover does not count as a difference."""
+    engine = _ENGINES.get(database)
+    if engine is None:
+        engine = _ENGINES[database] = create_engine(f"sqlite:///{database}", poolclass=NullPool)
+    with engine.begin() as connection:
+        connection.execute(text("DELETE FROM consumers WHERE uuid NOT IN (SELECT consumer_id FROM allocations)"))
+
+
+_ENGINES: Dict[Path, Engine] = {}
 
 
 @contextlib.contextmanager

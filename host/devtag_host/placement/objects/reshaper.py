@@ -49,6 +49,11 @@ def reshape(
         if uuid not in known:
             raise AllocationProviderNotFound(uuid)
     for provider, wanted in providers:
+        if wanted:
+            # Upstream sets a non-empty inventory twice (an interim union of the old
+            # and the new one before the allocations move, then the new one): two
+            # generations; an empty one once.  Clients see the generation.
+            rp.bump_generation(connection, provider)
         inv.replace_all(connection, provider, wanted, check_in_use=False)
     if wanted_allocations:
         allocation.replace(connection, wanted_allocations)

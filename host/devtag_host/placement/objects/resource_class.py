@@ -85,22 +85,25 @@ def _in_use(connection: Connection, class_id: int) -> bool:
 
 
 def rename(connection: Connection, name: str, new_name: str) -> None:
-    if not is_custom(name):
-        raise ResourceClassCannotUpdateStandard(name)
+    """As upstream: the class is looked up first, then a standard one refused."""
     found = ids_by_name(connection, [name, new_name])
     if name not in found:
         raise ResourceClassNotFound(name)
+    if not is_custom(name):
+        raise ResourceClassCannotUpdateStandard(name)
     if new_name in found and new_name != name:
         raise ResourceClassExists(new_name)
     connection.execute(resource_classes.update().where(resource_classes.c.id == found[name]).values(name=new_name))
 
 
 def delete(connection: Connection, name: str) -> None:
-    if not is_custom(name):
-        raise ResourceClassCannotDeleteStandard(name)
+    """As upstream: the class is looked up first (an unknown one, custom or not, is not
+    found), then a standard one refused."""
     found = ids_by_name(connection, [name])
     if name not in found:
         raise ResourceClassNotFound(name)
+    if not is_custom(name):
+        raise ResourceClassCannotDeleteStandard(name)
     if _in_use(connection, found[name]):
         raise ResourceClassInUse(name)
     connection.execute(resource_classes.delete().where(resource_classes.c.id == found[name]))
