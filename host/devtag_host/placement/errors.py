@@ -113,6 +113,7 @@ RULES: Dict[Type[PlacementException], Http] = {
     exception.ResourceProviderInUse: Http(409, PROVIDER_IN_USE),
     exception.CannotDeleteParentResourceProvider: Http(409, PROVIDER_CANNOT_DELETE_PARENT),
     exception.InventoryInUse: Http(409, INVENTORY_INUSE),
+    exception.ResourceClassInUse: Http(409, prefix="Error in delete resource class: "),
     exception.InUse: Http(409),
     exception.Exists: Http(409),
     exception.ResourceClassCannotDeleteStandard: Http(400, prefix="Error in delete resource class: "),

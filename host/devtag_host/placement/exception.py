@@ -104,7 +104,7 @@ class InventoryInUse(InUse):
 
 class ResourceClassInUse(InUse):
     def __init__(self, name: str) -> None:
-        super().__init__(f"Unable to delete resource class {name}. The resource class is in use in inventory.")
+        super().__init__(f"Cannot delete resource class {name}. Class is in use in inventory.")
         self.name = name
 
 
