@@ -644,7 +644,7 @@ def compare(services: Any, requests: List[Request]) -> None:
         )
 
 
-EXAMPLES = int(os.environ.get("DEVTAG_DIFF_EXAMPLES", "120"))
+EXAMPLES = int(os.environ.get("DEVTAG_DIFF_EXAMPLES", "90"))
 
 
 @pytest.mark.differential
