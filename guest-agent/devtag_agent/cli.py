@@ -109,7 +109,45 @@ class _RawDescriptionHelpFormatter(_HelpFormatter, argparse.RawDescriptionHelpFo
     """:class:`argparse.RawDescriptionHelpFormatter` (the epilog's examples keep their lines), sized as above."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+VERBS = ("apply", "lookup", "list", "check", "prune", "validate")
+# What may stand before the verb without changing what the parser must show: --root's value is skipped.
+_TOP_LEVEL_FLAGS = ("-q", "--quiet", "--verbose")
+
+
+def verbs_to_build(argv: Sequence[str]) -> Sequence[str]:
+    """The verbs whose parsers ``argv`` can reach: each verb named in it, or all of them.
+
+    Building a subparser costs gettext's look-ups of argparse's messages,
+    ~50 ms each under TCG, on every boot (docs/agent.md, "Boot cost"), so the
+    usual command line (``[-q|-v] [--root DIR] VERB ...``) gets only its
+    verb's parser.  Every verb named anywhere is built (a --root value may be
+    a verb's name); anything else before the first verb (help, version,
+    combined or abbreviated flags, a typo) builds them all, so help and errors
+    read exactly as with the whole parser.
+    """
+    named = [verb for verb in VERBS if verb in argv]
+    if not named:
+        return VERBS
+    index = 0
+    while argv[index] not in VERBS:
+        word = argv[index]
+        if word == "--root":
+            index += 1  # its value, whatever it looks like
+        elif not (word in _TOP_LEVEL_FLAGS or word.startswith("--root=") or _is_verbosity(word)):
+            return VERBS
+        index += 1
+        if index >= len(argv):
+            return VERBS
+    return named
+
+
+def _is_verbosity(word: str) -> bool:
+    """-v, -vv, -vvv, ..."""
+    return word.startswith("-v") and word.strip("v") == "-"
+
+
+def build_parser(verbs: Sequence[str] = VERBS) -> argparse.ArgumentParser:
+    """The command line's parser, with the subparsers of ``verbs`` only (all by default; see :func:`verbs_to_build`)."""
     parser = argparse.ArgumentParser(
         prog="devtag-agent",
         description="Guest agent of devtag: publishes the device role tags of this VM's NICs and disks "
@@ -127,14 +165,32 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-q", "--quiet", action="store_true", help="log errors only")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
-    # --root is accepted after the verb too (devtag-agent apply --root DIR).
-    common = argparse.ArgumentParser(add_help=False, formatter_class=_HelpFormatter)
-    common.add_argument("--root", default=argparse.SUPPRESS, metavar="DIR", help="as above: resolve paths under DIR")
+    if "apply" in verbs:
+        _add_apply(commands)
+    if "lookup" in verbs:
+        _add_lookup(commands)
+    if "list" in verbs:
+        _add_list(commands)
+    if "check" in verbs:
+        _add_check(commands)
+    if "prune" in verbs:
+        _add_prune(commands)
+    if "validate" in verbs:
+        _add_validate(commands)
+    return parser
 
-    apply = commands.add_parser(
+
+def _add_verb(commands: Any, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+    """A verb's subparser; --root is accepted after the verb too (devtag-agent apply --root DIR)."""
+    verb: argparse.ArgumentParser = commands.add_parser(name, formatter_class=_HelpFormatter, **kwargs)
+    verb.add_argument("--root", default=argparse.SUPPRESS, metavar="DIR", help="as above: resolve paths under DIR")
+    return verb
+
+
+def _add_apply(commands: Any) -> None:
+    apply = _add_verb(
+        commands,
         "apply",
-        formatter_class=_HelpFormatter,
-        parents=[common],
         help="read the metadata, resolve devices through sysfs, publish tags through udev",
         description="Read the devices metadata, validate it against the devtag schema (bad entries are "
         "skipped), find each device through sysfs, write the state database under /run/devtag atomically "
@@ -180,10 +236,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --wait-for-device: how long to keep re-reading (default: 10)",
     )
 
-    lookup = commands.add_parser(
+
+def _add_lookup(commands: Any) -> None:
+    lookup = _add_verb(
+        commands,
         "lookup",
-        formatter_class=_HelpFormatter,
-        parents=[common],
         help="print the device(s) carrying a tag",
         description="Print the device(s) carrying TAG: the device node for disks, the interface name for NICs, "
         "one per line; --json for everything (links, sysfs path, MAC, serial). Exit 1 when nothing matches.",
@@ -192,10 +249,11 @@ def build_parser() -> argparse.ArgumentParser:
     lookup.add_argument("--type", choices=("nic", "disk"), help="only NICs or only disks")
     lookup.add_argument("--json", action="store_true", help="JSON list of device objects")
 
-    listing = commands.add_parser(
+
+def _add_list(commands: Any) -> None:
+    listing = _add_verb(
+        commands,
         "list",
-        formatter_class=_HelpFormatter,
-        parents=[common],
         help="list every tagged device",
         description="List every tagged device: type, device node or interface, tags (\\xNN-encoded). "
         "Exit 1 when there is none.",
@@ -203,22 +261,28 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--type", choices=("nic", "disk"), help="only NICs or only disks")
     listing.add_argument("--json", action="store_true", help="JSON list of device objects")
 
-    commands.add_parser(
+
+def _add_check(commands: Any) -> None:
+    _add_verb(
+        commands,
         "check",
-        formatter_class=_HelpFormatter,
-        parents=[common],
         help="cross-check udev's properties and /dev/disk/by-tag links against the state",
         description="For every tagged device, check that udev holds DEVTAG_TAGS and DEVTAG_TAG_<name>=1 and that "
         "every /dev/disk/by-tag link points at the device. Exit 0 consistent, 1 problems (printed) or no state.",
     )
-    commands.add_parser(
+
+
+def _add_prune(commands: Any) -> None:
+    _add_verb(
+        commands,
         "prune",
-        formatter_class=_HelpFormatter,
-        parents=[common],
         help="drop detached devices from the state (run when a device goes away)",
         description="Remove devices that no longer exist from the state database.",
     )
 
+
+def _add_validate(commands: Any) -> None:
+    """``validate`` takes no --root: it reads a file, not the machine."""
     validate = commands.add_parser(
         "validate",
         formatter_class=_HelpFormatter,
@@ -227,7 +291,6 @@ def build_parser() -> argparse.ArgumentParser:
         "against the device-role-tagging schema. Exit 0 if valid, 1 if not, 2 if unreadable.",
     )
     validate.add_argument("file", metavar="FILE", nargs="?", default="-", help="JSON file ('-': stdin)")
-    return parser
 
 
 def _validate(name: str) -> int:
@@ -418,7 +481,9 @@ def _setup_logging(verbose: int, quiet: bool) -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    if argv is None:
+        argv = sys.argv[1:]
+    args = build_parser(verbs_to_build(argv)).parse_args(argv)
     _setup_logging(args.verbose, args.quiet)
     if args.command == "validate":
         return _validate(args.file)
