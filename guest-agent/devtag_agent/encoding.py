@@ -31,6 +31,8 @@ from __future__ import annotations
 import re
 import unicodedata
 
+from .shapes import is_altname_text, part_suffix_start
+
 TYPE_CHECKING = False  # typing is for the type checker only: importing it costs every run (docs/agent.md, "Boot cost")
 if TYPE_CHECKING:
     from typing import Optional
@@ -40,8 +42,7 @@ __all__ = ["MAX_LINK_NAME_BYTES", "altname_for", "decode", "encode_key", "encode
 _ALNUM = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"  # ASCII: string.ascii_letters + digits
 _NAME_SAFE = frozenset(_ALNUM + "#+-.:=@_")
 _KEY_SAFE = frozenset(_ALNUM + "+-.:@_")
-_PART_SUFFIX = re.compile(r"-part[0-9]+\Z")
-_ESCAPE = re.compile(r"\\x([0-9a-fA-F]{2})")
+_ESCAPE = r"\\x([0-9a-fA-F]{2})"  # decode() only: compiled by re on first use, not on apply
 # A file name is at most 255 bytes; keep room for "-part" and a partition number.
 MAX_LINK_NAME_BYTES = 240
 
@@ -58,8 +59,7 @@ def _printable_unicode(char: str) -> bool:
 
 
 def _encode(tag: str, safe: frozenset, keep_unicode: bool) -> str:
-    part = _PART_SUFFIX.search(tag)
-    part_dash = part.start() if part else -1
+    part_dash = part_suffix_start(tag)
     out = []
     for index, char in enumerate(tag):
         if char in safe and index != part_dash and not (index == 0 and char == "."):
@@ -87,7 +87,7 @@ def decode(text: str) -> str:
         return text
     out = bytearray()
     position = 0
-    for match in _ESCAPE.finditer(text):
+    for match in re.finditer(_ESCAPE, text):
         out += text[position : match.start()].encode("utf-8", "surrogatepass")
         out.append(int(match.group(1), 16))
         position = match.end()
@@ -101,10 +101,10 @@ def link_name(tag: str) -> Optional[str]:
     return name if len(name.encode("utf-8")) <= MAX_LINK_NAME_BYTES else None
 
 
-_ALTNAME = re.compile(r"[A-Za-z0-9_.@+=-]{1,127}\Z")
 # Names the kernel or udev's predictable naming may hand out later: an altname
 # taking one of them would make a future interface rename fail.
-_KERNEL_LIKE = re.compile(
+# Compiled by re on first use: only for tags that pass the character check.
+_KERNEL_LIKE = (
     r"((eth|wlan|wwan|usb|ib|bond|team|br|veth|tap|tun|vlan|dummy|sit|gre|can|vcan|ppp|wg|virbr|docker)[0-9]+"
     r"|(en|wl|ww|ib|sl)([opsbacvdiPuf][0-9]|x[0-9a-f]).*|lo)\Z"
 )
@@ -118,6 +118,6 @@ def altname_for(tag: str) -> Optional[str]:
     out (``eth1``, ``wlan0``, ``br0``, ``ens3``, ``enp0s3``, ``enx525400...``),
     which a later device could need.
     """
-    if not _ALTNAME.match(tag) or tag in (".", "..") or _KERNEL_LIKE.match(tag):
+    if not is_altname_text(tag) or tag in (".", "..") or re.match(_KERNEL_LIKE, tag):
         return None
     return tag

@@ -24,6 +24,7 @@ import os
 import re
 import stat
 
+from .shapes import is_pci_address
 from .sysfs import Device, System
 
 TYPE_CHECKING = False  # typing is for the type checker only: importing it costs every run (docs/agent.md, "Boot cost")
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Resolution", "resolve_entries"]
 
-_PCI_ADDRESS = re.compile(r"([0-9a-f]{4}):([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])\Z")
 VIRTIO_BLK_SERIAL_BYTES = 20
 
 
@@ -88,8 +88,7 @@ class Resolver:
         return current
 
     def pci_by_address(self, address: str) -> Optional[str]:
-        match = _PCI_ADDRESS.match(address or "")
-        if not match or match.group(1) != "0000" or match.group(2) != "00":
+        if not is_pci_address(address or "") or not address.startswith("0000:00:"):
             return None  # other buses: libvirt's number is not the guest's
         link = "/sys/bus/pci/devices/" + address
         return self.sys.realpath(link) if self.sys.exists(link) else None

@@ -12,17 +12,14 @@ udev's own database: ``b<major>:<minor>:<diskseq>`` and ``n<ifindex>``).
 from __future__ import annotations
 
 import os
-import re
+
+from .shapes import is_devnum, is_nvme_namespace, is_pci_address, is_usb_device_name
 
 TYPE_CHECKING = False  # typing is for the type checker only: importing it costs every run (docs/agent.md, "Boot cost")
 if TYPE_CHECKING:
     from typing import Dict, Iterator, List, Optional
 
 __all__ = ["Device", "System"]
-
-_PCI_NAME = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]\Z")
-_USB_DEVICE_NAME = re.compile(r"[0-9]+-[0-9.]+\Z")
-_NVME_NAMESPACE = re.compile(r"nvme[0-9]+n[0-9]+\Z")  # .../nvme/nvme0/nvme0n1 (no "block" directory)
 
 
 class Device:
@@ -108,7 +105,7 @@ class System:
     # -- devices -----------------------------------------------------------
     def block_device(self, syspath: str) -> Optional[Device]:
         devnum = self.read(syspath + "/dev")
-        if not devnum or not re.match(r"[0-9]+:[0-9]+\Z", devnum):
+        if not devnum or not is_devnum(devnum):
             return None
         diskseq = self.read(syspath + "/diskseq") or ""
         if not diskseq.isdigit():
@@ -159,7 +156,9 @@ class System:
         found: List[Device] = []
         for directory in self._walk(syspath, max_depth):
             parent = os.path.basename(os.path.dirname(directory))
-            if parent != wanted and not (kind == "disk" and _NVME_NAMESPACE.match(os.path.basename(directory))):
+            if parent != wanted and not (
+                kind == "disk" and is_nvme_namespace(os.path.basename(directory))
+            ):  # nvme0n1: no "block" dir
                 continue
             device = self.block_device(directory) if kind == "disk" else self.net_device(directory)
             if device is not None:
@@ -180,10 +179,10 @@ class System:
             for entry in reversed(entries):
                 if not entry.is_dir(follow_symlinks=False):
                     continue
-                if _PCI_NAME.match(entry.name) or (depth > 0 and _USB_DEVICE_NAME.match(entry.name)):
+                if is_pci_address(entry.name) or (depth > 0 and is_usb_device_name(entry.name)):
                     continue  # another PCI function or USB device: not ours
                 child = current.rstrip("/") + "/" + entry.name
-                if os.path.basename(current) in ("block", "net") or _NVME_NAMESPACE.match(entry.name):
+                if os.path.basename(current) in ("block", "net") or is_nvme_namespace(entry.name):
                     yield child
                     continue
                 stack.append((child, depth + 1))
