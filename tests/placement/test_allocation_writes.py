@@ -226,3 +226,60 @@ def test_a_delete_whose_reads_went_stale_starts_again_and_used_stays_exact(pg, p
     assert len(failures) == 1
     assert all(used == allocated for _rp, used, allocated in _used_and_allocated(pg))
     assert _allocated(pg, p) == 0 and _allocated(pg, q) == 1
+
+
+@pytest.mark.postgresql
+def test_moves_racing_claims_never_oversubscribe_nor_deadlock(pg):
+    """A provider only losing allocations is neither locked nor given a new
+    generation (as upstream): consumers moving between two full providers while
+    others claim and delete must still never oversubscribe either, keep ``used``
+    exact and never deadlock (a 500)."""
+    p, q = _provider(pg, 3), _provider(pg, 3)
+    movers = [str(uuid.uuid4()) for _ in range(3)]
+    with make_client(pg, **LATEST) as client:
+        for index, consumer in enumerate(movers):
+            body = {"allocations": {(p, q)[index % 2]: {"resources": {"VCPU": 1}}}, "project_id": "p", "user_id": "u"}
+            body.update(consumer_generation=None, consumer_type="INSTANCE")
+            assert client.put(f"/allocations/{consumer}", json=body).status_code == 204
+    statuses: list = []
+    over: list = []
+
+    def move(consumer: str, rounds: int) -> None:
+        with make_client(pg, **LATEST) as client:
+            for round_ in range(rounds):
+                current = client.get(f"/allocations/{consumer}").json()
+                generation = current.get("consumer_generation")
+                body = {"allocations": {(p, q)[round_ % 2]: {"resources": {"VCPU": 1}}}, "project_id": "p"}
+                body.update(user_id="u", consumer_generation=generation, consumer_type="INSTANCE")
+                statuses.append(client.put(f"/allocations/{consumer}", json=body).status_code)
+
+    def claim_and_free(rounds: int) -> None:
+        with make_client(pg, **LATEST) as client:
+            for round_ in range(rounds):
+                consumer = str(uuid.uuid4())
+                body = {"allocations": {(q, p)[round_ % 2]: {"resources": {"VCPU": 1}}}, "project_id": "p"}
+                body.update(user_id="u", consumer_generation=None, consumer_type="INSTANCE")
+                answer = client.put(f"/allocations/{consumer}", json=body).status_code
+                statuses.append(answer)
+                if answer == 204 and round_ % 3:
+                    statuses.append(client.delete(f"/allocations/{consumer}").status_code)
+
+    def watch(stop: threading.Event) -> None:
+        while not stop.is_set():
+            over.extend(row for row in _used_and_allocated(pg) if row[1] > 3 or row[2] > 3)
+
+    stop = threading.Event()
+    watcher = threading.Thread(target=watch, args=(stop,))
+    workers = [threading.Thread(target=move, args=(consumer, 12)) for consumer in movers]
+    workers += [threading.Thread(target=claim_and_free, args=(12,)) for _ in range(3)]
+    watcher.start()
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(120)
+    stop.set()
+    watcher.join(30)
+    assert not over, over
+    assert set(statuses) <= {204, 409}, statuses
+    assert 204 in statuses
+    assert all(used == allocated and used <= 3 for _rp, used, allocated in _used_and_allocated(pg))

@@ -537,3 +537,76 @@ def test_consumer_ids_spelled_as_upstream_stores_them(client):
     assert unknown.status_code == 400 and "that does not exist" in unknown.text
     assert client.get(f"/resource_providers?uuid={rp.upper()}").json()["resource_providers"] == []
     assert client.get(f"/resource_providers?in_tree={rp.upper()}").json()["resource_providers"] == []
+
+
+def _generation(client: httpx.Client, rp: str) -> int:
+    return client.get(f"/resource_providers/{rp}").json()["generation"]
+
+
+def test_only_providers_allocated_from_get_a_new_generation_as_upstream(client):
+    """Upstream counts a write in the generations of the providers of the new
+    allocations (and of a consumer a PUT/POST empties), not of providers that only
+    lose allocations; a DELETE gives none a new generation."""
+    one, two = new_provider(client, "cn1"), new_provider(client, "cn2")
+    set_inventory(client, one, VCPU={"total": 4})
+    set_inventory(client, two, VCPU={"total": 4})
+    consumer, other = str(uuid.uuid4()), str(uuid.uuid4())
+    owner = {"project_id": "p", "user_id": "u"}
+    client.headers["openstack-api-version"] = "placement 1.28"
+
+    def put(rp: str, generation: object) -> None:
+        body = {"allocations": {rp: {"resources": {"VCPU": 1}}}, "consumer_generation": generation, **owner}
+        assert client.put(f"/allocations/{consumer}", json=body).status_code == 204
+
+    put(one, None)
+    assert (_generation(client, one), _generation(client, two)) == (2, 1)
+    put(two, 1)  # moved: cn1 only loses
+    assert (_generation(client, one), _generation(client, two)) == (2, 2)
+    assert client.delete(f"/allocations/{consumer}").status_code == 204
+    assert (_generation(client, one), _generation(client, two)) == (2, 2)
+    # PUT with empty allocations (1.28) and POST of an emptied consumer count the
+    # write in the emptied providers, as upstream's "used 0" allocations do.
+    put(one, None)
+    assert _generation(client, one) == 3
+    body = {"allocations": {}, "consumer_generation": 1, **owner}
+    assert client.put(f"/allocations/{consumer}", json=body).status_code == 204
+    assert (_generation(client, one), _generation(client, two)) == (4, 2)
+    put(one, None)
+    new = {"allocations": {two: {"resources": {"VCPU": 2}}}, "consumer_generation": None, **owner}
+    emptied = {"allocations": {}, "consumer_generation": 1, **owner}
+    assert client.post("/allocations", json={consumer: emptied, other: new}).status_code == 204
+    assert (_generation(client, one), _generation(client, two)) == (6, 3)
+    # Moved by POST: the provider that only loses keeps its generation.
+    moved = {"allocations": {one: {"resources": {"VCPU": 2}}}, "consumer_generation": 1, **owner}
+    assert client.post("/allocations", json={other: moved}).status_code == 204
+    assert (_generation(client, one), _generation(client, two)) == (7, 3)
+    assert client.get(f"/resource_providers/{two}/usages").json()["usages"] == {"VCPU": 0}
+
+
+def test_inventory_invalid_names_every_class_and_provider_as_upstream(client):
+    """A provider with none of the write's classes: upstream names every class of the
+    write (in its set order of class ids) and every such provider."""
+    one, two = new_provider(client, "cn1"), new_provider(client, "cn2")
+    v1_13 = {"openstack-api-version": "placement 1.13"}
+
+    def post() -> httpx.Response:
+        body = {
+            str(uuid.UUID(int=1)): {
+                "allocations": {one: {"resources": {"VCPU": 1}}, two: {"resources": {"MEMORY_MB": 1}}},
+                "project_id": "p",
+                "user_id": "u",
+            }
+        }
+        return client.post("/allocations", json=body, headers=v1_13)
+
+    response = post()
+    assert response.status_code == 409
+    detail = response.json()["errors"][0]["detail"]
+    assert f"Inventory for 'VCPU, MEMORY_MB' on resource provider '{one}, {two}' invalid." in detail
+    set_inventory(client, two, MEMORY_MB={"total": 4})
+    response = post()
+    assert response.status_code == 409
+    assert (
+        f"Inventory for 'VCPU, MEMORY_MB' on resource provider '{one}' invalid."
+        in response.json()["errors"][0]["detail"]
+    )

@@ -550,16 +550,24 @@ def normalise(value: Any, generated: Generated) -> Any:
 
 
 _ALL_UNKNOWN_TRAITS = re.compile(r"No such trait ([A-Za-z0-9_, ]+)")
+_PROVIDERS_WITHOUT_INVENTORY = re.compile(r"(?<=on resource provider ')([0-9a-fA-F, -]+)(?=' invalid\.)")
+
+
+def _sorted_list(match: re.Match[str]) -> str:
+    return ", ".join(sorted(match.group(1).strip().split(", ")))
 
 
 def details(body: Any) -> List[str]:
     """Error messages, whitespace folded; PUT .../traits names every unknown trait
-    in Python's set order (random per process): sorted here."""
+    and "Inventory for ... invalid." every provider without inventory in Python's
+    set order of strings (random per process): sorted here."""
     if not isinstance(body, dict) or not isinstance(body.get("errors"), list):
         return []
     found = [" ".join(str(error.get("detail", "")).split()) for error in body["errors"]]
     return [
-        _ALL_UNKNOWN_TRAITS.sub(lambda m: "No such trait " + ", ".join(sorted(m.group(1).strip().split(", "))), text)
+        _PROVIDERS_WITHOUT_INVENTORY.sub(
+            _sorted_list, _ALL_UNKNOWN_TRAITS.sub(lambda m: "No such trait " + _sorted_list(m), text)
+        )
         for text in found
     ]
 

@@ -124,9 +124,7 @@ class PlacementModel(RuleBasedStateMachine):
         response = self.client.delete(f"/allocations/{consumer}")
         if consumer in self.allocations:
             assert response.status_code == 204
-            for rp in self.allocations.pop(consumer):
-                name, generation = self.generation[rp]
-                self.generation[rp] = (name, generation + 1)
+            del self.allocations[consumer]  # as upstream: no provider gets a new generation
         else:
             assert response.status_code == 404
 

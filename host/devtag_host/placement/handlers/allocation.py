@@ -136,7 +136,8 @@ def delete_allocations(call: Call) -> Reply:
                 current, _owner = allocation.of_consumer(connection, consumer)
                 if not current:
                     raise errors.not_found(f"No allocations for consumer '{consumer}'")
-                allocation.replace(connection, [allocation.ConsumerAllocations(consumer, {})])
+                # As upstream: a DELETE gives no provider a new generation.
+                allocation.replace(connection, [allocation.ConsumerAllocations(consumer, {})], count_emptied=False)
             return Reply(204)
         except ConcurrentUpdate:
             if attempt == RETRIES - 1:

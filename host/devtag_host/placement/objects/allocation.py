@@ -2,8 +2,9 @@
 
 A write replaces the allocations of one or more consumers in one
 transaction: read what it needs (consumers, providers, the old allocations),
-then claim every provider involved in id order (so two writers never
-deadlock) by counting the write in its generation, delete the old rows, check
+then claim the providers allocated from (and those of a consumer whose
+allocations a PUT/POST empties, as upstream) in id order (so two writers never
+deadlock) by counting the write in their generation, delete the old rows, check
 every (provider, class) the new rows touch against
 ``(total - reserved) * allocation_ratio - used >= requested`` and
 min/max/step (``used``: the inventory row's, read after the claim), insert,
@@ -17,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Set, Tuple
 
+import os_resource_classes
 from sqlalchemy import (
     Integer,
     String,
@@ -43,6 +45,9 @@ from ..exception import (
 )
 from . import consumer as consumer_obj
 from . import resource_class
+
+# OpenStack Placement's id of a standard class: its index in os-resource-classes' list.
+_STANDARD_INDEX = {name: index for index, name in enumerate(os_resource_classes.STANDARDS)}
 
 
 @dataclass
@@ -125,7 +130,7 @@ _BEFORE_CLAIM = union_all(
     ).where(resource_providers.c.uuid.in_(bindparam("b_uuids", expanding=True))),
     select(
         literal_column(str(_HELD_ROW), Integer),
-        _NO_TEXT,
+        allocations.c.consumer_id,
         _NO_TEXT,
         _NO_TEXT,
         _NO_TEXT,
@@ -134,7 +139,7 @@ _BEFORE_CLAIM = union_all(
         cast(func.sum(allocations.c.used), Integer),
     )
     .where(allocations.c.consumer_id.in_(bindparam("b_holders", expanding=True)))
-    .group_by(allocations.c.resource_provider_id, allocations.c.resource_class_id),
+    .group_by(allocations.c.consumer_id, allocations.c.resource_provider_id, allocations.c.resource_class_id),
 )
 # Take the row of every provider involved, in id order (two writers never deadlock),
 # and count the write in its generation.  On PostgreSQL the rows stay locked until
@@ -226,8 +231,9 @@ class _Target:
 
 
 def _claim_providers(connection: Connection, targets: Dict[int, _Target], others: List[int], optimistic: bool) -> None:
-    """Count the write in the generation of every provider involved (``targets``: the
-    ones allocated from, ``others``: the ones only losing allocations), in id order.
+    """Count the write in the generation of the providers it claims (``targets``: the
+    ones allocated from, ``others``: those of consumers whose allocations are all
+    removed by a PUT/POST), in id order.
 
     ``optimistic``: compare-and-swap the generations read earlier; a provider written
     since then raises :class:`ConcurrentUpdate` (the caller retries).  Otherwise lock
@@ -253,9 +259,18 @@ def replace(
     connection: Connection,
     wanted: List[ConsumerAllocations],
     optimistic: bool = False,
+    count_emptied: bool = True,
 ) -> None:
     """Replace the allocations of each consumer in ``wanted`` (empty = delete).
     ``optimistic``: see :func:`_claim_providers`.
+
+    Which providers get a new generation is upstream's: those of the new
+    allocations, and (``count_emptied``, PUT/POST/reshaper, not DELETE) those of a
+    consumer whose allocations are all removed.  A provider that only loses some
+    consumer's allocations to another provider keeps its generation and is not
+    locked: freeing capacity cannot oversubscribe it, ``inventories.used`` is
+    changed by an atomic ``used + delta`` and a writer allocating from it holds its
+    row and reads ``used`` afterwards (a stale, higher figure only refuses more).
 
     Everything that can be read without the providers' rows comes first; after they
     are claimed only the writes and the capacity check remain, so a provider's row
@@ -265,6 +280,7 @@ def replace(
     existing: Dict[str, consumer_obj.Consumer] = {}
     targets: Dict[str, _Target] = {}
     held: Dict[Tuple[int, int], int] = {}
+    held_by: Dict[str, List[Tuple[int, int]]] = {}  # {consumer: (provider, class) of its old allocations}
     read = {"b_consumers": consumer_ids, "b_uuids": provider_uuids, "b_holders": consumer_ids}
     for kind, text1, text2, text3, text4, int1, int2, int3 in connection.execute(_BEFORE_CLAIM, read):
         if kind == _CONSUMER:
@@ -273,7 +289,8 @@ def replace(
         elif kind == _PROVIDER:
             targets[text1] = _Target(int1, text1, int2)
         else:
-            held[(int1, int2)] = int(int3)
+            held[(int1, int2)] = held.get((int1, int2), 0) + int(int3)
+            held_by.setdefault(text1, []).append((int1, int2))
     for item in wanted:  # 1.28: first of all, as upstream
         if item.check_generation:
             consumer_obj.check_generation(existing.get(item.consumer), item.generation)
@@ -302,7 +319,12 @@ def replace(
 
     by_id = {target.id: target for target in targets.values()}
     claimed = set(by_id) | {rp_id for rp_id, _ in held}
-    _claim_providers(connection, by_id, [rp_id for rp_id, _ in held], optimistic)
+    emptied = (
+        {rp_id for item in wanted if not item.resources for rp_id, _ in held_by.get(item.consumer, ())}
+        if count_emptied
+        else set()
+    )
+    _claim_providers(connection, by_id, sorted(emptied - set(by_id)), optimistic)
     # Every write that leaves a consumer allocations saves its row, and the one that
     # deletes its last allocations deletes it: a consumer without a row (Nova's claim
     # for a new instance) holds nothing to delete.
@@ -310,7 +332,8 @@ def replace(
         held = _delete_old(connection, consumer_ids, held, claimed)
     for item in wanted:
         _save_consumer(connection, item, existing.get(item.consumer))
-    _check_capacity(connection, requested, rows_to_insert, by_id, class_ids, held)
+    named = _named_classes(wanted, class_ids, held_by)
+    _check_capacity(connection, requested, rows_to_insert, by_id, class_ids, held, named)
     if rows_to_insert:
         connection.execute(_INSERT, rows_to_insert)
     _update_used(connection, held, requested)
@@ -329,6 +352,35 @@ def _save_consumer(
     )
 
 
+def _named_classes(
+    wanted: List[ConsumerAllocations], class_ids: Dict[str, int], held_by: Dict[str, List[Tuple[int, int]]]
+) -> List[int]:
+    """The class ids of the write in upstream's order: each consumer's new classes as
+    the body lists them, or the classes of the allocations an emptied consumer loses."""
+    named: List[int] = []
+    for item in wanted:
+        if item.resources:
+            named.extend(class_ids[name] for per_class in item.resources.values() for name in per_class)
+        else:
+            named.extend(class_id for _, class_id in held_by.get(item.consumer, ()))
+    return named
+
+
+def _upstream_class_order(named: List[int], names: Dict[int, str]) -> List[str]:
+    """The distinct classes of ``named`` in the order OpenStack Placement names them:
+    the iteration order of a Python set of its class ids (a standard class's id is
+    its index in os-resource-classes' list, custom ids count from 10000).  Int
+    hashing is not randomised, so the order is deterministic; for custom classes the
+    upstream id is estimated from ours (equal when both created them in one order)."""
+    first_custom = len(_STANDARD_INDEX) + 1
+    upstream_ids: Dict[int, str] = {}
+    for class_id in named:
+        name = names[class_id]
+        index = _STANDARD_INDEX.get(name)
+        upstream_ids.setdefault(index if index is not None else 10000 + class_id - first_custom, name)
+    return [upstream_ids[upstream_id] for upstream_id in set(upstream_ids)]
+
+
 def _check_capacity(
     connection: Connection,
     requested: Dict[Tuple[int, int], int],
@@ -336,17 +388,35 @@ def _check_capacity(
     providers: Dict[int, _Target],
     class_ids: Dict[str, int],
     held: Dict[Tuple[int, int], int],
+    named: List[int],
 ) -> None:
     """Every (provider, class) written must have inventory, the amounts must respect
     min_unit/max_unit/step_size, and the usage of the other consumers plus the
     amount must fit: ``(total - reserved) * allocation_ratio``.  The usage is the
     inventory row's ``used`` (read after the providers were claimed, so every write
-    before this one is in it) less what these consumers ``held`` before."""
+    before this one is in it) less what these consumers ``held`` before.
+
+    As upstream, providers with inventory of none of the write's classes (``named``)
+    come first: one error names every class of the write and every such provider
+    (in request order; upstream's is its set order of UUIDs, random per process)."""
     if not requested:
         return
     names = {class_id: name for name, class_id in class_ids.items()}
     provider_ids = sorted({pid for pid, _ in requested})
     inventory = {(row[0], row[1]): row for row in connection.execute(_INVENTORY, {"b_providers": provider_ids})}
+    wanted_classes = set(named)
+    with_inventory = {pid for pid, class_id in inventory if class_id in wanted_classes}
+    missing = list(
+        dict.fromkeys(
+            providers[row["resource_provider_id"]].uuid
+            for row in rows
+            if row["resource_provider_id"] not in with_inventory
+        )
+    )
+    if missing:
+        if wanted_classes - set(names):  # an emptied consumer's class: not looked up by name
+            names = resource_class.names_by_id(connection)
+        raise InvalidInventory(", ".join(missing), ", ".join(_upstream_class_order(named, names)))
     for wanted in rows:
         provider_id, class_id, amount = wanted["resource_provider_id"], wanted["resource_class_id"], wanted["used"]
         uuid, name = providers[provider_id].uuid, names[class_id]
