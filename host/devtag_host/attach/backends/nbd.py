@@ -12,6 +12,7 @@ is signalled, so a recycled pid is never killed.
 from __future__ import annotations
 
 import grp
+import logging
 import os
 import signal
 import subprocess
@@ -23,7 +24,8 @@ from . import BackendError, ConnectionInfo, Connector
 
 QEMU_NBD = "qemu-nbd"
 QEMU_GROUP = "libvirt-qemu"
-STOP_TIMEOUT_S = 10.0
+STOP_TIMEOUT_S = 10.0  # per signal: SIGTERM first, then SIGKILL
+log = logging.getLogger(__name__)
 
 
 class NbdBackend:
@@ -103,13 +105,14 @@ class NbdBackend:
     def disconnect(self, connection_info: ConnectionInfo) -> None:
         socket_path = Path(connection_info["data"]["socket"])
         pid = _server_pid(socket_path)
-        if pid is not None:
-            os.kill(pid, signal.SIGTERM)
-            deadline = time.monotonic() + STOP_TIMEOUT_S
-            while _server_pid(socket_path) == pid and time.monotonic() < deadline:
-                time.sleep(0.02)
-            if _server_pid(socket_path) == pid:
-                raise BackendError(f"qemu-nbd (pid {pid}) did not stop within {STOP_TIMEOUT_S:.0f} s")
+        if pid is not None and not _stopped(socket_path, pid, signal.SIGTERM):
+            # qemu-nbd closes its exports on SIGTERM and waits for their clients to go; a
+            # client that does not (or a machine too busy to let it within the grace
+            # period) must not keep the export: disconnect runs only once the guest
+            # released the device, so nothing it wrote is in flight any more.
+            log.warning("qemu-nbd (pid %d) did not stop within %.0f s of SIGTERM: killing it", pid, STOP_TIMEOUT_S)
+            if not _stopped(socket_path, pid, signal.SIGKILL):
+                raise BackendError(f"qemu-nbd (pid {pid}) did not stop, not even on SIGKILL")
         socket_path.unlink(missing_ok=True)
         _pid_file(socket_path).unlink(missing_ok=True)
 
@@ -134,6 +137,20 @@ class NbdBackend:
         if gid is not None and os.geteuid() == 0:
             os.chown(self.exports, 0, gid)
             self.exports.chmod(0o710)
+
+
+def _stopped(socket_path: Path, pid: int, signum: int) -> bool:
+    """Send ``signum`` to the export's server; whether it is gone within the grace period."""
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        return True
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    while _server_pid(socket_path) == pid:
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 def _pid_file(socket_path: Path) -> Path:
