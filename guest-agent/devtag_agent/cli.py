@@ -165,18 +165,16 @@ def build_parser(verbs: Sequence[str] = VERBS) -> argparse.ArgumentParser:
     parser.add_argument("-q", "--quiet", action="store_true", help="log errors only")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
-    if "apply" in verbs:
-        _add_apply(commands)
-    if "lookup" in verbs:
-        _add_lookup(commands)
-    if "list" in verbs:
-        _add_list(commands)
-    if "check" in verbs:
-        _add_check(commands)
-    if "prune" in verbs:
-        _add_prune(commands)
-    if "validate" in verbs:
-        _add_validate(commands)
+    for verb, add in (
+        ("apply", _add_apply),
+        ("lookup", _add_lookup),
+        ("list", _add_list),
+        ("check", _add_check),
+        ("prune", _add_prune),
+        ("validate", _add_validate),
+    ):
+        if verb in verbs:
+            add(commands)
     return parser
 
 
