@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Dict, Optional
 from xml.etree import ElementTree as ET
 
 import defusedxml.ElementTree as SafeET
@@ -187,7 +187,6 @@ class Guest:
         *,
         timeout_s: float = DEFAULT_DETACH_TIMEOUT_S,
         attempts: int = DEFAULT_DETACH_ATTEMPTS,
-        on_attempt: Optional[Callable[[int], None]] = None,
     ) -> DetachResult:
         """Unplug from the running guest and wait until it is gone (``removed``) or give up."""
         started = time.monotonic()
@@ -200,8 +199,6 @@ class Guest:
             per_attempt = timeout_s / max(attempts, 1)
             while attempt < attempts:
                 attempt += 1
-                if on_attempt is not None:
-                    on_attempt(attempt)
                 watch.failed.clear()
                 self._request_unplug(alias)
                 deadline = time.monotonic() + per_attempt

@@ -76,15 +76,3 @@ def _rename_tag_keys(root: ET.Element, renames: Mapping[str, str]) -> None:
         for key, value in element.attrib.items():
             if value in renames:
                 element.set(key, renames[value])
-
-
-def disk_sources(domain_xml: str) -> Mapping[str, str]:
-    """alias -> the ``<source>`` of each aliased disk, serialised (what a test or a check compares)."""
-    root = SafeET.fromstring(domain_xml, forbid_dtd=True)
-    sources = {}
-    for disk in root.iterfind("./devices/disk"):
-        alias = disk.find("alias")
-        source = disk.find("source")
-        if alias is not None and source is not None and alias.get("name"):
-            sources[alias.get("name", "")] = ET.tostring(source, encoding="unicode")
-    return sources
