@@ -44,13 +44,12 @@ import functools
 import logging
 import uuid
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
 
 import libvirt
 
 from .. import virt
 from ..metadata import add_tags, find_device, tags_of
-from ..metadata.model import Domain, TagEntry
 from . import devices, model
 from .guest import Guest
 from .kernel import (
@@ -152,7 +151,8 @@ def live_migrate(
         source.domain_attach_lock(guest),
         source.operation(FLOW, error=as_flow_failed, instance_uuid=guest.uuid) as operation,
     ):
-        moved = attached_volumes(source, guest)
+        advice = "finish or reconcile it before migrating"
+        moved = [MovedVolume.of(attachment) for attachment in settled_attachments(source, guest.uuid, advice)]
         operation.step(
             "validate",
             destination=destination.host_name,
@@ -175,12 +175,6 @@ def live_migrate(
         operation.landed(f"domain {domain!r} runs on {destination.host_name}")
         _finish_on_destination(source, destination, operation, moved)
     return [destination.store.get_attachment(m.destination_attachment) for m in moved]
-
-
-def attached_volumes(source: Host, guest: Guest) -> List[MovedVolume]:
-    """The domain's volume attachments on the source; each must be ``attached`` (no flow in flight)."""
-    advice = "finish or reconcile it before migrating"
-    return [MovedVolume.of(attachment) for attachment in settled_attachments(source, guest.uuid, advice)]
 
 
 def settled_attachments(host: Host, instance_uuid: str, advice: str) -> List[Attachment]:
@@ -336,14 +330,11 @@ def ensure_tags(guest: Guest, moved: Sequence[MovedVolume]) -> None:
     for volume in moved:
         if volume.tag is None:
             continue
+        alias = volume.destination_alias
         for view in guest.views().values():
-            if volume.tag not in tags_of(view, find_device(view, volume.destination_alias)):
-                virt.update_tags(guest.handle, functools.partial(_with_tag, volume.destination_alias, volume.tag))
+            if volume.tag not in tags_of(view, find_device(view, alias)):
+                virt.update_tags(guest.handle, functools.partial(add_tags, selector=alias, new_tags=[volume.tag]))
                 break
-
-
-def _with_tag(alias: str, tag: str, domain: Domain) -> Tuple[TagEntry, ...]:
-    return add_tags(domain, alias, [tag])
 
 
 # -- where the domain is ------------------------------------------------------------
@@ -387,17 +378,12 @@ def finish_live_migration(source: Host, rows: List[JournalRecord]) -> str:
     migrated = lookup_running(destination, instance_uuid)
     still_here = lookup_running(source, instance_uuid)
     if migrated is not None and still_here is None:
-        _discard_leftover(source, instance_uuid)
+        destroy_and_undefine(source.lookup(instance_uuid))  # the paused, migrated-away copy
         _finish_on_destination(source, destination, Replay(instance_uuid=instance_uuid), moved)
         return "rolled-forward"
     if still_here is not None:
-        _discard_leftover(destination, instance_uuid)
+        destroy_and_undefine(destination.lookup(instance_uuid))  # a paused incoming copy
         for volume in moved:
             destination.discard(volume.destination_attachment)
         return "rolled-back"
     raise Pending(f"domain {instance_uuid} runs on neither {source.host_name} nor {destination.host_name}")
-
-
-def _discard_leftover(host: Host, instance_uuid: str) -> None:
-    """A paused incoming copy (destination) or a paused, migrated-away copy (source) is removed."""
-    destroy_and_undefine(host.lookup(instance_uuid))
