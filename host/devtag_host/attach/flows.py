@@ -98,7 +98,7 @@ class ComputeHost(Host):
     def attach_volume(self, domain: str, volume: str, *, tag: Optional[str] = None, bus: str = "virtio") -> Attachment:
         guest = self.guest(domain)
         record = self.store.get_volume(volume)
-        driver = self.backend(record.backend)
+        self.backend(record.backend)  # an unknown backend is refused before anything is journalled
         devices.check_bus(bus)
         attachment_id = str(uuid.uuid4())
         alias = devices.alias_for(attachment_id)
@@ -116,14 +116,7 @@ class ComputeHost(Host):
             operation.step("reserve", undo=lambda: self.store.delete_attachment(attachment_id), creates=attachment_id)
             self.store.reserve(record.id, guest.uuid, tag=tag, bus=bus, attachment_id=attachment_id)
 
-            operation.step("update")
-            connector = self.connector()
-            info = driver.initialize_connection(record.location or "", attachment_id, connector)
-            self.store.update(attachment_id, connector, info, alias=alias, detail={"target": target})
-
-            operation.step("connect", undo=lambda: driver.disconnect(info))
-            driver.connect(info)
-
+            info = self.connect_attachment(operation, record, attachment_id, alias=alias, detail={"target": target})
             xml = devices.disk_xml(
                 info, alias=alias, serial=record.id, target=target, bus=bus, shareable=record.multiattach
             )

@@ -164,6 +164,34 @@ class Host:
         """
         return domain_lock(guest.uuid, "attach")
 
+    def connect_attachment(
+        self,
+        operation: Operation,
+        volume: model.Volume,
+        attachment_id: str,
+        *,
+        suffix: str = "",
+        undo_update: Optional[Callable[[], object]] = None,
+        **fields: Any,
+    ) -> Dict[str, Any]:
+        """Steps ``update`` and ``connect`` (``suffix`` appended) of a reserved attachment; returns its connection info.
+
+        This host's connector and the backend's connection info are stored
+        (with ``fields``; ``undo_update`` undoes that), then the backend
+        connects (undone by disconnecting).
+        Every flow that puts a volume on a host goes through here: attach,
+        swap, unshelve, and the destination side of live migration and
+        evacuate (``-destination``).
+        """
+        driver = self.backend(volume.backend)
+        operation.step(f"update{suffix}", volume_id=volume.id, attachment_id=attachment_id, undo=undo_update)
+        connector = self.connector()
+        info = driver.initialize_connection(volume.location or "", attachment_id, connector)
+        self.store.update(attachment_id, connector, info, **fields)
+        operation.step(f"connect{suffix}", undo=lambda: driver.disconnect(info))
+        driver.connect(info)
+        return info
+
     def unplug(self, guest: Optional[Guest], alias: str, error: Callable[[str], Exception]) -> None:
         """Remove a device from every definition; ``error(message)`` is raised if the guest keeps it."""
         if guest is None:

@@ -339,18 +339,9 @@ def unshelve(host: Host, instance_uuid: str, *, start: bool = True) -> Any:
         changes = {}
         for attachment in reserved:
             volume = store.get_volume(attachment.volume_id)
-            driver = host.backend(volume.backend)
             alias = devices.alias_for(attachment.id)
-            operation.step(
-                "update",
-                volume_id=volume.id,
-                attachment_id=attachment.id,
-                undo=functools.partial(_reshelve, host, attachment),
-            )
-            info = driver.initialize_connection(volume.location or "", attachment.id, host.connector())
-            store.update(attachment.id, host.connector(), info, alias=alias)
-            operation.step("connect", undo=functools.partial(driver.disconnect, info))
-            driver.connect(info)
+            undo_update = functools.partial(_reshelve, host, attachment)
+            info = host.connect_attachment(operation, volume, attachment.id, undo_update=undo_update, alias=alias)
             template = devices.disk_xml(
                 info, alias=alias, serial=volume.id, target="vdz", bus=attachment.bus or "virtio"
             )
@@ -441,14 +432,8 @@ def swap_volume(host: Host, domain: str, old_volume: str, new_volume: str) -> At
         operation.step("reserve", undo=lambda: store.delete_attachment(new_id), creates=new_id)
         store.reserve(new_record.id, guest.uuid, mode=old.mode, tag=old.tag, bus=old.bus, attachment_id=new_id)
 
-        operation.step("update")
-        driver = host.backend(new_record.backend)
-        info = driver.initialize_connection(new_record.location or "", new_id, host.connector())
         detail = {**old.detail, "serial": serial, "swapped_from": old.id}
-        store.update(new_id, host.connector(), info, alias=alias, detail=detail)
-
-        operation.step("connect", undo=lambda: driver.disconnect(info))
-        driver.connect(info)
+        info = host.connect_attachment(operation, new_record, new_id, alias=alias, detail=detail)
 
         operation.step("copy", target=target, undo=lambda: _abort_copy(guest, target))
         copy = devices.disk_xml(info, alias=alias, serial=serial, target=target, bus=old.bus or "virtio")

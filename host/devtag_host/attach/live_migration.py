@@ -198,7 +198,7 @@ def prepare_destination(destination: Host, operation: Operation, volume: MovedVo
     store = destination.store
     record = store.get_volume(volume.volume_id)
     source_attachment = store.get_attachment(volume.source_attachment)
-    driver = destination.backend(record.backend)
+    destination.backend(record.backend)  # an unknown backend is refused before the reservation
     operation.step(
         "reserve-destination",
         volume_id=volume.volume_id,
@@ -216,20 +216,14 @@ def prepare_destination(destination: Host, operation: Operation, volume: MovedVo
         attachment_id=volume.destination_attachment,
         detail={"migrating_from": volume.source_attachment},
     )
-
-    operation.step("update-destination")
-    connector = destination.connector()
-    info = driver.initialize_connection(record.location or "", volume.destination_attachment, connector)
-    store.update(
+    destination.connect_attachment(
+        operation,
+        record,
         volume.destination_attachment,
-        connector,
-        info,
+        suffix="-destination",
         alias=volume.destination_alias,
         detail={**source_attachment.detail, "migrating_from": volume.source_attachment},
     )
-
-    operation.step("connect-destination", undo=lambda: driver.disconnect(info))
-    driver.connect(info)
 
 
 def retarget_for_destination(store: AttachmentStore, domain_xml: str, moved: Sequence[MovedVolume]) -> str:
