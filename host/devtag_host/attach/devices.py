@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 import re
 import string
-from typing import Any, Dict, Iterable, List, Optional, Set, Union
+from typing import Any, Dict, Iterable, List, Optional, Set, Tuple, Union
 from xml.etree import ElementTree as ET
 
 from ..metadata import TagError, check_tag, device_entries
@@ -89,24 +89,11 @@ def disk_xml(
     same image: libvirt then asks QEMU for ``share-rw`` instead of an exclusive
     image lock.
     """
-    kind = connection_info.get("driver_volume_type")
-    data = connection_info.get("data", {})
     disk = ET.Element("disk", device="disk")
     ET.SubElement(disk, "driver", name="qemu", type="raw")
-    if kind == "file":
-        disk.set("type", "file")
-        source = ET.SubElement(disk, "source", file=str(data["path"]))
-        if data.get("owned_by_qemu"):
-            ET.SubElement(source, "seclabel", model="dac", relabel="no")
-    elif kind == "nbd":
-        disk.set("type", "network")
-        source = ET.SubElement(disk, "source", protocol="nbd", name=str(data["export"]))
-        if "socket" in data:
-            ET.SubElement(source, "host", transport="unix", socket=str(data["socket"]))
-        else:
-            ET.SubElement(source, "host", name=str(data["hostname"]), port=str(data["port"]))
-    else:
-        raise InvalidInput(f"connection type {kind!r} is not supported")
+    kind, source = disk_source(connection_info)
+    disk.set("type", kind)
+    disk.append(source)
     ET.SubElement(disk, "target", dev=target, bus=check_bus(bus))
     if read_only:
         ET.SubElement(disk, "readonly")
@@ -115,6 +102,25 @@ def disk_xml(
     ET.SubElement(disk, "serial").text = serial
     ET.SubElement(disk, "alias", name=alias)
     return ET.tostring(disk, encoding="unicode")
+
+
+def disk_source(connection_info: Dict[str, Any]) -> Tuple[str, ET.Element]:
+    """The ``<disk>`` type and ``<source>`` for a volume's connection info: what changes when a disk moves."""
+    kind = connection_info.get("driver_volume_type")
+    data = connection_info.get("data", {})
+    if kind == "file":
+        source = ET.Element("source", file=str(data["path"]))
+        if data.get("owned_by_qemu"):
+            ET.SubElement(source, "seclabel", model="dac", relabel="no")
+        return "file", source
+    if kind == "nbd":
+        source = ET.Element("source", protocol="nbd", name=str(data["export"]))
+        if "socket" in data:
+            ET.SubElement(source, "host", transport="unix", socket=str(data["socket"]))
+        else:
+            ET.SubElement(source, "host", name=str(data["hostname"]), port=str(data["port"]))
+        return "network", source
+    raise InvalidInput(f"connection type {kind!r} is not supported")
 
 
 def interface_xml(

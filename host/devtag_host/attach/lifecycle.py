@@ -76,7 +76,7 @@ from .live_migration import (
     settled_attachments,
 )
 from .model import Attachment, JournalRecord
-from .retarget import DiskRetarget, retarget_disks
+from .retarget import DiskRetarget, find_disk, move_disk, retarget_disks
 
 log = logging.getLogger(__name__)
 
@@ -342,10 +342,7 @@ def unshelve(host: Host, instance_uuid: str, *, start: bool = True) -> Any:
             alias = devices.alias_for(attachment.id)
             undo_update = functools.partial(_reshelve, host, attachment)
             info = host.connect_attachment(operation, volume, attachment.id, undo_update=undo_update, alias=alias)
-            template = devices.disk_xml(
-                info, alias=alias, serial=volume.id, target="vdz", bus=attachment.bus or "virtio"
-            )
-            changes[attachment.detail["alias"]] = DiskRetarget(alias=alias, disk_xml=template)
+            changes[attachment.detail["alias"]] = DiskRetarget(alias=alias, connection_info=info)
         operation.step("define", **NO_DEVICE, undo=lambda: destroy_and_undefine(host.lookup(instance_uuid)))
         handle = host.connection.defineXML(retarget_disks(definition, changes))
         operation.step("start")
@@ -525,25 +522,14 @@ def _point_config_at(guest: Guest, alias: str, attachment: Attachment) -> None:
     """The persistent definition follows the pivot (libvirt changed only the live one)."""
     if not guest.handle.isPersistent():
         return
-    template = devices.disk_xml(
-        attachment.connection_info or {}, alias=alias, serial="unused", target="vdz", bus=attachment.bus or "virtio"
-    )
-    new_disk = SafeET.fromstring(template, forbid_dtd=True)
 
-    def edit(root: Any) -> bool:
-        for disk in root.iterfind("./devices/disk"):
-            element = disk.find("alias")
-            if element is None or element.get("name") != alias:
-                continue
-            before = ET.tostring(disk)
-            position = next((i for i, child in enumerate(disk) if child.tag == "source"), 1)
-            for child in list(disk):
-                if child.tag in ("source", "backingStore"):
-                    disk.remove(child)
-            disk.set("type", new_disk.get("type", "file"))
-            disk.insert(position, new_disk.find("source"))
-            return ET.tostring(disk) != before
-        return False
+    def edit(root: ET.Element) -> bool:
+        disk = find_disk(root, alias)
+        if disk is None:
+            return False
+        before = ET.tostring(disk)
+        move_disk(disk, attachment.connection_info or {})
+        return ET.tostring(disk) != before
 
     virt.edit_persistent_definition(guest.handle, edit)
 
@@ -583,23 +569,17 @@ def _live_source_is(guest: Guest, alias: str, attachment: Attachment) -> bool:
     """Whether the running guest's disk ``alias`` reads from ``attachment``'s connection."""
     if not guest.running or not attachment.connection_info:
         return False
-    template = devices.disk_xml(attachment.connection_info, alias=alias, serial="x", target="vdz", bus="virtio")
-    wanted = SafeET.fromstring(template, forbid_dtd=True).find("source")
-    root = SafeET.fromstring(guest.handle.XMLDesc(0), forbid_dtd=True)
-    for disk in root.iterfind("./devices/disk"):
-        element = disk.find("alias")
-        if element is None or element.get("name") != alias:
-            continue
-        source = disk.find("source")
-        if source is None or wanted is None:
-            return False
-        if wanted.get("file"):
-            return source.get("file") == wanted.get("file")
-        host_element, wanted_host = source.find("host"), wanted.find("host")
-        return (
-            host_element is not None
-            and wanted_host is not None
-            and host_element.get("socket") == wanted_host.get("socket")
-            and source.get("name") == wanted.get("name")
-        )
-    return False
+    _kind, wanted = devices.disk_source(attachment.connection_info)
+    disk = find_disk(SafeET.fromstring(guest.handle.XMLDesc(0), forbid_dtd=True), alias)
+    source = disk.find("source") if disk is not None else None
+    if source is None:
+        return False
+    if wanted.get("file"):
+        return source.get("file") == wanted.get("file")
+    host_element, wanted_host = source.find("host"), wanted.find("host")
+    return (
+        host_element is not None
+        and wanted_host is not None
+        and host_element.get("socket") == wanted_host.get("socket")
+        and source.get("name") == wanted.get("name")
+    )

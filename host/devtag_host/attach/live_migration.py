@@ -230,15 +230,8 @@ def retarget_for_destination(store: AttachmentStore, domain_xml: str, moved: Seq
     """``domain_xml`` with each moved volume's disk on its destination attachment's connection and alias."""
     changes = {}
     for volume in moved:
-        attachment = store.get_attachment(volume.destination_attachment)
-        template = devices.disk_xml(
-            attachment.connection_info or {},
-            alias=volume.destination_alias,
-            serial=volume.volume_id,
-            target="vdz",  # unused: only the disk's type and source are taken
-            bus=attachment.bus or "virtio",
-        )
-        changes[volume.source_alias] = DiskRetarget(alias=volume.destination_alias, disk_xml=template)
+        info = store.get_attachment(volume.destination_attachment).connection_info or {}
+        changes[volume.source_alias] = DiskRetarget(alias=volume.destination_alias, connection_info=info)
     return retarget_disks(domain_xml, changes)
 
 

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Dict, Mapping, Optional
 from xml.etree import ElementTree as ET
 
 import defusedxml.ElementTree as SafeET
 
 from ..metadata import TAGS_NAMESPACE
+from . import devices
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,7 @@ class DiskRetarget:
     """The new alias and connection of the disk that has some old alias."""
 
     alias: str
-    disk_xml: str  # a <disk> built for the new connection (devices.disk_xml); its type and <source> are used
+    connection_info: Dict[str, Any]  # the new attachment's (devices.disk_source)
 
 
 class RetargetError(ValueError):
@@ -40,30 +41,40 @@ def retarget_disks(domain_xml: str, changes: Mapping[str, DiskRetarget]) -> str:
         if prefix:
             ET.register_namespace(prefix, uri)
     root = SafeET.fromstring(domain_xml, forbid_dtd=True)
-    found = set()
-    for disk in root.iterfind("./devices/disk"):
-        alias = disk.find("alias")
-        old = alias.get("name") if alias is not None else None
-        if old is None or old not in changes:
+    missing = []
+    for old, change in changes.items():
+        disk = find_disk(root, old)
+        if disk is None:
+            missing.append(old)
             continue
-        found.add(old)
-        change = changes[old]
-        template = SafeET.fromstring(change.disk_xml, forbid_dtd=True)
-        disk.set("type", template.get("type", "file"))
-        position = len(disk)
-        for child in list(disk):
-            if child.tag in ("source", "backingStore"):
-                position = min(position, list(disk).index(child))
-                disk.remove(child)
-        source = template.find("source")
-        if source is not None:
-            disk.insert(position, source)
-        alias.set("name", change.alias)
-    missing = set(changes) - found
+        move_disk(disk, change.connection_info)
+        for alias in disk.iterfind("alias"):  # (the one that find_disk matched)
+            alias.set("name", change.alias)
     if missing:
         raise RetargetError(f"no disk with alias {', '.join(sorted(missing))} in domain {root.findtext('name')!r}")
     _rename_tag_keys(root, {old: change.alias for old, change in changes.items()})
     return ET.tostring(root, encoding="unicode")
+
+
+def find_disk(root: ET.Element, alias: str) -> Optional[ET.Element]:
+    """The ``<disk>`` with this alias in a parsed domain definition."""
+    for disk in root.iterfind("./devices/disk"):
+        element = disk.find("alias")
+        if element is not None and element.get("name") == alias:
+            return disk
+    return None
+
+
+def move_disk(disk: ET.Element, connection_info: Dict[str, Any]) -> None:
+    """Point a parsed ``<disk>`` at another connection: new type and ``<source>``, no ``<backingStore>``."""
+    kind, source = devices.disk_source(connection_info)
+    disk.set("type", kind)
+    position = len(disk)
+    for child in list(disk):
+        if child.tag in ("source", "backingStore"):
+            position = min(position, list(disk).index(child))
+            disk.remove(child)
+    disk.insert(position, source)
 
 
 def _rename_tag_keys(root: ET.Element, renames: Mapping[str, str]) -> None:
