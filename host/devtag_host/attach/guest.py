@@ -24,7 +24,6 @@ import libvirt
 from .. import virt
 from ..errors import RuntimeFailure
 from ..metadata.model import Domain
-from .devices import find_by_alias
 
 log = logging.getLogger(__name__)
 
@@ -168,8 +167,7 @@ class Guest:
         return None
 
     def has_alias(self, alias: str, view: str) -> bool:
-        domain = self.views().get(view)
-        return domain is not None and find_by_alias(domain, alias) is not None
+        return self.device_xml(alias, view) is not None
 
     def detach_config(self, alias: str) -> bool:
         """Remove the device from the persistent definition; False if it was not there."""

@@ -253,7 +253,17 @@ def shelve_offload(host: Host, domain: str) -> str:
                 undo=functools.partial(store.delete_attachment, volume.shelved_attachment),
                 creates=volume.shelved_attachment,
             )
-            _reserve_shelved(host, guest.uuid, volume)
+            serial = {"serial": volume.serial} if volume.serial else {}
+            detail = {"shelved": True, "alias": volume.alias, **serial}
+            store.reserve(
+                volume.volume_id,
+                guest.uuid,
+                mode=volume.mode,
+                tag=volume.tag,
+                bus=volume.bus,
+                attachment_id=volume.shelved_attachment,
+                detail=detail,
+            )
         for volume in shelved:
             old = store.get_attachment(volume.old_attachment)
             operation.step(
@@ -266,20 +276,6 @@ def shelve_offload(host: Host, domain: str) -> str:
         operation.landed(f"domain {domain!r} is powered off and its volumes reserved")
         _finish_shelve(host, operation, guest.uuid, shelved)
     return secure_definition
-
-
-def _reserve_shelved(host: Host, instance_uuid: str, volume: ShelvedVolume) -> None:
-    if host.store.find_attachment(volume.shelved_attachment) is not None:
-        return
-    host.store.reserve(
-        volume.volume_id,
-        instance_uuid,
-        mode=volume.mode,
-        tag=volume.tag,
-        bus=volume.bus,
-        attachment_id=volume.shelved_attachment,
-        detail={"shelved": True, "alias": volume.alias, **({"serial": volume.serial} if volume.serial else {})},
-    )
 
 
 def _finish_shelve(host: Host, operation: Journal, instance_uuid: str, shelved: Sequence[ShelvedVolume]) -> None:
