@@ -20,13 +20,14 @@ one table.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import logging
 import os
 import socket
 import uuid
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Dict, List, Mapping, NoReturn, Optional, Tuple, TypeVar, Union
+from typing import Any, Callable, ContextManager, Dict, List, Mapping, NoReturn, Optional, Tuple, Type, TypeVar, Union
 
 import libvirt
 
@@ -411,6 +412,18 @@ class Replay:
         take_ids(self.ids, detail)
 
 
+class DevicePlan:
+    """What a flow decided for one device, written into its ``validate`` row for reconcile (a frozen dataclass)."""
+
+    def to_dict(self) -> Dict[str, Any]:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_dict(cls: Type[P], data: Mapping[str, Any]) -> P:
+        return cls(**{field.name: data.get(field.name) for field in dataclasses.fields(cls)})  # type: ignore[arg-type]
+
+
+P = TypeVar("P", bound=DevicePlan)
 Journal = Union[Operation, Replay]
 IDS = ("instance_uuid", "volume_id", "attachment_id", "mac")
 NO_DEVICE: Dict[str, Any] = {"volume_id": None, "attachment_id": None}  # ids of a step on the whole domain

@@ -47,7 +47,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 from xml.etree import ElementTree as ET
 
 import defusedxml.ElementTree as SafeET
@@ -59,6 +59,7 @@ from . import devices, display_secrets, model
 from .guest import Guest
 from .kernel import (
     NO_DEVICE,
+    DevicePlan,
     FlowFailed,
     Host,
     Journal,
@@ -182,7 +183,7 @@ def finish_evacuate(host: Host, rows: List[JournalRecord]) -> str:
 
 
 @dataclass(frozen=True)
-class ShelvedVolume:
+class ShelvedVolume(DevicePlan):
     volume_id: str
     old_attachment: str
     shelved_attachment: str
@@ -191,9 +192,6 @@ class ShelvedVolume:
     bus: Optional[str]
     mode: str
     serial: Optional[str] = None  # the disk's serial when it is not the volume id (a swapped volume)
-
-    def to_dict(self) -> Dict[str, Any]:
-        return dict(self.__dict__)
 
     @classmethod
     def of(cls, attachment: Attachment) -> ShelvedVolume:
@@ -208,10 +206,6 @@ class ShelvedVolume:
             mode=attachment.mode,
             serial=attachment.detail.get("serial"),
         )
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ShelvedVolume:
-        return cls(**{key: data.get(key) for key in cls.__dataclass_fields__})  # type: ignore[arg-type]
 
 
 def shelve_offload(host: Host, domain: str) -> str:

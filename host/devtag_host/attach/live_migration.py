@@ -44,7 +44,7 @@ import functools
 import logging
 import uuid
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 import libvirt
 
@@ -54,6 +54,7 @@ from . import devices, model
 from .guest import Guest
 from .kernel import (
     NO_DEVICE,
+    DevicePlan,
     FlowFailed,
     Host,
     Journal,
@@ -100,7 +101,7 @@ class MigrationOptions:
 
 
 @dataclass(frozen=True)
-class MovedVolume:
+class MovedVolume(DevicePlan):
     """One volume attachment in a migration: the source's and the destination's attachment."""
 
     volume_id: str
@@ -112,13 +113,6 @@ class MovedVolume:
     @property
     def destination_alias(self) -> str:
         return devices.alias_for(self.destination_attachment)
-
-    def to_dict(self) -> Dict[str, Any]:
-        return dict(self.__dict__)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> MovedVolume:
-        return cls(**{key: data.get(key) for key in cls.__dataclass_fields__})  # type: ignore[arg-type]
 
     @classmethod
     def of(cls, attachment: Attachment) -> MovedVolume:
