@@ -193,6 +193,18 @@ class Host:
         driver.connect(info)
         return info
 
+    def define_and_start(self, operation: Operation, definition: str, instance_uuid: str, *, start: bool) -> Any:
+        """Steps ``define`` (undone by destroying and undefining the domain) and ``start`` (runs it if ``start``).
+
+        How a domain arrives on this host from a saved definition (evacuate, unshelve).
+        """
+        operation.step("define", **NO_DEVICE, undo=lambda: destroy_and_undefine(self.lookup(instance_uuid)))
+        handle = self.connection.defineXML(definition)
+        operation.step("start")
+        if start:
+            handle.create()
+        return handle
+
     def unplug(self, guest: Optional[Guest], alias: str, error: Callable[[str], Exception]) -> None:
         """Remove a device from every definition; ``error(message)`` is raised if the guest keeps it."""
         if guest is None:

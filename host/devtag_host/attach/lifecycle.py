@@ -138,15 +138,8 @@ def evacuate(destination: Host, definition: str, *, source_host: str, start: boo
             raise model.Conflict(f"domain {identity['name']!r} already exists on {destination.host_name}")
         for volume in moved:
             prepare_destination(destination, operation, volume)
-        operation.step(
-            "define",
-            **NO_DEVICE,
-            undo=lambda: destroy_and_undefine(destination.lookup(identity["uuid"])),
-        )
-        handle = destination.connection.defineXML(retarget_for_destination(store, definition, moved))
-        operation.step("start")
-        if start:
-            handle.create()
+        retargeted = retarget_for_destination(store, definition, moved)
+        handle = destination.define_and_start(operation, retargeted, identity["uuid"], start=start)
         operation.landed(f"domain {identity['name']!r} runs on {destination.host_name}")
         _finish_evacuation(destination, operation, moved, Guest(handle))
     return [store.get_attachment(m.destination_attachment) for m in moved]
@@ -333,11 +326,7 @@ def unshelve(host: Host, instance_uuid: str, *, start: bool = True) -> Any:
             undo_update = functools.partial(_reshelve, host, attachment)
             info = host.connect_attachment(operation, volume, attachment.id, undo_update=undo_update, alias=alias)
             changes[attachment.detail["alias"]] = DiskRetarget(alias=alias, connection_info=info)
-        operation.step("define", **NO_DEVICE, undo=lambda: destroy_and_undefine(host.lookup(instance_uuid)))
-        handle = host.connection.defineXML(retarget_disks(definition, changes))
-        operation.step("start")
-        if start:
-            handle.create()
+        handle = host.define_and_start(operation, retarget_disks(definition, changes), instance_uuid, start=start)
         operation.landed(f"domain {identity['name']!r} is defined on {host.host_name}")
         for attachment in reserved:
             operation.step("complete", volume_id=attachment.volume_id, attachment_id=attachment.id)
