@@ -96,9 +96,9 @@ from .store import AttachmentStore
 # The flows import libvirt: loaded on first use, so the store works without it.
 _LAZY = {
     "ComputeHost": "flows",
-    "DetachTimeout": "flows",
-    "FlowFailed": "flows",
-    "SimulatedCrash": "flows",
+    "DetachTimeout": "kernel",
+    "FlowFailed": "kernel",
+    "SimulatedCrash": "kernel",
     "check_invariants": "invariants",
 }
 

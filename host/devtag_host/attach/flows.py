@@ -18,18 +18,7 @@ from typing import Any, Dict, List, Optional
 from . import devices, model
 from .backends import DEFAULT_BACKEND, VolumeBackend
 from .guest import Guest
-from .kernel import (
-    DetachTimeout,
-    FlowFailed,
-    Host,
-    Operation,
-    SimulatedCrash,
-    default_backends,
-    operation_in_progress,
-    operation_lock_path,
-    record_tag,
-    untag,
-)
+from .kernel import DetachTimeout, FlowFailed, Host, Operation, record_tag, untag
 from .model import Attachment, InterfaceAttachment, Volume
 from .reconcile import reconcile
 
@@ -39,17 +28,6 @@ ATTACH_INTERFACE_STEPS = ("validate", "reserve", "attach", "record", "complete")
 DETACH_INTERFACE_STEPS = ("begin-detaching", "detach-config", "detach-live", "delete", "untag")
 CREATE_VOLUME_STEPS = ("insert", "create", "ready")
 DELETE_VOLUME_STEPS = ("begin-delete", "delete-storage", "remove")
-
-__all__ = [
-    "ComputeHost",
-    "DetachTimeout",
-    "FlowFailed",
-    "SimulatedCrash",
-    "default_backends",
-    "operation_in_progress",
-    "operation_lock_path",
-    "untag",
-]
 
 
 class ComputeHost(Host):
