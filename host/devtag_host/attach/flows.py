@@ -113,7 +113,7 @@ class ComputeHost(Host):
     def detach_volume(self, domain: str, volume: str) -> None:
         guest = self.guest(domain)
         record = self.store.get_volume(volume)
-        attachment = self._attachment_of(guest, record)
+        attachment = self.attachment_of(guest, record, allowed=(model.ATTACHED, model.ERROR_DETACHING))
         driver = self.backend(record.backend)
         alias = attachment.alias or devices.alias_for(attachment.id)
         with (
@@ -147,17 +147,6 @@ class ComputeHost(Host):
             self.store.delete_attachment(attachment.id)
             operation.step("untag")
             untag(guest, "disk", (record.id, alias))
-
-    def _attachment_of(self, guest: Guest, volume: Volume) -> Attachment:
-        mine = [a for a in volume.attachments if a.instance_uuid == guest.uuid and a.host in (self.host_name, None)]
-        if not mine:
-            raise model.InvalidInput(f"volume {volume.name!r} is not attached to domain {guest.name!r} on this host")
-        attachment = mine[0]
-        if attachment.status not in (model.ATTACHED, model.ERROR_DETACHING):
-            raise model.Conflict(
-                f"volume {volume.name!r} is {attachment.status} on domain {guest.name!r}; wait or run reconcile"
-            )
-        return attachment
 
     def _detach_device(self, operation: Operation, guest: Guest, alias: str, what: str, stays: str) -> None:
         """Steps detach-config and detach-live: the device out of the persistent config, then out of the guest.

@@ -165,6 +165,19 @@ class Host:
         """
         return domain_lock(guest.uuid, "attach")
 
+    def attachment_of(
+        self, guest: Guest, volume: model.Volume, *, allowed: Tuple[str, ...] = (model.ATTACHED,)
+    ) -> model.Attachment:
+        """The volume's attachment to ``guest`` on this host, refused while its status is not ``allowed``."""
+        mine = [a for a in volume.attachments if a.instance_uuid == guest.uuid and a.host in (self.host_name, None)]
+        if not mine:
+            raise model.InvalidInput(f"volume {volume.name!r} is not attached to domain {guest.name!r} on this host")
+        if mine[0].status not in allowed:
+            raise model.Conflict(
+                f"volume {volume.name!r} is {mine[0].status} on domain {guest.name!r}; wait or run reconcile"
+            )
+        return mine[0]
+
     def connect_attachment(
         self,
         operation: Operation,

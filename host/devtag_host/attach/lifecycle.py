@@ -387,7 +387,7 @@ def swap_volume(host: Host, domain: str, old_volume: str, new_volume: str) -> At
             "swap-volume", error=as_flow_failed, instance_uuid=guest.uuid, volume_id=new_record.id, attachment_id=new_id
         ) as operation,
     ):
-        old = _attachment_on(host, guest, old_record)
+        old = host.attachment_of(guest, old_record)
         alias = old.alias or devices.alias_for(old.id)
         serial = old.detail.get("serial", old.volume_id)
         operation.step("validate", old_attachment=old.id, alias=alias, serial=serial, old_volume=old_record.id)
@@ -420,15 +420,6 @@ def swap_volume(host: Host, domain: str, old_volume: str, new_volume: str) -> At
         operation.landed(f"domain {domain!r} now uses volume {new_record.name!r}")
         _finish_swap(host, operation, guest, old.id, new_id, alias, serial)
     return store.get_attachment(new_id)
-
-
-def _attachment_on(host: Host, guest: Guest, volume: model.Volume) -> Attachment:
-    for attachment in volume.attachments:
-        if attachment.instance_uuid == guest.uuid and attachment.host == host.host_name:
-            if attachment.status != model.ATTACHED:
-                raise model.Conflict(f"volume {volume.name!r} is {attachment.status}: reconcile first")
-            return attachment
-    raise model.InvalidInput(f"volume {volume.name!r} is not attached to domain {guest.name!r} on this host")
 
 
 def _block_copy(guest: Guest, target: str, disk_xml: str) -> None:
