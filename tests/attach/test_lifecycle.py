@@ -214,6 +214,21 @@ def test_an_unshelved_instance_takes_its_nic_attachments_along(cluster: TwoHostC
     assert_runs_on(cluster, cluster.node2, instance, {"sh-nic-vol": "disk"})
 
 
+def test_an_unshelve_rolled_forward_by_reconcile_takes_its_nic_attachments_along(cluster: TwoHostCluster) -> None:
+    """Reconcile finishes an unshelve with the flow's own tail, so the NIC records move to node2 as well."""
+    domain = cluster.start("sh-nic-crash")
+    instance = domain.UUIDString()
+    attach(cluster, "sh-nic-crash", "sh-nic-crash-vol", "disk")
+    nic = cluster.node1.attach_interface("sh-nic-crash", user=True, tag="uplink")
+    shelve_offload(cluster.node1, "sh-nic-crash")
+    inject(cluster, "unshelve", "complete", "crash")
+    with pytest.raises(SimulatedCrash):
+        unshelve(cluster.node2, instance)
+    reconcile_both(cluster)
+    assert cluster.store.get_interface(nic.mac).host == "node2"
+    assert_runs_on(cluster, cluster.node2, instance, {"sh-nic-crash-vol": "disk"})
+
+
 DISPLAY_PASSWORD = "Pw-47x11"  # VNC takes 8 characters at most
 WITH_DISPLAY = """<domain type='qemu'><name>{name}</name><memory unit='MiB'>64</memory><vcpu>1</vcpu>
   <os><type arch='x86_64' machine='pc'>hvm</type></os><devices>

@@ -328,12 +328,17 @@ def unshelve(host: Host, instance_uuid: str, *, start: bool = True) -> Any:
             changes[attachment.detail["alias"]] = DiskRetarget(alias=alias, connection_info=info)
         handle = host.define_and_start(operation, retarget_disks(definition, changes), instance_uuid, start=start)
         operation.landed(f"domain {identity['name']!r} is defined on {host.host_name}")
-        for attachment in reserved:
-            operation.step("complete", volume_id=attachment.volume_id, attachment_id=attachment.id)
-            host.complete(Guest(handle), attachment.id)
-        store.move_interfaces(instance_uuid, host.host_name)
-        display_secrets.forget(instance_uuid)  # libvirt keeps the passwords again
+        _finish_unshelve(host, operation, Guest(handle), reserved)
     return handle
+
+
+def _finish_unshelve(host: Host, operation: Journal, guest: Guest, attachments: Sequence[Attachment]) -> None:
+    """After the point of no return (also reconcile's roll forward, through :class:`Replay`)."""
+    for attachment in attachments:
+        operation.step("complete", volume_id=attachment.volume_id, attachment_id=attachment.id)
+        host.complete(guest, attachment.id)
+    host.store.move_interfaces(guest.uuid, host.host_name)
+    display_secrets.forget(guest.uuid)  # libvirt keeps the passwords again
 
 
 def _reshelve(host: Host, attachment: Attachment) -> None:
@@ -360,9 +365,8 @@ def finish_unshelve(host: Host, rows: List[JournalRecord]) -> str:
     attachments = [a for a in map(host.store.find_attachment, plan.detail["attachments"]) if a is not None]
     if started(rows, handle) and not undoing(rows):
         for attachment in attachments:
-            host.reconnect(attachment)
-            host.complete(Guest(handle), attachment.id)
-        display_secrets.forget(plan.instance_uuid or "")
+            host.reconnect(attachment)  # idempotent: an export that went away comes back
+        _finish_unshelve(host, Replay(), Guest(handle), attachments)
         return "rolled-forward"
     destroy_and_undefine(handle)
     for attachment in attachments:
