@@ -182,6 +182,15 @@ def find_by_alias(domain: Domain, alias: str) -> Optional[Union[Disk, Nic]]:
     return None
 
 
+def find_element(root: ET.Element, *, alias: str, tag: str = "*") -> Optional[ET.Element]:
+    """The device element (``tag``: any) with this alias in a parsed domain definition."""
+    for device in root.iterfind(f"./devices/{tag}"):
+        element = device.find("alias")
+        if element is not None and element.get("name") == alias:
+            return device
+    return None
+
+
 def guest_location(domain: Domain, device: Any) -> Optional[Dict[str, str]]:
     """``{"bus": ..., "address": ...}`` of the device as the metadata document shows it."""
     for entry in device_entries(domain):

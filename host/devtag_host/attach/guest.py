@@ -24,6 +24,7 @@ import libvirt
 from .. import virt
 from ..errors import RuntimeFailure
 from ..metadata.model import Domain
+from .devices import find_element
 
 log = logging.getLogger(__name__)
 
@@ -160,11 +161,8 @@ class Guest:
             root = SafeET.fromstring(self.handle.XMLDesc(flags), forbid_dtd=True)
         except libvirt.libvirtError as exc:
             raise GuestError(f"cannot read domain {self.name!r}: {exc.get_error_message()}") from None
-        for device in root.iterfind("./devices/*"):
-            element = device.find("alias")
-            if element is not None and element.get("name") == alias:
-                return ET.tostring(device, encoding="unicode")
-        return None
+        device = find_element(root, alias=alias)
+        return None if device is None else ET.tostring(device, encoding="unicode")
 
     def has_alias(self, alias: str, view: str) -> bool:
         return self.device_xml(alias, view) is not None

@@ -77,7 +77,7 @@ from .live_migration import (
     settled_attachments,
 )
 from .model import Attachment, JournalRecord
-from .retarget import DiskRetarget, find_disk, move_disk, retarget_disks
+from .retarget import DiskRetarget, move_disk, retarget_disks
 
 log = logging.getLogger(__name__)
 
@@ -498,7 +498,7 @@ def _point_config_at(guest: Guest, alias: str, attachment: Attachment) -> None:
         return
 
     def edit(root: ET.Element) -> bool:
-        disk = find_disk(root, alias)
+        disk = devices.find_element(root, alias=alias, tag="disk")
         if disk is None:
             return False
         before = ET.tostring(disk)
@@ -544,7 +544,7 @@ def _live_source_is(guest: Guest, alias: str, attachment: Attachment) -> bool:
     if not guest.running or not attachment.connection_info:
         return False
     _kind, wanted = devices.disk_source(attachment.connection_info)
-    disk = find_disk(SafeET.fromstring(guest.handle.XMLDesc(0), forbid_dtd=True), alias)
+    disk = devices.find_element(SafeET.fromstring(guest.handle.XMLDesc(0), forbid_dtd=True), alias=alias, tag="disk")
     source = disk.find("source") if disk is not None else None
     if source is None:
         return False

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping
 from xml.etree import ElementTree as ET
 
 import defusedxml.ElementTree as SafeET
@@ -43,26 +43,17 @@ def retarget_disks(domain_xml: str, changes: Mapping[str, DiskRetarget]) -> str:
     root = SafeET.fromstring(domain_xml, forbid_dtd=True)
     missing = []
     for old, change in changes.items():
-        disk = find_disk(root, old)
+        disk = devices.find_element(root, alias=old, tag="disk")
         if disk is None:
             missing.append(old)
             continue
         move_disk(disk, change.connection_info)
-        for alias in disk.iterfind("alias"):  # (the one that find_disk matched)
+        for alias in disk.iterfind("alias"):  # (the one find_element matched)
             alias.set("name", change.alias)
     if missing:
         raise RetargetError(f"no disk with alias {', '.join(sorted(missing))} in domain {root.findtext('name')!r}")
     _rename_tag_keys(root, {old: change.alias for old, change in changes.items()})
     return ET.tostring(root, encoding="unicode")
-
-
-def find_disk(root: ET.Element, alias: str) -> Optional[ET.Element]:
-    """The ``<disk>`` with this alias in a parsed domain definition."""
-    for disk in root.iterfind("./devices/disk"):
-        element = disk.find("alias")
-        if element is not None and element.get("name") == alias:
-            return disk
-    return None
 
 
 def move_disk(disk: ET.Element, connection_info: Dict[str, Any]) -> None:
