@@ -229,16 +229,6 @@ def retarget_for_destination(store: AttachmentStore, domain_xml: str, moved: Seq
     return retarget_disks(domain_xml, changes)
 
 
-def _destination_definitions(guest: Guest, destination: Host, moved: Sequence[MovedVolume]) -> Dict[str, str]:
-    """The live (and persistent) definition for the destination: each volume disk on its new connection."""
-    secure = libvirt.VIR_DOMAIN_XML_SECURE | libvirt.VIR_DOMAIN_XML_MIGRATABLE
-    definitions = {"live": retarget_for_destination(destination.store, guest.handle.XMLDesc(secure), moved)}
-    if guest.handle.isPersistent():
-        persistent = guest.handle.XMLDesc(secure | libvirt.VIR_DOMAIN_XML_INACTIVE)
-        definitions["persistent"] = retarget_for_destination(destination.store, persistent, moved)
-    return definitions
-
-
 def _migrate(
     operation: Operation,
     guest: Guest,
@@ -246,12 +236,17 @@ def _migrate(
     moved: Sequence[MovedVolume],
     options: MigrationOptions,
 ) -> None:
-    """Step 3: libvirt's live migration, the destination's definitions given explicitly."""
-    definitions = _destination_definitions(guest, destination, moved)
-    params: Dict[str, Any] = {libvirt.VIR_MIGRATE_PARAM_DEST_XML: definitions["live"]}
+    """Step 3: libvirt's live migration, the destination's live (and persistent) definition given explicitly.
+
+    In them each volume disk is on its destination connection and alias.
+    """
+    secure = libvirt.VIR_DOMAIN_XML_SECURE | libvirt.VIR_DOMAIN_XML_MIGRATABLE
+    live = retarget_for_destination(destination.store, guest.handle.XMLDesc(secure), moved)
+    params: Dict[str, Any] = {libvirt.VIR_MIGRATE_PARAM_DEST_XML: live}
     flags = libvirt.VIR_MIGRATE_LIVE
-    if "persistent" in definitions:
-        params[libvirt.VIR_MIGRATE_PARAM_PERSIST_XML] = definitions["persistent"]
+    if guest.handle.isPersistent():
+        persistent = guest.handle.XMLDesc(secure | libvirt.VIR_DOMAIN_XML_INACTIVE)
+        params[libvirt.VIR_MIGRATE_PARAM_PERSIST_XML] = retarget_for_destination(destination.store, persistent, moved)
         flags |= libvirt.VIR_MIGRATE_PERSIST_DEST | libvirt.VIR_MIGRATE_UNDEFINE_SOURCE
     if options.migrate_uri:
         params[libvirt.VIR_MIGRATE_PARAM_URI] = options.migrate_uri
