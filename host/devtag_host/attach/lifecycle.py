@@ -70,6 +70,7 @@ from .kernel import (
     undoing,
 )
 from .live_migration import (
+    DESTINATION_STEPS,
     MovedVolume,
     ensure_tags,
     prepare_destination,
@@ -81,16 +82,7 @@ from .retarget import DiskRetarget, move_disk, retarget_disks
 
 log = logging.getLogger(__name__)
 
-EVACUATE_STEPS = (
-    "validate",
-    "reserve-destination",
-    "update-destination",
-    "connect-destination",
-    "define",
-    "start",
-    "complete-destination",
-    "delete-source",
-)
+EVACUATE_STEPS = ("validate", *DESTINATION_STEPS, "define", "start", "complete-destination", "delete-source")
 SHELVE_STEPS = ("validate", "stop", "reserve-shelved", "disconnect", "delete-old", "undefine")
 UNSHELVE_STEPS = ("validate", "update", "connect", "define", "start", "complete")
 SWAP_STEPS = (

@@ -71,11 +71,10 @@ from .store import AttachmentStore
 log = logging.getLogger(__name__)
 
 FLOW = "live-migrate"
+DESTINATION_STEPS = ("reserve-destination", "update-destination", "connect-destination")  # prepare_destination
 STEPS = (
     "validate",
-    "reserve-destination",
-    "update-destination",
-    "connect-destination",
+    *DESTINATION_STEPS,
     "migrate",
     "complete-destination",
     "disconnect-source",
