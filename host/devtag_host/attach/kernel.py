@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
+import functools
 import logging
 import os
 import socket
@@ -177,6 +178,29 @@ class Host:
                 f"volume {volume.name!r} is {mine[0].status} on domain {guest.name!r}; wait or run reconcile"
             )
         return mine[0]
+
+    def reserve_like(
+        self,
+        operation: Operation,
+        step: str,
+        attachment: model.Attachment,
+        new_id: str,
+        *,
+        volume_id: Optional[str] = None,
+        **fields: Any,
+    ) -> None:
+        """Step ``step``: a new attachment ``new_id`` reserves a volume for the instance of ``attachment``.
+
+        Its volume (unless ``volume_id``), mode, tag and bus are those of
+        ``attachment``; ``fields`` add to them.  Undone by deleting it.
+        Shelve, swap and the destination side of live migration and evacuate
+        reserve this way.
+        """
+        volume_id = volume_id or attachment.volume_id
+        options = {"mode": attachment.mode, "tag": attachment.tag, "bus": attachment.bus, **fields}
+        undo = functools.partial(self.store.delete_attachment, new_id)
+        operation.step(step, volume_id=volume_id, attachment_id=new_id, undo=undo, creates=new_id)
+        self.store.reserve(volume_id, attachment.instance_uuid, attachment_id=new_id, **options)
 
     def connect_attachment(
         self,

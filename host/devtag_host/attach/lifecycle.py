@@ -173,9 +173,6 @@ class ShelvedVolume(DevicePlan):
     old_attachment: str
     shelved_attachment: str
     alias: str  # the disk's alias in the saved definition
-    tag: Optional[str]
-    bus: Optional[str]
-    mode: str
     serial: Optional[str] = None  # the disk's serial when it is not the volume id (a swapped volume)
 
     @classmethod
@@ -186,9 +183,6 @@ class ShelvedVolume(DevicePlan):
             old_attachment=attachment.id,
             shelved_attachment=str(uuid.uuid4()),
             alias=attachment.alias or devices.alias_for(attachment.id),
-            tag=attachment.tag,
-            bus=attachment.bus,
-            mode=attachment.mode,
             serial=attachment.detail.get("serial"),
         )
 
@@ -209,7 +203,8 @@ def shelve_offload(host: Host, domain: str) -> str:
         definition = guest.handle.XMLDesc(flags)  # without its secrets: this goes to the journal
         secure_definition = guest.handle.XMLDesc(flags | libvirt.VIR_DOMAIN_XML_SECURE)
         passwords = display_secrets.display_passwords(secure_definition)
-        shelved = [ShelvedVolume.of(a) for a in settled_attachments(host, guest.uuid, "reconcile first")]
+        attachments = settled_attachments(host, guest.uuid, "reconcile first")
+        shelved = [ShelvedVolume.of(a) for a in attachments]
         was_running = guest.running
         operation.step(
             "validate",
@@ -224,25 +219,10 @@ def shelve_offload(host: Host, domain: str) -> str:
         operation.step("stop", undo=guest.handle.create if was_running else None)
         if was_running:
             guest.handle.destroy()
-        for volume in shelved:
-            operation.step(
-                "reserve-shelved",
-                volume_id=volume.volume_id,
-                attachment_id=volume.shelved_attachment,
-                undo=functools.partial(store.delete_attachment, volume.shelved_attachment),
-                creates=volume.shelved_attachment,
-            )
+        for attachment, volume in zip(attachments, shelved):
             serial = {"serial": volume.serial} if volume.serial else {}
             detail = {"shelved": True, "alias": volume.alias, **serial}
-            store.reserve(
-                volume.volume_id,
-                guest.uuid,
-                mode=volume.mode,
-                tag=volume.tag,
-                bus=volume.bus,
-                attachment_id=volume.shelved_attachment,
-                detail=detail,
-            )
+            host.reserve_like(operation, "reserve-shelved", attachment, volume.shelved_attachment, detail=detail)
         for volume in shelved:
             old = store.get_attachment(volume.old_attachment)
             operation.step(
@@ -401,8 +381,7 @@ def swap_volume(host: Host, domain: str, old_volume: str, new_volume: str) -> At
         if target is None:
             raise model.Conflict(f"domain {domain!r} has no disk {alias} to swap")
 
-        operation.step("reserve", undo=lambda: store.delete_attachment(new_id), creates=new_id)
-        store.reserve(new_record.id, guest.uuid, mode=old.mode, tag=old.tag, bus=old.bus, attachment_id=new_id)
+        host.reserve_like(operation, "reserve", old, new_id, volume_id=new_record.id)
 
         detail = {**old.detail, "serial": serial, "swapped_from": old.id}
         info = host.connect_attachment(operation, new_record, new_id, alias=alias, detail=detail)

@@ -192,22 +192,14 @@ def prepare_destination(destination: Host, operation: Operation, volume: MovedVo
     record = store.get_volume(volume.volume_id)
     source_attachment = store.get_attachment(volume.source_attachment)
     destination.backend(record.backend)  # an unknown backend is refused before the reservation
-    operation.step(
+    migrating = {"migrating_from": volume.source_attachment}
+    destination.reserve_like(
+        operation,
         "reserve-destination",
-        volume_id=volume.volume_id,
-        attachment_id=volume.destination_attachment,
-        undo=lambda: store.delete_attachment(volume.destination_attachment),
-        creates=volume.destination_attachment,
-    )
-    store.reserve(
-        record.id,
-        source_attachment.instance_uuid,
-        mode=source_attachment.mode,
-        tag=volume.tag,
-        bus=source_attachment.bus,
+        source_attachment,
+        volume.destination_attachment,
         host=destination.host_name,
-        attachment_id=volume.destination_attachment,
-        detail={"migrating_from": volume.source_attachment},
+        detail=migrating,
     )
     destination.connect_attachment(
         operation,
