@@ -85,8 +85,12 @@ class Request:
     body: Any = None
     generation_of: Optional[str] = None
     raw: Optional[bytes] = None
-    # 1.28: read this consumer's generation (on each side) into the body's consumer_generation.
+    # 1.28: read this consumer's generation (on each side) into the body's consumer_generation
+    # (EACH_CONSUMER: into that of every consumer of a POST /allocations body).
     consumer_generation_of: Optional[str] = None
+
+
+EACH_CONSUMER = "each consumer"
 
 
 # At most one possibly unknown trait per any-of set: upstream names the first unknown one
@@ -370,6 +374,123 @@ def sharing_requests(draw: st.DrawFn) -> List[Request]:
     return created
 
 
+def allocation_put(consumer: str, minor: int, allocations: Dict[str, Dict[str, int]]) -> Request:
+    """PUT /allocations/{consumer} of ``allocations`` in the body format of ``minor``
+    (1.12+: 1.28's current consumer generation, read by the runner; 1.38's type)."""
+    body: Dict[str, Any] = {"project_id": "p1", "user_id": "u1"}
+    if minor < 12:
+        body["allocations"] = [{"resource_provider": {"uuid": rp}, "resources": resources}
+                               for rp, resources in allocations.items()]  # fmt: skip
+    else:
+        body["allocations"] = {rp: {"resources": resources} for rp, resources in allocations.items()}
+    if minor >= 38:
+        body["consumer_type"] = "INSTANCE"
+    return Request(
+        "PUT", f"/allocations/{consumer}", minor, body, consumer_generation_of=consumer if minor >= 28 else None
+    )
+
+
+def allocation_post(minor: int, by_consumer: Dict[str, Dict[str, Dict[str, int]]]) -> Request:
+    """POST /allocations (1.13+) of {consumer: {provider: {class: amount}}}; from 1.28
+    with each consumer's current generation (read by the runner)."""
+    body: Dict[str, Any] = {}
+    for consumer, allocations in by_consumer.items():
+        one: Dict[str, Any] = {"allocations": {rp: {"resources": resources} for rp, resources in allocations.items()},
+                               "project_id": "p1", "user_id": "u1"}  # fmt: skip
+        if minor >= 38:
+            one["consumer_type"] = "INSTANCE"
+        body[consumer] = one
+    return Request("POST", "/allocations", minor, body, consumer_generation_of=EACH_CONSUMER if minor >= 28 else None)
+
+
+def provider_with_inventory(rp: str, minor: int, inventories: Dict[str, Dict[str, Any]]) -> List[Request]:
+    return [
+        Request("POST", "/resource_providers", minor, {"name": f"cn-{rp[:4]}", "uuid": rp}),
+        Request("PUT", f"/resource_providers/{rp}/inventories", minor, {"inventories": inventories}, generation_of=rp),
+    ]
+
+
+@st.composite
+def overcapacity_requests(draw: st.DrawFn) -> List[Request]:
+    """A provider whose inventory shrinks under its allocations (total, reserved or
+    allocation_ratio: upstream allows it), then writes of its consumers that keep,
+    lower or raise their usage, or a POST that spreads it otherwise.  Upstream lets
+    a write that asks no more than its consumers held pass, over capacity too."""
+    minor = draw(minors(12))
+    rp, mine, other = PROVIDERS[0], CONSUMERS[0], CONSUMERS[1]
+    created = provider_with_inventory(rp, minor, {"VCPU": {"total": 8}, "MEMORY_MB": {"total": 64}})
+    held = draw(st.integers(3, 6))
+    created.append(allocation_put(mine, minor, {rp: {"VCPU": held, "MEMORY_MB": 8}}))
+    others = draw(st.sampled_from([0, 1, 2]))
+    if others:
+        created.append(allocation_put(other, minor, {rp: {"VCPU": others}}))
+    shrunk = draw(st.sampled_from([{"total": 2}, {"total": 4}, {"total": 6}, {"total": 8, "reserved": 5},
+                                   {"total": 8, "allocation_ratio": 0.5}]))  # fmt: skip
+    body = {"inventories": {"VCPU": shrunk, "MEMORY_MB": {"total": 64}}}
+    created.append(Request("PUT", f"/resource_providers/{rp}/inventories", minor, body, generation_of=rp))
+    for _ in range(draw(st.integers(1, 2))):
+        amount = draw(st.sampled_from([held - 1, held, held + 1, 1]))
+        if minor >= 13 and others and draw(st.integers(0, 2)) == 0:  # a move between the two consumers
+            spread = {mine: {rp: {"VCPU": amount}}, other: {rp: {"VCPU": held + others - amount}}}
+            created.append(allocation_post(minor, spread))
+        else:
+            consumer = draw(st.sampled_from([mine, mine, other]))
+            created.append(allocation_put(consumer, minor, {rp: {"VCPU": amount}}))
+        created.append(Request("GET", f"/resource_providers/{rp}/usages", minor))
+    return created
+
+
+# One allocation of a multi-allocation request: (provider, class, amount) and what is
+# wrong with it in the set-up of `multi_allocation_requests`.
+ALLOCATION_CASES = [
+    (PROVIDERS[0], "VCPU", 1),  # fits
+    (PROVIDERS[0], "VCPU", 3),  # above max_unit 2
+    (PROVIDERS[0], "MEMORY_MB", 100),  # not a multiple of step_size 256
+    (PROVIDERS[0], "MEMORY_MB", 256),  # fits
+    (PROVIDERS[1], "VCPU", 3),  # beyond the capacity of 2
+    (PROVIDERS[1], "VCPU", 1),  # fits alone; with the one above, beyond
+    (PROVIDERS[1], "DISK_GB", 1),  # below min_unit 2
+    (PROVIDERS[1], "MEMORY_MB", 256),  # no inventory of the class
+    (PROVIDERS[1], "CUSTOM_NOPE", 1),  # no such class
+    (PROVIDERS[2], "VCPU", 1),  # no such provider
+]
+
+
+@st.composite
+def multi_allocation_requests(draw: st.DrawFn) -> List[Request]:
+    """Two providers with constrained inventories, then a write whose allocations
+    are wrong in several ways at once, in a drawn order: which error upstream names
+    (unknown provider, unknown class, absent inventory, min/max/step, capacity)
+    follows its order of checks."""
+    minor = draw(minors(8))
+    first, second = PROVIDERS[0], PROVIDERS[1]
+    created = provider_with_inventory(first, minor, {"VCPU": {"total": 4, "max_unit": 2},
+                                                     "MEMORY_MB": {"total": 1024, "step_size": 256}})  # fmt: skip
+    created += provider_with_inventory(second, minor, {"VCPU": {"total": 2}, "DISK_GB": {"total": 8, "min_unit": 2}})
+    chosen = draw(st.lists(st.sampled_from(ALLOCATION_CASES), min_size=2, max_size=5,
+                           unique_by=lambda case: (case[0], case[1])))  # fmt: skip
+
+    def grouped(cases: List[Tuple[str, str, int]]) -> Dict[str, Dict[str, int]]:
+        allocations: Dict[str, Dict[str, int]] = {}
+        for rp, name, amount in cases:
+            allocations.setdefault(rp, {})[name] = amount
+        return allocations
+
+    if minor < 12:  # the list format: one entry per allocation, so a provider may come twice (the last one counts)
+        body = {"allocations": [{"resource_provider": {"uuid": rp}, "resources": {name: amount}}
+                                for rp, name, amount in chosen], "project_id": "p1", "user_id": "u1"}  # fmt: skip
+        created.append(Request("PUT", f"/allocations/{CONSUMERS[0]}", minor, body))
+    elif minor >= 13 and draw(st.booleans()):
+        cut = draw(st.integers(1, len(chosen) - 1))
+        created.append(
+            allocation_post(minor, {CONSUMERS[0]: grouped(chosen[:cut]), CONSUMERS[1]: grouped(chosen[cut:])})
+        )
+    else:
+        created.append(allocation_put(CONSUMERS[0], minor, grouped(chosen)))
+    created += [Request("GET", f"/resource_providers/{rp}/usages", minor) for rp in (first, second)]
+    return created
+
+
 @st.composite
 def reshaper_requests(draw: st.DrawFn) -> Request:
     """POST /reshaper (1.30): a provider's inventory moved, allocations rewritten."""
@@ -467,7 +588,10 @@ any_request = st.one_of(
 )
 # A sequence: single requests, now and then a whole small tree or sharing set-up built in one step.
 request_sequences = st.lists(
-    st.one_of(any_request.map(lambda one: [one]), st.one_of(tree_requests(), sharing_requests())),
+    st.one_of(
+        any_request.map(lambda one: [one]),
+        st.one_of(tree_requests(), sharing_requests(), overcapacity_requests(), multi_allocation_requests()),
+    ),
     min_size=1,
     max_size=10,
 ).map(lambda steps: [request for step in steps for request in step])
@@ -493,7 +617,14 @@ def send(client: httpx.Client, request: Request) -> Tuple[int, Dict[str, str], A
     elif request.generation_of is not None:
         body = dict(body)
         body["resource_provider_generation"] = _generation(client, request.generation_of, headers)
-    if request.consumer_generation_of is not None:
+    if request.consumer_generation_of == EACH_CONSUMER:
+        body = json.loads(json.dumps(body))
+        for consumer, one in body.items():
+            current = client.get(f"/allocations/{consumer}", headers=headers)
+            one["consumer_generation"] = (
+                current.json().get("consumer_generation") if current.status_code == 200 else None
+            )
+    elif request.consumer_generation_of is not None:
         body = dict(body)
         current = client.get(f"/allocations/{request.consumer_generation_of}", headers=headers)
         body["consumer_generation"] = current.json().get("consumer_generation") if current.status_code == 200 else None
@@ -666,3 +797,57 @@ EXAMPLES = int(os.environ.get("DEVTAG_DIFF_EXAMPLES", "90"))
 @given(requests=request_sequences)
 def test_same_answers_as_upstream(services, requests):
     compare(services, requests)
+
+
+def _fixed(minor: int) -> Dict[str, List[Request]]:
+    """The cases of :func:`overcapacity_requests` and :func:`multi_allocation_requests`
+    that upstream answered otherwise before, spelled out: each run checks them,
+    whatever hypothesis draws."""
+    first, second = PROVIDERS[0], PROVIDERS[1]
+    mine, other = CONSUMERS
+    shrinking = provider_with_inventory(first, minor, {"VCPU": {"total": 8}, "MEMORY_MB": {"total": 64}})
+    shrinking += [allocation_put(mine, minor, {first: {"VCPU": 5, "MEMORY_MB": 8}}),
+                  allocation_put(other, minor, {first: {"VCPU": 1}})]  # fmt: skip
+    shrinking.append(Request("PUT", f"/resource_providers/{first}/inventories", minor,
+                             {"inventories": {"VCPU": {"total": 4}, "MEMORY_MB": {"total": 64}}},
+                             generation_of=first))  # fmt: skip
+    for consumer, amount in ((mine, 6), (mine, 5), (mine, 4), (other, 2), (other, 1)):
+        shrinking += [allocation_put(consumer, minor, {first: {"VCPU": amount}}),
+                      Request("GET", f"/resource_providers/{first}/usages", minor)]  # fmt: skip
+    shrinking.append(allocation_post(minor, {mine: {first: {"VCPU": 2}}, other: {first: {"VCPU": 3}}}))
+    shrinking.append(Request("GET", f"/resource_providers/{first}/usages", minor))
+    shrinking.append(Request("PUT", f"/resource_providers/{first}/inventories", minor,
+                             {"inventories": {"DISK_GB": {"total": 4}}}, generation_of=first))  # fmt: skip
+    constrained = provider_with_inventory(first, minor, {"VCPU": {"total": 2},
+                                                         "MEMORY_MB": {"total": 1024, "step_size": 256}})  # fmt: skip
+    constrained += provider_with_inventory(second, minor, {"VCPU": {"total": 8, "max_unit": 2}})
+    for allocations in (
+        {first: {"VCPU": 3, "MEMORY_MB": 100}},
+        {first: {"MEMORY_MB": 100, "VCPU": 3}},
+        {first: {"VCPU": 3}, second: {"VCPU": 4}},
+        {second: {"VCPU": 4}, first: {"VCPU": 3}},
+        {second: {"MEMORY_MB": 256}, first: {"VCPU": 3}},
+        {first: {"VCPU": 3}, second: {"MEMORY_MB": 256}},
+        {first: {"VCPU": 1}, second: {"CUSTOM_NOPE": 1}, PROVIDERS[2]: {"VCPU": 1}},
+    ):
+        constrained.append(allocation_put(mine, minor, allocations))
+    constrained.append(
+        allocation_post(minor, {mine: {first: {"VCPU": 2, "MEMORY_MB": 100}}, other: {first: {"VCPU": 1}}})
+    )
+    constrained.append(
+        allocation_post(minor, {mine: {first: {"VCPU": 2}}, other: {first: {"VCPU": 1, "MEMORY_MB": 100}}})
+    )
+    listed = provider_with_inventory(second, 8, {"VCPU": {"total": 8, "max_unit": 2}})
+    twice = [{"resource_provider": {"uuid": second}, "resources": {"VCPU": amount}} for amount in (1, 2)]
+    listed.append(
+        Request("PUT", f"/allocations/{mine}", 8, {"allocations": twice, "project_id": "p1", "user_id": "u1"})
+    )
+    listed.append(Request("GET", f"/allocations/{mine}", 8))
+    return {"over capacity": shrinking, "order of checks": constrained, "provider twice in a list": listed}
+
+
+@pytest.mark.differential
+@pytest.mark.parametrize("minor", [27, 39])
+@pytest.mark.parametrize("case", sorted(_fixed(27)))
+def test_allocation_checks_as_upstream(services, case, minor):
+    compare(services, _fixed(minor)[case])

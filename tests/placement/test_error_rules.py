@@ -26,7 +26,7 @@ def test_every_domain_exception_has_a_rule_of_its_own_or_its_family(cls: type) -
 def test_the_default_rule_words_the_detail_and_code() -> None:
     error = errors.from_domain(exception.InventoryInUse("RP", ["VCPU", "DISK_GB"]))
     assert (error.status, error.code) == (409, errors.INVENTORY_INUSE)
-    assert error.detail == "update conflict: Inventory for 'DISK_GB, VCPU' on resource provider 'RP' in use."
+    assert error.detail == "update conflict: Inventory for 'VCPU, DISK_GB' on resource provider 'RP' in use."
     error = errors.from_domain(exception.InvalidAllocationCapacityExceeded("RP", "VCPU"))
     assert (error.status, error.code) == (409, errors.DEFAULT)
     assert error.detail.startswith("Unable to allocate inventory: Unable to create allocation for 'VCPU'")

@@ -94,8 +94,10 @@ class CannotDeleteParentResourceProvider(InUse):
 
 
 class InventoryInUse(InUse):
+    """``names`` in the order to name them (upstream's: by its class ids)."""
+
     def __init__(self, provider_uuid: str, names: Iterable[str]) -> None:
-        self.names = sorted(names)
+        self.names = list(names)
         super().__init__(
             f"update conflict: Inventory for '{', '.join(self.names)}' on resource provider '{provider_uuid}' in use."
         )
@@ -164,13 +166,17 @@ class InvalidInventory(InvalidAllocation):
 
 
 class InvalidAllocationConstraintsViolated(InvalidAllocation):
+    """In upstream's words (clients match them); the figures are kept for the
+    operator's log line, as upstream logs them."""
+
     def __init__(self, provider_uuid: str, name: str, amount: object, min_unit: int, max_unit: int, step: int) -> None:
         super().__init__(
-            f"Unable to create allocation for '{name}' on resource provider '{provider_uuid}'. The requested amount "
-            f"({amount}) violates min_unit ({min_unit}), max_unit ({max_unit}) or step_size ({step})."
+            f"Unable to create allocation for '{name}' on resource provider '{provider_uuid}'. "
+            "The requested amount would violate inventory constraints."
         )
         self.provider_uuid = provider_uuid
         self.name = name
+        self.figures = f"requested {amount}, min_unit {min_unit}, max_unit {max_unit}, step_size {step}"
 
 
 class InvalidAllocationCapacityExceeded(InvalidAllocation):

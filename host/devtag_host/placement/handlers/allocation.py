@@ -76,13 +76,6 @@ def get_allocations(call: Call) -> Reply:
     return Reply(200, body, cache_headers(call))
 
 
-def _merge(resources: Dict[str, Dict[str, int]], uuid: str, per_class: Dict[str, int]) -> None:
-    # As upstream: a provider is looked up as the body spells it (upper case: unknown).
-    target = resources.setdefault(uuid, {})
-    for name, amount in per_class.items():
-        target[name] = target.get(name, 0) + amount
-
-
 def put_allocations(call: Call) -> Reply:
     consumer = _consumer(call)
     if call.want(12):
@@ -91,9 +84,12 @@ def put_allocations(call: Call) -> Reply:
     else:
         body = validate(call.body, schema.PUT_V1_8 if call.want(8) else schema.PUT_V1_0)
         items = [(item["resource_provider"]["uuid"], item["resources"]) for item in body["allocations"]]
+    # As upstream: a provider is looked up as the body spells it (upper case: unknown),
+    # and one named twice in the list format (before 1.12) takes the last entry's
+    # resources, at the place of its first entry (a dict's assignment).
     resources: Dict[str, Dict[str, int]] = {}
     for uuid, per_class in items:
-        _merge(resources, uuid, per_class)
+        resources[uuid] = dict(per_class)
     wanted = wanted_allocations(call, consumer, resources, body)
     write_with_retries(call, [wanted], f"Unable to allocate inventory for consumer {consumer}: ")
     return Reply(204)
@@ -101,10 +97,7 @@ def put_allocations(call: Call) -> Reply:
 
 def merged_resources(item: Dict[str, Any]) -> Dict[str, Dict[str, int]]:
     """{provider uuid: {class: amount}} of one consumer's dict-format body."""
-    resources: Dict[str, Dict[str, int]] = {}
-    for uuid, per in item["allocations"].items():
-        _merge(resources, uuid, per["resources"])
-    return resources
+    return {uuid: dict(per["resources"]) for uuid, per in item["allocations"].items()}
 
 
 def wanted_allocations(

@@ -5,9 +5,10 @@ transaction: read what it needs (consumers, providers, the old allocations),
 then claim the providers allocated from (and those of a consumer whose
 allocations a PUT/POST empties, as upstream) in id order (so two writers never
 deadlock) by counting the write in their generation, delete the old rows, check
-every (provider, class) the new rows touch against
-``(total - reserved) * allocation_ratio - used >= requested`` and
-min/max/step (``used``: the inventory row's, read after the claim), insert,
+every new row, in request order, against its inventory's min/max/step and
+``(total - reserved) * allocation_ratio - used >= requested`` (``used``: the
+inventory row's, read after the claim; a write that asks no more than its
+consumers held passes even over capacity, as upstream), insert,
 and keep ``inventories.used``.  The claim is either a compare-and-swap of the
 generations read (a first try: it loses to a write committed since) or a row
 lock (the retry: it waits for the writes before it); see :func:`_claim_providers`.
@@ -15,10 +16,10 @@ lock (the retry: it waits for the writes before it); see :func:`_claim_providers
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Set, Tuple
 
-import os_resource_classes
 from sqlalchemy import (
     Integer,
     String,
@@ -46,8 +47,7 @@ from ..exception import (
 from . import consumer as consumer_obj
 from . import resource_class
 
-# OpenStack Placement's id of a standard class: its index in os-resource-classes' list.
-_STANDARD_INDEX = {name: index for index, name in enumerate(os_resource_classes.STANDARDS)}
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -372,12 +372,9 @@ def _upstream_class_order(named: List[int], names: Dict[int, str]) -> List[str]:
     its index in os-resource-classes' list, custom ids count from 10000).  Int
     hashing is not randomised, so the order is deterministic; for custom classes the
     upstream id is estimated from ours (equal when both created them in one order)."""
-    first_custom = len(_STANDARD_INDEX) + 1
     upstream_ids: Dict[int, str] = {}
     for class_id in named:
-        name = names[class_id]
-        index = _STANDARD_INDEX.get(name)
-        upstream_ids.setdefault(index if index is not None else 10000 + class_id - first_custom, name)
+        upstream_ids.setdefault(resource_class.upstream_id(names[class_id], class_id), names[class_id])
     return [upstream_ids[upstream_id] for upstream_id in set(upstream_ids)]
 
 
@@ -392,9 +389,10 @@ def _check_capacity(
 ) -> None:
     """Every (provider, class) written must have inventory, the amounts must respect
     min_unit/max_unit/step_size, and the usage of the other consumers plus the
-    amount must fit: ``(total - reserved) * allocation_ratio``.  The usage is the
-    inventory row's ``used`` (read after the providers were claimed, so every write
-    before this one is in it) less what these consumers ``held`` before.
+    amount must fit: ``(total - reserved) * allocation_ratio``, or be no more than
+    these consumers held there (see :func:`fits`).  The usage is the inventory
+    row's ``used`` (read after the providers were claimed, so every write before
+    this one is in it) less what these consumers ``held`` before.
 
     As upstream, providers with inventory of none of the write's classes (``named``)
     come first: one error names every class of the write and every such provider
@@ -417,20 +415,42 @@ def _check_capacity(
         if wanted_classes - set(names):  # an emptied consumer's class: not looked up by name
             names = resource_class.names_by_id(connection)
         raise InvalidInventory(", ".join(missing), ", ".join(_upstream_class_order(named, names)))
+    # Upstream's order: each allocation in request order gets all its checks (inventory
+    # of its class, min/max/step, capacity) before the next one is looked at, so the
+    # first wrong allocation names the error; capacity counts the amounts of this
+    # (provider, class) so far in the request.
+    needed: Dict[Tuple[int, int], int] = {}
     for wanted in rows:
         provider_id, class_id, amount = wanted["resource_provider_id"], wanted["resource_class_id"], wanted["used"]
+        key = (provider_id, class_id)
         uuid, name = providers[provider_id].uuid, names[class_id]
-        row = inventory.get((provider_id, class_id))
+        row = inventory.get(key)
         if row is None:
             raise InvalidInventory(uuid, name)
         if amount < row.min_unit or amount > row.max_unit or amount % row.step_size:
-            raise InvalidAllocationConstraintsViolated(uuid, name, amount, row.min_unit, row.max_unit, row.step_size)
-    for (provider_id, class_id), amount in sorted(requested.items()):
-        uuid, name = providers[provider_id].uuid, names[class_id]
-        row = inventory[(provider_id, class_id)]
-        capacity = (row.total - row.reserved) * row.allocation_ratio
-        if capacity - (row.used - held.get((provider_id, class_id), 0)) < amount:
+            error = InvalidAllocationConstraintsViolated(uuid, name, amount, row.min_unit, row.max_unit, row.step_size)
+            log.info("allocation of %s on provider %s refused: %s", name, uuid, error.figures)
+            raise error
+        needed[key] = needed.get(key, 0) + amount
+        if not fits(row, row.used - held.get(key, 0), needed[key], held.get(key, 0)):
+            log.info(
+                "allocation of %s on provider %s refused: %s requested, %s used by others, capacity %s",
+                name, uuid, needed[key], row.used - held.get(key, 0), (row.total - row.reserved) * row.allocation_ratio,
+            )  # fmt: skip
             raise InvalidAllocationCapacityExceeded(uuid, name)
+
+
+def fits(inventory: Any, used_by_others: int, requested: int, held_before: int) -> bool:
+    """Whether ``requested`` more fits the inventory row (total, reserved,
+    allocation_ratio) next to what other consumers use.
+
+    As upstream, a write that is no worse than before passes even when the provider
+    stays over its capacity (its inventory shrank, or its allocation_ratio went
+    down, under allocations): ``requested`` not above what the write's consumers
+    ``held_before`` on this (provider, class).  Refusing it would leave the consumer
+    stuck with its larger allocation; allowing more would deepen the overage."""
+    capacity = (inventory.total - inventory.reserved) * inventory.allocation_ratio
+    return capacity >= used_by_others + requested or requested <= held_before
 
 
 def usages_by_project(connection: Connection, project_id: str, user_id: Optional[str]) -> Dict[str, int]:

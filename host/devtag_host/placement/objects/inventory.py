@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict
+from typing import Any, Dict, Tuple
 
 from sqlalchemy import bindparam, func, select
 from sqlalchemy.engine import Connection
@@ -75,15 +75,16 @@ def of_provider(connection: Connection, provider_id: int) -> Dict[str, Inventory
 
 
 _USED_OF_PROVIDER = (
-    select(resource_classes.c.name, inventories.c.used)
+    select(resource_classes.c.name, inventories.c.used, inventories.c.resource_class_id)
     .join(resource_classes, resource_classes.c.id == inventories.c.resource_class_id)
     .where(inventories.c.resource_provider_id == bindparam("b_provider"))
 )
 
 
-def _used_of_provider(connection: Connection, provider_id: int) -> Dict[str, int]:
-    """{class name: allocated amount} of each inventory row of the provider."""
-    return {name: used for name, used in connection.execute(_USED_OF_PROVIDER, {"b_provider": provider_id})}
+def _used_of_provider(connection: Connection, provider_id: int) -> Dict[str, Tuple[int, int]]:
+    """{class name: (allocated amount, class id)} of each inventory row of the provider."""
+    rows = connection.execute(_USED_OF_PROVIDER, {"b_provider": provider_id})
+    return {name: (used, class_id) for name, used, class_id in rows}
 
 
 def _usage(connection: Connection, provider_id: int) -> Dict[str, int]:
@@ -108,9 +109,12 @@ def replace_all(
     class_ids = resource_class.require_ids(connection, wanted)
     used = _used_of_provider(connection, provider.id)
     removed = set(used) - set(wanted)
-    busy = {name for name in removed if used[name]}
+    busy = [name for name in removed if used[name][0]]
     if busy and check_in_use:
-        raise InventoryInUse(provider.uuid, busy)
+        # In upstream's order: by its class ids (its query groups by them).
+        raise InventoryInUse(
+            provider.uuid, sorted(busy, key=lambda name: resource_class.upstream_id(name, used[name][1]))
+        )
     bump_generation(connection, provider)
     connection.execute(_DELETE_ALL, {"b_provider": provider.id})
     if wanted:
@@ -120,7 +124,7 @@ def replace_all(
                 {
                     "resource_provider_id": provider.id,
                     "resource_class_id": class_ids[name],
-                    "used": used.get(name, 0),  # the allocations stay: so does their sum
+                    "used": used[name][0] if name in used else 0,  # the allocations stay: so does their sum
                     **inventory.as_dict(),
                 }
                 for name, inventory in wanted.items()

@@ -20,6 +20,18 @@ from ..exception import (
 from . import standard_ids
 
 STANDARD = frozenset(os_resource_classes.STANDARDS)
+# OpenStack Placement's id of a standard class: its index in os-resource-classes' list.
+_STANDARD_INDEX = {name: index for index, name in enumerate(os_resource_classes.STANDARDS)}
+_FIRST_CUSTOM_ID = len(_STANDARD_INDEX) + 1  # devtag's first custom class id
+
+
+def upstream_id(name: str, class_id: int) -> int:
+    """The id OpenStack Placement gives the class ``name`` (devtag's ``class_id``):
+    where its answers list classes in id order, devtag lists them the same way.
+    Custom ids count from 10000 upstream, so a custom class's is estimated from
+    devtag's (equal when both created the custom classes in one order)."""
+    index = _STANDARD_INDEX.get(name)
+    return index if index is not None else 10000 + class_id - _FIRST_CUSTOM_ID
 
 
 def is_custom(name: str) -> bool:
