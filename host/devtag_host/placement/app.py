@@ -226,6 +226,7 @@ class Placement:
         if method == "GET" and headers.get("accept") and not _accepts_json(headers["accept"]):
             raise PlacementError(406, "Only application/json is provided")
         parsed: Any = None
+        provider_first: Optional[str] = None
         if takes_body or (body and method in ("PUT", "POST")):
             content_type = headers.get("content-type", "").split(";", 1)[0].strip().lower()
             if content_type != "application/json":
@@ -235,19 +236,32 @@ class Placement:
                 )
             if "uuid" in match.groupdict() and path.startswith("/resource_providers/") and not path.endswith("/traits"):
                 # As upstream: an unknown provider is a 404 before its body is read
-                # (but for PUT .../traits, whose body upstream reads first).
-                with self.store.read() as connection:
-                    provider_objects.get_or_404(connection, match.group("uuid"))
+                # (but for PUT .../traits, whose body upstream reads first).  Its
+                # handler looks the provider up first thing in its own transaction,
+                # so only a body refused before that needs the look-up here: a
+                # separate read transaction per write cost a fifth of the load path.
+                provider_first = match.group("uuid")
             try:
                 parsed = json.loads(body)
             except (ValueError, UnicodeDecodeError) as exc:
+                self._require_provider(provider_first)
                 raise errors.bad_request(f"Malformed JSON: {exc}") from None
         try:
             query = parse_qsl(query_string, keep_blank_values=True, strict_parsing=False, max_num_fields=100)
         except ValueError:
             raise errors.bad_request("Invalid query string parameters: too many fields") from None
         call = Call(self.store, version, match.groupdict(), query, parsed)
-        return handler(call)
+        try:
+            return handler(call)
+        except (PlacementError, PlacementException):
+            self._require_provider(provider_first)
+            raise
+
+    def _require_provider(self, uuid: Optional[str]) -> None:
+        """404 if the provider ``uuid`` (if any) does not exist."""
+        if uuid is not None:
+            with self.store.read() as connection:
+                provider_objects.get_or_404(connection, uuid)
 
     def _check_token(self, token: Optional[str]) -> None:
         if not token:

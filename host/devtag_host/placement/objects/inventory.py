@@ -116,7 +116,8 @@ def replace_all(
             provider.uuid, sorted(busy, key=lambda name: resource_class.upstream_id(name, used[name][1]))
         )
     bump_generation(connection, provider)
-    connection.execute(_DELETE_ALL, {"b_provider": provider.id})
+    if used:  # a new provider has no rows to delete (the load path: one statement fewer)
+        connection.execute(_DELETE_ALL, {"b_provider": provider.id})
     if wanted:
         connection.execute(
             _INSERT,

@@ -112,7 +112,8 @@ def set_for_provider(
     existing = set(connection.scalars(_IDS_OF_PROVIDER, {"b_provider": provider.id}))
     if existing == set(found.values()):
         return  # as upstream: no change, no new generation
-    connection.execute(_DELETE_OF_PROVIDER, {"b_provider": provider.id})
+    if existing:
+        connection.execute(_DELETE_OF_PROVIDER, {"b_provider": provider.id})
     if found:
         connection.execute(
             _INSERT_OF_PROVIDER,

@@ -1,0 +1,69 @@
+"""The load path (issue 13 performance: loading providers >= 20x faster than
+upstream): each write of a provider, its inventory, aggregates and traits runs in
+one transaction, and a new provider's inventory deletes nothing.  The unknown
+provider check that upstream makes before reading the body is made only when a
+body is refused (the handler's own look-up answers 404 otherwise)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Iterator, List
+
+import pytest
+from sqlalchemy import event
+
+from .conftest import make_client
+
+
+@pytest.fixture
+def statements(sqlite_store) -> Iterator[List[str]]:
+    seen: List[str] = []
+
+    def record(_connection, _cursor, statement, *_args) -> None:
+        seen.append(statement.split()[0].upper() + (" IMMEDIATE" if "IMMEDIATE" in statement else ""))
+
+    for engine in (sqlite_store.writer, sqlite_store.reader):
+        event.listen(engine, "before_cursor_execute", record)
+    yield seen
+    for engine in (sqlite_store.writer, sqlite_store.reader):
+        event.remove(engine, "before_cursor_execute", record)
+
+
+def test_each_load_call_is_one_transaction(sqlite_store, statements):
+    rp = str(uuid.uuid4())
+    with make_client(sqlite_store, **{"openstack-api-version": "placement 1.17"}) as client:
+        calls = [
+            ("POST", "/resource_providers", {"name": "cn1", "uuid": rp}, 201),
+            ("PUT", f"/resource_providers/{rp}/inventories",
+             {"resource_provider_generation": 0, "inventories": {"VCPU": {"total": 32}, "DISK_GB": {"total": 9}}}, 200),
+            ("PUT", f"/resource_providers/{rp}/aggregates", [str(uuid.uuid4())], 200),
+            ("PUT", f"/resource_providers/{rp}/traits",
+             {"resource_provider_generation": 1, "traits": ["HW_CPU_X86_AVX2"]}, 200),
+        ]  # fmt: skip
+        for method, path, body, status in calls:
+            statements.clear()
+            answer = client.request(method, path, json=body)
+            assert answer.status_code == status, answer.text
+            assert statements.count("BEGIN IMMEDIATE") == 1 and "BEGIN" not in statements, (path, statements)
+            assert "DELETE" not in statements or path.endswith("/aggregates"), (path, statements)
+
+
+@pytest.mark.parametrize(
+    "path, body",
+    [
+        ("/inventories", b"{"),
+        ("/inventories", b'{"inventories": {"VCPU": {"total": 0}}}'),
+        ("/aggregates", b'["not-a-uuid"]'),
+        ("", b'{"bogus": 1}'),
+        ("/inventories/VCPU", b"[]"),
+    ],
+)
+def test_an_unknown_provider_is_a_404_before_its_body_whatever_the_body(client, path, body):
+    missing = str(uuid.uuid4())
+    headers = {"content-type": "application/json"}
+    answer = client.put(f"/resource_providers/{missing}{path}", content=body, headers=headers)
+    assert answer.status_code == 404, answer.text
+    rp = str(uuid.uuid4())
+    assert client.post("/resource_providers", json={"name": "cn1", "uuid": rp}).status_code == 200
+    answer = client.put(f"/resource_providers/{rp}{path}", content=body, headers=headers)
+    assert answer.status_code == 400, answer.text
