@@ -13,6 +13,7 @@ from typing import Optional
 import os_resource_classes
 import os_traits
 from sqlalchemy import (
+    BigInteger,
     Column,
     DateTime,
     Float,
@@ -131,6 +132,19 @@ provider_traits = Table(
     Column("resource_provider_id", Integer, ForeignKey("resource_providers.id"), primary_key=True),
     Column("trait_id", Integer, ForeignKey("traits.id"), primary_key=True),
     Index("rp_traits_trait_idx", "trait_id"),
+)
+
+
+# One row (id 1): a number that changes, in the same transaction, with every write of
+# what allocation candidates read besides usage (providers, their tree, inventories
+# but ``used``, traits, aggregates, trait and class names).  Database triggers keep it
+# (migration 0005), whichever code or process writes; objects/static_world.py keeps
+# those rows in memory between requests while the number stays the same.
+static_changes = Table(
+    "placement_static_changes",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("stamp", BigInteger, nullable=False),
 )
 
 

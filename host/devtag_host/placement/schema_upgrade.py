@@ -6,7 +6,7 @@ from pathlib import Path
 
 from .. import db
 from .db import Store, sync_standard_names
-from .objects import standard_ids
+from .objects import standard_ids, static_world
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
@@ -15,6 +15,8 @@ def upgrade(store: Store, revision: str = "head") -> None:
     """Create or upgrade the schema of ``store`` and insert standard traits/classes."""
     standard_ids.forget(store.writer)
     standard_ids.forget(store.reader)
+    static_world.forget(store.writer)
+    static_world.forget(store.reader)
     db.upgrade(store, MIGRATIONS, revision=revision)
     sync_standard_names(store)
 

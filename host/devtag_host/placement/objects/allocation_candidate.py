@@ -154,7 +154,7 @@ def _general(connection: Connection, request: CandidateRequest, shape: Shape) ->
         summarised = [rp_id for rp_id in sorted(world.uuid) if root_of[rp_id] in roots]
     else:
         summarised = sorted(involved)
-    names = resource_class.names_by_id(connection)
+    names = world.kept.class_names if world.kept is not None else resource_class.names_by_id(connection)
     requested = {name for group in request.groups for name in group.resources}
     summaries = _summaries(connection, world, summarised, names, requested, shape)
     return Candidates(_requests(world, found.suffixes, chosen, parts, names, shape), summaries)
@@ -289,7 +289,10 @@ def _summaries(
     nothing: Dict[str, Any] = {}
     no_traits: List[str] = []
     if shape.with_traits:
-        traits_of = _trait_lists(connection, provider_ids, len(uuid))
+        if world.kept is not None:
+            traits_of = world.kept.trait_names
+        else:
+            traits_of = _trait_lists(connection, provider_ids, len(uuid))
         if shape.nested_aware:  # 1.29+: the common case, built in one go
             by_uuid = uuid.get  # a root's parent is None, and None is no provider's id
             return {

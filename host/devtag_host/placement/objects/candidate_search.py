@@ -25,17 +25,18 @@ from __future__ import annotations
 import functools
 import itertools
 from dataclasses import dataclass, field
-from typing import Any, Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import AbstractSet, Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Set, Tuple
 
 import os_traits
-from sqlalchemy import String, bindparam, cast, func, literal_column, select
-from sqlalchemy.engine import Connection, Dialect
-from sqlalchemy.sql.expression import ColumnElement, Select
+from sqlalchemy import bindparam, select
+from sqlalchemy.engine import Connection
+from sqlalchemy.sql.expression import Select
 
 from ..candidate_request import CandidateRequest, Group
-from ..db import inventories, provider_aggregates, provider_traits, resource_providers
+from ..db import provider_traits
 from ..exception import ResourceClassNotFound
-from . import resource_class, trait
+from . import resource_class, static_world, trait
+from .raw_rows import fetch_all, joined_ids, split_ids
 
 # A guard against combinatorial explosion: a request that would build more
 # combinations than this is answered with what was found so far.
@@ -46,7 +47,7 @@ MAX_COMBINATIONS = 200_000
 # step_size), the capacity as SQL computes it (a float).  ``amount`` fits when
 # int(capacity) - used >= amount, min_unit <= amount <= max_unit and amount %
 # step_size == 0 (``World.fitting``).
-Row = Tuple[int, int, float, int, int, int, int]
+Row = static_world.Row
 _EXACT_FLOATS = float(2**53)  # every integer up to here is a float, and differences of them are exact
 
 # What one part of a candidate takes from each of its providers: (provider,
@@ -61,15 +62,16 @@ class World:
     uuid: Dict[int, str]
     parent: Dict[int, Optional[int]]
     root: Dict[int, int]
-    traits: Dict[int, Set[int]]  # provider -> the wanted traits it has
+    traits: Mapping[int, AbstractSet[int]]  # provider -> its traits (at least the wanted ones)
     aggregates: Dict[int, Set[str]]  # read only when a group names aggregates or sharing providers exist
     # class -> {provider: its row}, for every class: the search reads the requested
     # ones, the summaries all of them (1.27), and one read of the table serves both.
     rows: Dict[int, Dict[int, Row]]
     sharing: Set[int]
-    with_trait: Dict[int, Set[int]] = field(default_factory=dict)  # wanted trait id -> providers having it
+    with_trait: Mapping[int, AbstractSet[int]] = field(default_factory=dict)  # wanted trait id -> its providers
     _fitting: Dict[Tuple[int, int], Set[int]] = field(default_factory=dict)
     _lineage: Dict[int, FrozenSet[int]] = field(default_factory=dict)
+    kept: Optional[static_world.StaticWorld] = None  # what it was built on, if kept between requests
 
     def lineage(self, rp_id: int) -> FrozenSet[int]:
         """The provider and its ancestors (remembered, and built on the parent's)."""
@@ -125,29 +127,6 @@ class Found:
     suffixes: List[str] = field(default_factory=list)  # the groups' suffixes, in the parts' order
 
 
-_PROVIDERS = select(
-    resource_providers.c.id,
-    resource_providers.c.uuid,
-    resource_providers.c.parent_provider_id,
-    func.coalesce(resource_providers.c.root_provider_id, resource_providers.c.id),
-)
-
-
-def joined_ids(column: ColumnElement[int], dialect: str) -> ColumnElement[str]:
-    """SQL: the aggregate of the integer ``column`` as one comma-joined string.  A few
-    such rows cost the driver far less than one row per value (the sqlite3 module,
-    for one, releases and takes back the GIL around every row); the separator is SQL
-    text, so statements with it can run without parameters."""
-    comma: ColumnElement[str] = literal_column("','")
-    if dialect == "postgresql":
-        return func.string_agg(cast(column, String), comma)
-    return func.group_concat(column, comma)
-
-
-def split_ids(joined: str) -> List[int]:
-    return list(map(int, joined.split(",")))
-
-
 @functools.lru_cache(maxsize=4)
 def _providers_of_traits(dialect: str) -> Select[Any]:
     """SQL: each wanted trait (``b_traits``) with the joined ids of its providers."""
@@ -158,39 +137,37 @@ def _providers_of_traits(dialect: str) -> Select[Any]:
     )
 
 
-_AGGREGATES = select(provider_aggregates.c.resource_provider_id, provider_aggregates.c.aggregate_uuid)
-_INVENTORY = select(
-    inventories.c.resource_provider_id,
-    inventories.c.resource_class_id,
-    # The capacity as the flat path and the summaries compute it (the same IEEE
-    # product as Python's on SQLite's REAL and PostgreSQL's double precision).
-    (inventories.c.total - inventories.c.reserved) * inventories.c.allocation_ratio,
-    inventories.c.used,
-    inventories.c.min_unit,
-    inventories.c.max_unit,
-    inventories.c.step_size,
-)
-
-
-@functools.lru_cache(maxsize=32)
-def _sql_of(statement: Select[Any], dialect: Dialect) -> str:
-    return str(statement.compile(dialect=dialect))
-
-
-def fetch_all(connection: Connection, statement: Select[Any]) -> Sequence[Any]:
-    """Every row of ``statement`` (a constant without parameters that returns only
-    numbers and strings) as plain tuples, read through the DB-API cursor of
-    ``connection``, in its transaction.  SQLAlchemy's result layer costs about a fifth
-    of reading thousands of rows, and the driver's values need no processing here."""
-    cursor = connection.connection.cursor()
-    try:
-        cursor.execute(_sql_of(statement, connection.dialect))
-        return cursor.fetchall()
-    finally:
-        cursor.close()
-
-
 def load(
+    connection: Connection,
+    trait_ids: Iterable[int],
+    shares_id: Optional[int],
+    with_aggregates: bool = True,
+) -> World:
+    """The world of this request: the kept static rows with this request's usage
+    (``static_world``), else everything read now (``read_all``)."""
+    found = static_world.current(connection)
+    if found is None:
+        return read_all(connection, trait_ids, shares_id, with_aggregates)
+    kept, usage = found
+    empty: FrozenSet[int] = frozenset()
+    wanted_traits = set(trait_ids) | ({shares_id} if shares_id is not None else set())
+    with_trait = {trait_id: kept.with_trait.get(trait_id, empty) for trait_id in wanted_traits}
+    sharing = set(with_trait[shares_id]) if shares_id is not None else set()
+    return World(
+        kept.uuid,
+        kept.parent,
+        kept.root,
+        kept.traits,  # all of a provider's traits: the search only intersects them with wanted ones
+        kept.aggregates,
+        static_world.with_usage(kept, usage),
+        sharing,
+        with_trait,
+        _lineage=kept.lineage,
+        kept=kept,
+    )
+
+
+def read_all(
     connection: Connection,
     trait_ids: Iterable[int],
     shares_id: Optional[int],
@@ -199,7 +176,7 @@ def load(
     """Read the providers, the wanted traits, the inventories and (when ``with_aggregates``
     or sharing providers exist) the aggregates: four statements built once, each row
     list fetched whole (row by row iteration cost more than SQLite's work)."""
-    providers = fetch_all(connection, _PROVIDERS)
+    providers = fetch_all(connection, static_world.PROVIDERS)
     ids = [row[0] for row in providers]
     uuid: Dict[int, str] = dict(zip(ids, [row[1] for row in providers]))
     parent: Dict[int, Optional[int]] = dict(zip(ids, [row[2] for row in providers]))
@@ -216,10 +193,10 @@ def load(
     sharing = set(with_trait[shares_id]) if shares_id is not None else set()
     aggregates: Dict[int, Set[str]] = {}
     if with_aggregates or sharing:
-        for rp_id, agg in fetch_all(connection, _AGGREGATES):
+        for rp_id, agg in fetch_all(connection, static_world.AGGREGATES):
             aggregates.setdefault(rp_id, set()).add(agg)
     rows: Dict[int, Dict[int, Row]] = {}
-    for row in fetch_all(connection, _INVENTORY):
+    for row in fetch_all(connection, static_world.INVENTORY):
         of_class = rows.get(row[1])
         if of_class is None:
             rows[row[1]] = {row[0]: row}
