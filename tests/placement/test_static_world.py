@@ -39,7 +39,8 @@ QUERIES = [
 
 @pytest.fixture
 def world(store: Store) -> Iterator[Dict[str, str]]:
-    """Two compute nodes, each with 2 NUMA and 2 NIC children; node 1 in aggregate A."""
+    """Two compute nodes, each with 2 NUMA and 2 NIC children; node 1 in aggregate A, with a
+    CUSTOM_FPGA and a child without inventory or traits; node 2 in aggregate B."""
     names: Dict[str, str] = {}
     with make_client(store, **LATEST) as client:
         for trait in ("CUSTOM_PHYSNET_A", "CUSTOM_PHYSNET_B", "CUSTOM_GONE"):
@@ -58,7 +59,11 @@ def world(store: Store) -> Iterator[Dict[str, str]]:
                 )
                 set_inventory(client, child, **NIC)
                 _put_traits(client, child, [f"CUSTOM_PHYSNET_{physnet}"])
+        names["cn1-empty"] = new_provider(client, "cn1-empty", parent_provider_uuid=names["cn1"])
+        assert client.put("/resource_classes/CUSTOM_FPGA").status_code == 201
+        set_inventory(client, names["cn1"], CUSTOM_FPGA={"total": 1})
         _put_aggregates(client, names["cn1"], [AGG_A], "1.19")
+        _put_aggregates(client, names["cn2"], [AGG_B], "1.19")
     yield names
 
 
@@ -143,8 +148,16 @@ def _new_tree(client: httpx.Client, names: Dict[str, str]) -> None:
     set_inventory(client, cn, VCPU={"total": 4}, MEMORY_MB={"total": 1024})
 
 
+def _new_bare_child(client: httpx.Client, names: Dict[str, str]) -> None:
+    new_provider(client, "cn1-new", parent_provider_uuid=names["cn1"])  # in the summaries of cn1's tree
+
+
 def _delete_provider(client: httpx.Client, names: Dict[str, str]) -> None:
     assert client.delete(f"/resource_providers/{names['cn2-nic1']}").status_code == 204
+
+
+def _delete_bare_provider(client: httpx.Client, names: Dict[str, str]) -> None:
+    assert client.delete(f"/resource_providers/{names['cn1-empty']}").status_code == 204
 
 
 def _reparent(client: httpx.Client, names: Dict[str, str]) -> None:
@@ -171,7 +184,7 @@ def _forbidden_trait(client: httpx.Client, names: Dict[str, str]) -> None:
 
 def _aggregates_old(client: httpx.Client, names: Dict[str, str]) -> None:
     # Below 1.19 upstream bumps no generation: the stamp must move all the same.
-    _put_aggregates(client, names["cn2"], [AGG_B], "1.18")
+    _put_aggregates(client, names["cn2"], [], "1.18")
 
 
 def _aggregates_new(client: httpx.Client, names: Dict[str, str]) -> None:
@@ -179,8 +192,8 @@ def _aggregates_new(client: httpx.Client, names: Dict[str, str]) -> None:
 
 
 def _custom_class(client: httpx.Client, names: Dict[str, str]) -> None:
-    assert client.put("/resource_classes/CUSTOM_FPGA").status_code == 201
-    set_inventory(client, names["cn1"], CUSTOM_FPGA={"total": 2})
+    assert client.put("/resource_classes/CUSTOM_GPU").status_code == 201
+    set_inventory(client, names["cn1"], CUSTOM_FPGA={"total": 1}, CUSTOM_GPU={"total": 2})
 
 
 def _trait_names(client: httpx.Client, names: Dict[str, str]) -> None:
@@ -216,7 +229,9 @@ WRITES = {
     "inventory DELETE": _inventory_delete,
     "inventory POST": _inventory_post,
     "new provider": _new_tree,
+    "new child without inventory": _new_bare_child,
     "provider DELETE": _delete_provider,
+    "provider without inventory DELETE": _delete_bare_provider,
     "re-parent": _reparent,
     "un-parent": _unparent,
     "traits PUT": _traits_put,
@@ -255,10 +270,12 @@ RAW_WRITES = {
     " WHERE name = 'MEMORY_MB')",
     "resource_provider_traits": "DELETE FROM resource_provider_traits WHERE trait_id = (SELECT id FROM traits"
     " WHERE name = 'CUSTOM_PHYSNET_A')",
-    "resource_provider_aggregates": "DELETE FROM resource_provider_aggregates",
+    # One of the two aggregates: the handler's own check of member_of still finds the other.
+    "resource_provider_aggregates": "DELETE FROM resource_provider_aggregates WHERE aggregate_uuid = '" + AGG_A + "'",  # noqa: S608 - a constant
     "resource_providers": "UPDATE resource_providers SET parent_provider_id = NULL, root_provider_id = NULL"
     " WHERE name = 'cn1-numa1'",
     "traits": "UPDATE traits SET name = 'CUSTOM_RENAMED' WHERE name = 'CUSTOM_PHYSNET_B'",
+    "resource_classes": "UPDATE resource_classes SET name = 'CUSTOM_RENAMED' WHERE name = 'CUSTOM_FPGA'",
 }
 
 
@@ -298,7 +315,7 @@ def test_without_the_triggers_nothing_is_kept(store, world):
     before = _answers(sqlite_store)
     assert static_world._KEPT[sqlite_store.reader].world is None
     with sqlite_store.write() as connection:
-        connection.execute(text("DELETE FROM resource_provider_aggregates"))
+        connection.execute(text(RAW_WRITES["resource_provider_aggregates"]))
     after = _answers(sqlite_store)
     assert after != before and after == _fresh_answers(sqlite_store.url)
 
