@@ -18,7 +18,7 @@ def test_db_sync_is_idempotent(tmp_path, capsys):
     assert main(["placement", "db-sync", "--db", url]) == 0
     assert "up to date" in capsys.readouterr().out
     store = Store(url)
-    assert schema_upgrade.current_revision(store) == "0004"
+    assert schema_upgrade.current_revision(store) == "0005"
     store.dispose()
 
 

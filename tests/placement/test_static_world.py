@@ -266,6 +266,34 @@ def test_a_write_through_another_store_shows_in_the_next_answer(store, world, wr
         assert _kept(store) is not kept
 
 
+def test_summaries_of_providers_in_use_are_never_remembered(store, world):
+    """A provider's summary is encoded once and reused only while none of its rows
+    is in use: each allocation must show in the next answer."""
+    with make_client(store, **LATEST) as client:
+        for _ in range(3):
+            before = _answers(store)
+            body = {
+                "allocations": {world["cn1-numa0"]: {"resources": {"VCPU": 1}}},
+                "project_id": "p",
+                "user_id": "u",
+                "consumer_generation": None,
+                "consumer_type": "INSTANCE",
+            }
+            assert client.put(f"/allocations/{uuid.uuid4()}", json=body).status_code == 204
+            after = _answers(store)
+            assert after != before and after == _fresh_answers(store.url)
+
+
+def test_an_empty_answer_is_encoded_as_an_empty_list(store, world):
+    with make_client(store, **LATEST) as client:
+        response = client.get(
+            "/allocation_candidates?resources_NUMA=VCPU:9&required_HOST=HW_CPU_X86_AVX2"
+            "&same_subtree=_HOST,_NUMA&group_policy=isolate"
+        )
+    assert response.status_code == 200
+    assert response.content == b'{"allocation_requests":[],"provider_summaries":{}}'
+
+
 RAW_WRITES = {
     "inventories": "UPDATE inventories SET total = 1 WHERE resource_class_id = (SELECT id FROM resource_classes"
     " WHERE name = 'MEMORY_MB')",

@@ -12,9 +12,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
+import operator
 import threading
-from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
+from dataclasses import astuple, dataclass, replace
+from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 import os_traits
 from sqlalchemy import Integer, and_, bindparam, case, exists, func, null, select
@@ -26,8 +27,17 @@ from ..db import inventories, provider_aggregates, provider_traits, resource_pro
 from ..exception import ResourceClassNotFound
 from ..microversion import Version
 from ..query import AggregateFilter
-from . import candidate_search, resource_class, trait
+from . import candidate_search, resource_class, static_world, trait
 from .resource_provider import fitting_rows, used_of_inventory
+
+_encode: Optional[Callable[[Any], bytes]] = None
+Fragment: Optional[Callable[[bytes], Any]] = None
+try:  # pre-encoded summaries need orjson's fragments; without orjson the answer is built of dicts
+    import orjson
+
+    _encode, Fragment = orjson.dumps, orjson.Fragment
+except ImportError:  # pragma: no cover - orjson is in the host extra
+    pass
 
 
 @dataclass
@@ -174,6 +184,8 @@ def _requests(
     ``mappings`` entry) is worked out once per part; a candidate whose parts take
     from distinct providers is then their entries side by side, sorted by uuid.
     Repeated amounts are one shared object each."""
+    if shape.dict_format and _encode is not None and Fragment is not None:
+        return [_encoded_requests(world, suffixes, chosen, parts, names, shape.with_mappings)]
     uuid = world.uuid
     same: Dict[Tuple[Tuple[int, int], ...], Any] = {}
 
@@ -205,6 +217,59 @@ def _requests(
             body["mappings"] = dict(zip(suffixes, [uuids for _entries, uuids in of_parts]))
         requests.append(body)
     return requests
+
+
+def _encoded_requests(
+    world: candidate_search.World,
+    suffixes: List[str],
+    chosen: List[candidate_search.Candidate],
+    parts: Dict[int, candidate_search.Part],
+    names: Dict[int, str],
+    with_mappings: bool,
+) -> Any:
+    """``_requests`` (1.12+) as one JSON fragment (the caller's list holds it; orjson
+    writes its bytes where the list's items would be).  Each part's entries and
+    ``mappings`` list are encoded once; a request is then bytes joined in the order
+    encoding its dicts gives: the same answer, byte for byte, without building and
+    walking a dict, a list and their strings per request."""
+    assert _encode is not None and Fragment is not None  # the caller checked
+    encode = _encode
+    uuid = world.uuid
+    same: Dict[Tuple[Tuple[int, int], ...], bytes] = {}
+
+    def entry_of(rp_id: int, amounts: Tuple[Tuple[int, int], ...]) -> Tuple[str, bytes]:
+        """(uuid, b'"uuid":{"resources":{...}}'), the resources encoded once per amounts."""
+        resources = same.get(amounts)
+        if resources is None:
+            resources = same[amounts] = encode({"resources": {names[rc_id]: amount for rc_id, amount in amounts}})
+        key = uuid[rp_id]
+        return key, encode(key) + b":" + resources
+
+    # id(part) -> ([(uuid, entry), ...], its mappings list encoded)
+    rendered = {
+        key: ([entry_of(rp_id, amounts) for rp_id, amounts in part[1]], encode([uuid[rp] for rp in part[2]]))
+        for key, part in parts.items()
+    }
+    keys = [encode(suffix) + b":" for suffix in suffixes]
+    encoded: List[bytes] = []
+    second = operator.itemgetter(1)
+    join = b",".join
+    for pick, merged in chosen:
+        of_parts = [rendered[id(part)] for part in pick]
+        if merged is None:
+            taken: List[Tuple[str, bytes]] = []
+            for entries, _uuids in of_parts:
+                taken += entries
+        else:
+            taken = [entry_of(rp_id, amounts) for rp_id, amounts in merged]
+        taken.sort()  # by uuid, as the dict's keys: a provider is there once
+        allocations = join(map(second, taken))
+        if with_mappings:
+            mappings = join(map(operator.add, keys, map(second, of_parts)))
+            encoded.append(b'{"allocations":{' + allocations + b'},"mappings":{' + mappings + b"}}")
+        else:
+            encoded.append(b'{"allocations":{' + allocations + b"}}")
+    return Fragment(join(encoded))
 
 
 _TRAIT_NAMES_OF = (
@@ -265,6 +330,8 @@ def _summaries(
     times)."""
     if not provider_ids:
         return {}
+    if world.kept is not None and shape.nested_aware and Fragment is not None and _encode is not None:
+        return _encoded_summaries(connection, world, world.kept, provider_ids, names, requested, shape)
     uuid, parent_of, root_of = world.uuid, world.parent, world.root
     wanted = set(provider_ids) if len(provider_ids) < len(uuid) else uuid
     resources: Dict[int, Dict[str, Dict[str, int]]] = {}
@@ -315,6 +382,36 @@ def _summaries(
             summary["root_provider_uuid"] = uuid[root_of[rp_id]]
         summaries[uuid[rp_id]] = summary
     return summaries
+
+
+def _encoded_summaries(
+    connection: Connection,
+    world: candidate_search.World,
+    kept: static_world.StaticWorld,
+    provider_ids: List[int],
+    names: Dict[int, str],
+    requested: Set[str],
+    shape: Shape,
+) -> Any:
+    """``_summaries`` as one JSON fragment: each provider's entry is encoded once per
+    kept world and shape while none of its rows is in use, and reused by every
+    request until a write changes the stamp.  The bytes are orjson's own encoding of
+    the entry, so the answer is byte for byte what encoding the dicts gives."""
+    assert _encode is not None and Fragment is not None  # the caller checked
+    encode = _encode
+    remembered = kept.encoded_summaries.setdefault(astuple(shape), {})
+    in_use = world.in_use
+    missing = [rp_id for rp_id in provider_ids if rp_id in in_use or rp_id not in remembered]
+    fresh: Dict[int, bytes] = {}
+    if missing:
+        plain = replace(shape)  # the same shape, for the dict path below (never encoded twice)
+        built = _summaries(connection, replace(world, kept=None), missing, names, requested, plain)
+        for rp_id, (key, summary) in zip(missing, built.items()):
+            entry = fresh[rp_id] = encode(key) + b":" + encode(summary)
+            if rp_id not in in_use:
+                remembered[rp_id] = entry
+    entries = [fresh[rp_id] if rp_id in fresh else remembered[rp_id] for rp_id in provider_ids]
+    return Fragment(b"{" + b",".join(entries) + b"}")
 
 
 def _own_candidates(

@@ -72,6 +72,8 @@ class World:
     _fitting: Dict[Tuple[int, int], Set[int]] = field(default_factory=dict)
     _lineage: Dict[int, FrozenSet[int]] = field(default_factory=dict)
     kept: Optional[static_world.StaticWorld] = None  # what it was built on, if kept between requests
+    in_use: AbstractSet[int] = frozenset()  # with ``kept``: the providers with a row in use
+    rows_in_use: Mapping[int, Mapping[int, Row]] = field(default_factory=dict)  # with ``kept``: class -> those rows
 
     def lineage(self, rp_id: int) -> FrozenSet[int]:
         """The provider and its ancestors (remembered, and built on the parent's)."""
@@ -93,17 +95,42 @@ class World:
         groups may ask for the same)."""
         found = self._fitting.get((rc_id, amount))
         if found is None:
-            rows = self.rows.get(rc_id, {})
-            # ``fits`` inlined: this looks at every row of the class.  Below 2**53 the
-            # float difference is exact and compares as int(capacity) - used would.
-            found = self._fitting[(rc_id, amount)] = {
-                rp_id
-                for rp_id, (_rp, _rc, capacity, used, min_unit, max_unit, step_size) in rows.items()
-                if (capacity - used >= amount if capacity < _EXACT_FLOATS else int(capacity) - used >= amount)
-                and min_unit <= amount <= max_unit
-                and amount % step_size == 0
-            }
+            if self.kept is None:
+                found = _fitting_rows(self.rows.get(rc_id, {}), amount)
+            else:
+                found = self._fitting_on_kept(self.kept, rc_id, amount)
+            self._fitting[(rc_id, amount)] = found
         return found
+
+    def _fitting_on_kept(self, kept: static_world.StaticWorld, rc_id: int, amount: int) -> Set[int]:
+        """``fitting`` from what the kept world remembers for its rows without usage,
+        corrected by this request's rows in use: the class's other rows are not
+        looked at again."""
+        unused = kept.fitting_unused.get((rc_id, amount))
+        if unused is None:
+            unused = frozenset(_fitting_rows(kept.rows.get(rc_id, {}), amount))
+            if len(kept.fitting_unused) < static_world.MAX_REMEMBERED_AMOUNTS:  # bounded: amounts come from queries
+                kept.fitting_unused[(rc_id, amount)] = unused
+        found = set(unused)
+        in_use = self.rows_in_use.get(rc_id)
+        if in_use:
+            fit = _fitting_rows(in_use, amount)
+            found.difference_update(in_use)
+            found.update(fit)
+        return found
+
+
+def _fitting_rows(rows: Mapping[int, Row], amount: int) -> Set[int]:
+    """The providers of ``rows`` (one class) that can take ``amount``: ``fits`` inlined,
+    since this looks at every row of a class.  Below 2**53 the float difference is
+    exact and compares as int(capacity) - used would."""
+    return {
+        rp_id
+        for rp_id, (_rp, _rc, capacity, used, min_unit, max_unit, step_size) in rows.items()
+        if (capacity - used >= amount if capacity < _EXACT_FLOATS else int(capacity) - used >= amount)
+        and min_unit <= amount <= max_unit
+        and amount % step_size == 0
+    }
 
 
 # One part of a candidate: the provider ids a group uses (sorted by id), what it
@@ -153,17 +180,20 @@ def load(
     wanted_traits = set(trait_ids) | ({shares_id} if shares_id is not None else set())
     with_trait = {trait_id: kept.with_trait.get(trait_id, empty) for trait_id in wanted_traits}
     sharing = set(with_trait[shares_id]) if shares_id is not None else set()
+    rows, rows_in_use = static_world.with_usage(kept, usage)
     return World(
         kept.uuid,
         kept.parent,
         kept.root,
         kept.traits,  # all of a provider's traits: the search only intersects them with wanted ones
         kept.aggregates,
-        static_world.with_usage(kept, usage),
+        rows,
         sharing,
         with_trait,
         _lineage=kept.lineage,
         kept=kept,
+        in_use={row[0] for row in usage},
+        rows_in_use=rows_in_use,
     )
 
 

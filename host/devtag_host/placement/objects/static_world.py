@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, FrozenSet, List, MutableMapping, Optional, Sequence, Set, Tuple
 
 from sqlalchemy import func, literal_column, select, text, union_all
@@ -44,6 +44,8 @@ from ..db import (
 from .raw_rows import fetch_all, joined_ids, split_ids
 
 LOG = logging.getLogger(__name__)
+
+MAX_REMEMBERED_AMOUNTS = 1024
 
 # An inventory row: (provider, class, capacity, used, min_unit, max_unit, step_size),
 # the capacity as SQL computes it (a float).
@@ -120,7 +122,8 @@ _TRAITS_BY_ID = {dialect: _traits_by_id(dialect) for dialect in ("sqlite", "post
 @dataclass(frozen=True)
 class StaticWorld:
     """Everything candidates read but usage, as of ``stamp``.  Shared by concurrent
-    requests: nothing here is ever changed after it is built."""
+    requests: nothing here is ever changed after it is built, but for the encoded
+    summaries it remembers (filled idempotently: a race only encodes one twice)."""
 
     stamp: int
     uuid: Dict[int, str]
@@ -133,6 +136,13 @@ class StaticWorld:
     rows: Dict[int, Dict[int, Row]]  # class -> {provider: row}, ``used`` 0
     trait_names: Dict[int, List[str]]  # provider -> its trait names, sorted (lists shared)
     class_names: Dict[int, str]
+    # Filled by the requests that use it (each entry is a function of the fields above
+    # and its key alone): {answer shape: {provider: its provider_summaries entry as
+    # JSON, while none of its rows is in use}}.
+    encoded_summaries: Dict[Tuple[bool, ...], Dict[int, bytes]] = field(default_factory=dict)
+    # {(class, amount): the providers whose row, without usage, can take it}: at most
+    # MAX_REMEMBERED_AMOUNTS (amounts come from queries).
+    fitting_unused: Dict[Tuple[int, int], FrozenSet[int]] = field(default_factory=dict)
 
 
 class _Kept:
@@ -275,11 +285,15 @@ def _lineages(parent: Dict[int, Optional[int]]) -> Dict[int, FrozenSet[int]]:
     return lineage
 
 
-def with_usage(world: StaticWorld, usage: Sequence[Tuple[int, int, int]]) -> Dict[int, Dict[int, Row]]:
+def with_usage(
+    world: StaticWorld, usage: Sequence[Tuple[int, int, int]]
+) -> Tuple[Dict[int, Dict[int, Row]], Dict[int, Dict[int, Row]]]:
     """The kept rows with this request's usage: a class's rows are copied only when
-    one of them is in use.  Usage and stamp come from one snapshot, so every row in
-    use is kept; one that is not would be skipped rather than fail the request."""
+    one of them is in use; and those rows in use, by class.  Usage and stamp come
+    from one snapshot, so every row in use is kept; one that is not would be skipped
+    rather than fail the request."""
     patched: Dict[int, Dict[int, Row]] = {}
+    in_use: Dict[int, Dict[int, Row]] = {}
     for rp_id, rc_id, used in usage:
         of_class = world.rows.get(rc_id)
         row = of_class.get(rp_id) if of_class is not None else None
@@ -288,5 +302,5 @@ def with_usage(world: StaticWorld, usage: Sequence[Tuple[int, int, int]]) -> Dic
         copy = patched.get(rc_id)
         if copy is None:
             copy = patched[rc_id] = dict(world.rows[rc_id])
-        copy[rp_id] = (row[0], row[1], row[2], used, row[4], row[5], row[6])
-    return {**world.rows, **patched} if patched else world.rows
+        copy[rp_id] = in_use.setdefault(rc_id, {})[rp_id] = (row[0], row[1], row[2], used, row[4], row[5], row[6])
+    return ({**world.rows, **patched} if patched else world.rows), in_use
