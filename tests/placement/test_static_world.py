@@ -266,9 +266,9 @@ def test_a_write_through_another_store_shows_in_the_next_answer(store, world, wr
         assert _kept(store) is not kept
 
 
-def test_summaries_of_providers_in_use_are_never_remembered(store, world):
-    """A provider's summary is encoded once and reused only while none of its rows
-    is in use: each allocation must show in the next answer."""
+def test_summaries_of_providers_in_use_follow_their_usage(store, world):
+    """A provider's summary is encoded once and reused only while its rows have the
+    usage it was built on: each allocation must show in the next answer."""
     with make_client(store, **LATEST) as client:
         for _ in range(3):
             before = _answers(store)

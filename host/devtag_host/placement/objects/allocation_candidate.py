@@ -394,24 +394,43 @@ def _encoded_summaries(
     shape: Shape,
 ) -> Any:
     """``_summaries`` as one JSON fragment: each provider's entry is encoded once per
-    kept world and shape while none of its rows is in use, and reused by every
-    request until a write changes the stamp.  The bytes are orjson's own encoding of
-    the entry, so the answer is byte for byte what encoding the dicts gives."""
+    kept world and shape and reused by every request until a write changes the stamp;
+    for a provider with rows in use, as long as the same rows have the same usage
+    (its entry is remembered with the (class, used) pairs it was built on).  The
+    bytes are orjson's own encoding of the entry, so the answer is byte for byte
+    what encoding the dicts gives."""
     assert _encode is not None and Fragment is not None  # the caller checked
     encode = _encode
-    remembered = kept.encoded_summaries.setdefault(astuple(shape), {})
+    shape_key = astuple(shape)
+    remembered = kept.encoded_summaries.setdefault(shape_key, {})
+    remembered_in_use = kept.encoded_summaries_in_use.setdefault(shape_key, {})
     in_use = world.in_use
-    missing = [rp_id for rp_id in provider_ids if rp_id in in_use or rp_id not in remembered]
-    fresh: Dict[int, bytes] = {}
+    entries: List[Optional[bytes]] = []
+    missing: List[int] = []
+    usage_keys: Dict[int, Tuple[Tuple[int, int], ...]] = {}
+    for rp_id in provider_ids:
+        usage = in_use.get(rp_id)
+        if usage is None:
+            entry = remembered.get(rp_id)
+        else:
+            # The pairs in the order read: another order only misses, never mismatches.
+            key = usage_keys[rp_id] = tuple(usage)
+            found = remembered_in_use.get(rp_id)
+            entry = found[1] if found is not None and found[0] == key else None
+        if entry is None:
+            missing.append(rp_id)
+        entries.append(entry)
     if missing:
-        plain = replace(shape)  # the same shape, for the dict path below (never encoded twice)
-        built = _summaries(connection, replace(world, kept=None), missing, names, requested, plain)
-        for rp_id, (key, summary) in zip(missing, built.items()):
-            entry = fresh[rp_id] = encode(key) + b":" + encode(summary)
-            if rp_id not in in_use:
+        built = _summaries(connection, replace(world, kept=None), missing, names, requested, replace(shape))
+        fresh: Dict[int, bytes] = {}
+        for rp_id, (key_uuid, summary) in zip(missing, built.items()):
+            entry = fresh[rp_id] = encode(key_uuid) + b":" + encode(summary)
+            if rp_id in usage_keys:
+                remembered_in_use[rp_id] = (usage_keys[rp_id], entry)
+            else:
                 remembered[rp_id] = entry
-    entries = [fresh[rp_id] if rp_id in fresh else remembered[rp_id] for rp_id in provider_ids]
-    return Fragment(b"{" + b",".join(entries) + b"}")
+        entries = [fresh[rp_id] if entry is None else entry for rp_id, entry in zip(provider_ids, entries)]
+    return Fragment(b"{" + b",".join(entries) + b"}")  # type: ignore[arg-type]
 
 
 def _own_candidates(

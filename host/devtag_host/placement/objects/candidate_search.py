@@ -72,7 +72,8 @@ class World:
     _fitting: Dict[Tuple[int, int], Set[int]] = field(default_factory=dict)
     _lineage: Dict[int, FrozenSet[int]] = field(default_factory=dict)
     kept: Optional[static_world.StaticWorld] = None  # what it was built on, if kept between requests
-    in_use: AbstractSet[int] = frozenset()  # with ``kept``: the providers with a row in use
+    # With ``kept``: the providers with a row in use -> [(class, used), ...] of those rows.
+    in_use: Mapping[int, List[Tuple[int, int]]] = field(default_factory=dict)
     rows_in_use: Mapping[int, Mapping[int, Row]] = field(default_factory=dict)  # with ``kept``: class -> those rows
 
     def lineage(self, rp_id: int) -> FrozenSet[int]:
@@ -181,6 +182,13 @@ def load(
     with_trait = {trait_id: kept.with_trait.get(trait_id, empty) for trait_id in wanted_traits}
     sharing = set(with_trait[shares_id]) if shares_id is not None else set()
     rows, rows_in_use = static_world.with_usage(kept, usage)
+    in_use: Dict[int, List[Tuple[int, int]]] = {}
+    for rp_id, rc_id, used in usage:
+        listed = in_use.get(rp_id)
+        if listed is None:
+            in_use[rp_id] = [(rc_id, used)]
+        else:
+            listed.append((rc_id, used))
     return World(
         kept.uuid,
         kept.parent,
@@ -192,7 +200,7 @@ def load(
         with_trait,
         _lineage=kept.lineage,
         kept=kept,
-        in_use={row[0] for row in usage},
+        in_use=in_use,
         rows_in_use=rows_in_use,
     )
 

@@ -140,6 +140,11 @@ class StaticWorld:
     # and its key alone): {answer shape: {provider: its provider_summaries entry as
     # JSON, while none of its rows is in use}}.
     encoded_summaries: Dict[Tuple[bool, ...], Dict[int, bytes]] = field(default_factory=dict)
+    # The same for providers with rows in use: {shape: {provider: (its (class, used)
+    # pairs, its entry)}}, one per provider (the last usage seen).
+    encoded_summaries_in_use: Dict[Tuple[bool, ...], Dict[int, Tuple[Tuple[Tuple[int, int], ...], bytes]]] = field(
+        default_factory=dict
+    )
     # {(class, amount): the providers whose row, without usage, can take it}: at most
     # MAX_REMEMBERED_AMOUNTS (amounts come from queries).
     fitting_unused: Dict[Tuple[int, int], FrozenSet[int]] = field(default_factory=dict)
