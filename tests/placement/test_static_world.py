@@ -349,6 +349,20 @@ def test_without_the_triggers_nothing_is_kept(store, world):
     assert after != before and after == _fresh_answers(sqlite_store.url)
 
 
+def test_without_the_stamp_row_every_request_reads_everything(store, world):
+    with store.write() as connection:
+        connection.execute(text("DELETE FROM placement_static_changes"))
+    try:
+        before = _answers(store)
+        with store.write() as connection:
+            connection.execute(text(RAW_WRITES["resource_provider_aggregates"]))
+        after = _answers(store)
+        assert after != before and after == _fresh_answers(store.url)
+    finally:  # the session's PostgreSQL store serves the next tests
+        with store.write() as connection:
+            connection.execute(text("INSERT INTO placement_static_changes (id, stamp) VALUES (1, 7)"))
+
+
 def test_a_write_during_a_reload_is_not_kept(store, world, monkeypatch):
     """The rows read between two different stamps are never kept."""
     sqlite_store = store

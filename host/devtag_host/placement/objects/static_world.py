@@ -206,6 +206,8 @@ def current(connection: Connection) -> Optional[Tuple[StaticWorld, Sequence[Tupl
     if not kept.trusted:
         return None
     stamp, usage = _stamp_and_usage(connection)
+    if stamp is None:  # its row deleted by hand: no number to trust
+        return None
     world = kept.world
     if world is not None and world.stamp == stamp:
         return world, usage
@@ -217,7 +219,7 @@ def current(connection: Connection) -> Optional[Tuple[StaticWorld, Sequence[Tupl
     return world, usage
 
 
-def _stamp_and_usage(connection: Connection) -> Tuple[int, List[Tuple[int, int, int]]]:
+def _stamp_and_usage(connection: Connection) -> Tuple[Optional[int], List[Tuple[int, int, int]]]:
     stamp: Optional[int] = None
     usage: List[Tuple[int, int, int]] = []
     for row in fetch_all(connection, _STAMP_AND_USAGE):
@@ -225,8 +227,6 @@ def _stamp_and_usage(connection: Connection) -> Tuple[int, List[Tuple[int, int, 
             stamp = row[2]
         else:
             usage.append(row)
-    if stamp is None:
-        raise LookupError("placement_static_changes has no row 1")
     return stamp, usage
 
 
