@@ -2,8 +2,9 @@
 nested trees (1.29), granular groups (1.25), ``group_policy``, ``in_tree``,
 ``root_required``, ``same_subtree`` and ``mappings`` (1.34).
 
-It reads the providers, their relevant traits and aggregates and the inventory
-rows of the requested classes once, then combines in Python, following
+It takes the providers, their traits and aggregates and the inventory rows from
+``static_world`` (kept between requests, with this request's usage) or, without a
+trustworthy change stamp, reads them, then combines in Python, following
 OpenStack Placement's semantics:
 
 * a suffixed group is met by one provider that has all of its resources,
