@@ -27,7 +27,7 @@ from ..db import inventories, provider_aggregates, provider_traits, resource_pro
 from ..exception import ResourceClassNotFound
 from ..microversion import Version
 from ..query import AggregateFilter
-from . import candidate_search, resource_class, static_world, trait
+from . import candidate_search, raw_rows, resource_class, static_world, trait
 from .resource_provider import fitting_rows, used_of_inventory
 
 _encode: Optional[Callable[[Any], bytes]] = None
@@ -283,7 +283,7 @@ _TRAIT_NAMES_OF = (
 def _providers_by_trait(dialect: str) -> Select[Any]:
     """SQL: each trait name in use with the joined ids of its providers."""
     return (
-        select(traits.c.name, candidate_search.joined_ids(provider_traits.c.resource_provider_id, dialect))
+        select(traits.c.name, raw_rows.joined_ids(provider_traits.c.resource_provider_id, dialect))
         .select_from(provider_traits.join(traits, traits.c.id == provider_traits.c.trait_id))
         .group_by(traits.c.name)
     )
@@ -299,8 +299,8 @@ def _trait_lists(connection: Connection, provider_ids: List[int], everyone: int)
         wanted = set(provider_ids) if len(provider_ids) < everyone else None
         # One row per trait with its providers' ids joined: a few rows instead of one
         # per (provider, trait), each of which costs the driver more than its parsing.
-        for name, joined in candidate_search.fetch_all(connection, _providers_by_trait(connection.dialect.name)):
-            ids = candidate_search.split_ids(joined)
+        for name, joined in raw_rows.fetch_all(connection, _providers_by_trait(connection.dialect.name)):
+            ids = raw_rows.split_ids(joined)
             having[name] = list(ids) if wanted is None else [rp_id for rp_id in ids if rp_id in wanted]
     else:
         for start in range(0, len(provider_ids), 500):
