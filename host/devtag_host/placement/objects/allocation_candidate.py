@@ -14,7 +14,7 @@ import functools
 import gc
 import operator
 import threading
-from dataclasses import astuple, dataclass, replace
+from dataclasses import astuple, dataclass
 from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 import os_traits
@@ -324,13 +324,14 @@ def _summaries(
     names: Dict[int, str],
     requested: Set[str],
     shape: Shape,
+    pre_encoded: bool = True,
 ) -> Dict[str, Dict[str, object]]:
     """The summaries of ``provider_ids`` (sorted by id: the answer's order).  Figures
     and trait lists that repeat are one shared object each (built once, encoded many
-    times)."""
+    times).  With kept rows at 1.29+, one JSON fragment (unless not ``pre_encoded``)."""
     if not provider_ids:
         return {}
-    if world.kept is not None and shape.nested_aware and Fragment is not None and _encode is not None:
+    if pre_encoded and world.kept is not None and shape.nested_aware and Fragment is not None and _encode is not None:
         return _encoded_summaries(connection, world, world.kept, provider_ids, names, requested, shape)
     uuid, parent_of, root_of = world.uuid, world.parent, world.root
     wanted = set(provider_ids) if len(provider_ids) < len(uuid) else uuid
@@ -421,7 +422,7 @@ def _encoded_summaries(
             missing.append(rp_id)
         entries.append(entry)
     if missing:
-        built = _summaries(connection, replace(world, kept=None), missing, names, requested, replace(shape))
+        built = _summaries(connection, world, missing, names, requested, shape, pre_encoded=False)
         fresh: Dict[int, bytes] = {}
         for rp_id, (key_uuid, summary) in zip(missing, built.items()):
             entry = fresh[rp_id] = encode(key_uuid) + b":" + encode(summary)
