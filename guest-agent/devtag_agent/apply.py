@@ -8,9 +8,9 @@ tagged, what was skipped and why, and which devices were re-triggered.
 from __future__ import annotations
 
 import json
-import logging
 import time
 
+from .agentlog import log
 from .encoding import altname_for
 from .publish import Publisher
 from .resolve import resolve_entries
@@ -22,7 +22,6 @@ TYPE_CHECKING = False  # typing is for the type checker only: importing it costs
 if TYPE_CHECKING:
     from typing import Any, Dict, List, Optional
 
-log = logging.getLogger("devtag_agent")
 
 __all__ = ["ApplyReport", "apply_document", "prune"]
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import sys
 import time
@@ -27,6 +26,7 @@ import time
 import devtag_schema
 
 from . import __version__
+from .agentlog import DEBUG, ERROR, INFO, WARNING, log
 from .apply import apply_document, prune
 from .check import check_published
 from .encoding import encode_name
@@ -49,7 +49,6 @@ TYPE_CHECKING = False  # typing is for the type checker only: importing it costs
 if TYPE_CHECKING:
     from typing import Any, List, Optional, Sequence
 
-log = logging.getLogger("devtag_agent")
 UNRESOLVED = 4  # apply: published, but some tagged entries resolved to no device
 
 EPILOG = """\
@@ -468,14 +467,11 @@ def _prune(args: argparse.Namespace) -> int:
 
 
 def _setup_logging(verbose: int, quiet: bool) -> None:
-    level = logging.ERROR if quiet else (logging.DEBUG if verbose > 1 else logging.INFO if verbose else logging.WARNING)
+    """Records to stderr as ``devtag-agent: LEVEL: message``, without importing logging (agentlog.py)."""
+    level = ERROR if quiet else (DEBUG if verbose > 1 else INFO if verbose else WARNING)
     if os.environ.get("INVOCATION_ID") and not quiet and verbose == 0:
-        level = logging.INFO  # under systemd: the journal gets the summary
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("devtag-agent: %(levelname)s: %(message)s"))
-    log.handlers[:] = [handler]
-    log.setLevel(level)
-    log.propagate = False
+        level = INFO  # under systemd: the journal gets the summary
+    log.to_stderr(level)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -13,16 +13,16 @@ recording fake), and ``--no-trigger`` turns it all off.
 
 from __future__ import annotations
 
-import logging
 import os
 import shlex
-import subprocess
+
+from . import spawn
+from .agentlog import log
 
 TYPE_CHECKING = False  # typing is for the type checker only: importing it costs every run (docs/agent.md, "Boot cost")
 if TYPE_CHECKING:
     from typing import List, Optional, Sequence
 
-log = logging.getLogger("devtag_agent")
 
 __all__ = ["Publisher"]
 
@@ -57,8 +57,8 @@ class Publisher:
     def _run(self, argv: Sequence[str], timeout: float) -> Optional[str]:
         log.debug("running %s", " ".join(shlex.quote(a) for a in argv))
         try:
-            done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False)
-        except (OSError, subprocess.TimeoutExpired) as exc:
+            done = spawn.run(argv, timeout=timeout)
+        except OSError as exc:  # cannot start, or spawn.CommandTimeout
             return str(exc)
         if done.returncode != 0:
             return (done.stderr or done.stdout).strip() or f"exit status {done.returncode}"

@@ -30,20 +30,19 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import logging
 import os
 import stat
-import subprocess
 import time
 import zlib
 
+from . import spawn
+from .agentlog import INFO, WARNING, log
 from .sysfs import System
 
 TYPE_CHECKING = False  # typing is for the type checker only: importing it costs every run (docs/agent.md, "Boot cost")
 if TYPE_CHECKING:
     from typing import Any, Dict, List, Optional, Tuple
 
-log = logging.getLogger("devtag_agent")
 
 __all__ = [
     "DEFAULT_METADATA_URL",
@@ -232,7 +231,7 @@ def read_config_drive(system: System) -> Dict[str, Any]:
             raise SourceError(f"configdrive: {exc}") from None
         finally:
             if not (by_syscall and _unmount(mountpoint)):
-                subprocess.run(["umount", mountpoint], capture_output=True, check=False)
+                _unmount_with_command(mountpoint)
     finally:
         try:
             os.rmdir(mountpoint)
@@ -298,15 +297,21 @@ def _unmount(mountpoint: str) -> bool:
 def _mount_with_command(device: str, real: str, mountpoint: str) -> None:
     """mount(8), same options: for what mount(2) alone cannot do (an image file needs a loop device)."""
     for fstype in _CONFIG_DRIVE_FSTYPES:
-        done = subprocess.run(
-            ["mount", "-t", fstype, "-o", "ro,nosuid,nodev,noexec", real, mountpoint],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        try:
+            done = spawn.run(["mount", "-t", fstype, "-o", "ro,nosuid,nodev,noexec", real, mountpoint], timeout=60)
+        except OSError as exc:
+            raise SourceError(f"configdrive: cannot mount {device}: {exc}") from None
         if done.returncode == 0:
             return
     raise SourceError(f"configdrive: cannot mount {device}: {done.stderr.strip()}")
+
+
+def _unmount_with_command(mountpoint: str) -> None:
+    """umount(8), when umount2(2) was not used or failed; a failure shows when the mount point cannot be removed."""
+    try:
+        spawn.run(["umount", mountpoint], timeout=60)
+    except OSError as exc:
+        log.debug("configdrive: umount %s: %s", mountpoint, exc)
 
 
 def read_metadata_service(url: str, total_timeout: float = 10.0, tries: int = 3) -> Dict[str, Any]:
@@ -367,8 +372,8 @@ def read_fw_cfg(system: System) -> Dict[str, Any]:
     if system.root == "/" and not os.path.isdir(_FW_CFG_DIR):
         # Debian/Ubuntu build qemu_fw_cfg as a module that nothing loads by itself.
         try:
-            subprocess.run(["modprobe", "-q", "qemu_fw_cfg"], check=False, timeout=10)
-        except (OSError, subprocess.TimeoutExpired) as exc:
+            spawn.run(["modprobe", "-q", "qemu_fw_cfg"], timeout=10, capture=False)
+        except OSError as exc:  # cannot start, or spawn.CommandTimeout
             log.debug("modprobe qemu_fw_cfg: %s", exc)
     data = system.read_bytes(raw_path)
     if data is None:
@@ -423,7 +428,7 @@ def fetch_document(system: System, sources: List[str], metadata_url: str) -> Tup
                 raise SourceError(f"unknown source {source!r}")
         except SourceError as exc:
             # Absent is routine (no config drive on this cloud); present but broken is worth a look.
-            log.log(logging.WARNING if isinstance(exc, CorruptSourceError) else logging.INFO, "%s", exc)
+            log.log(WARNING if isinstance(exc, CorruptSourceError) else INFO, "%s", exc)
             failures.append(str(exc))
             continue
         log.info("metadata from %s", source)

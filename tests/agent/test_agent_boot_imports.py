@@ -41,6 +41,12 @@ NOT_ON_THE_BOOT_PATH = {
     "pathlib": "os.path does (devtag_schema)",
     "shutil": "bz2, lzma: state.py removes its generations itself, argparse is given the width",
     "tempfile": "random, shutil: sources.py makes the config drive's mount point itself",
+    "logging": "traceback, linecache, tokenize, string, threading: agentlog.py writes the CLI's log lines",
+    "traceback": "through logging",
+    "subprocess": "signal, selectors, threading, locale: spawn.py runs udevadm and ip by os.posix_spawnp",
+    "selectors": "through subprocess",
+    "threading": "through logging and subprocess",
+    "signal": "through subprocess: spawn.py takes the three signal numbers from the built-in _signal",
 }
 
 
