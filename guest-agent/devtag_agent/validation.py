@@ -22,6 +22,8 @@ import re
 
 import devtag_schema
 
+from .schema_patterns import CHECKS
+
 TYPE_CHECKING = False  # typing is for the type checker only: importing it costs every run (docs/agent.md, "Boot cost")
 if TYPE_CHECKING:
     from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -84,6 +86,14 @@ def _uses_only_known(node: Any) -> bool:
     return isinstance(node, bool)
 
 
+def _pattern_check(pattern: str) -> Callable[[str], bool]:
+    """The schema's own patterns by string methods (schema_patterns.py: no compile at boot), any other by ``re``."""
+    check = CHECKS.get(pattern)
+    if check is not None:
+        return check
+    return re.compile(devtag_schema.python_pattern(pattern)).search  # type: ignore[return-value]
+
+
 def _json_key(value: Any) -> str:
     return json.dumps(value, sort_keys=True)
 
@@ -91,7 +101,7 @@ def _json_key(value: Any) -> str:
 class _Evaluator:
     def __init__(self, schema: Dict[str, Any]) -> None:
         self.schema = schema
-        self._patterns: Dict[str, re.Pattern[str]] = {}
+        self._patterns: Dict[str, Callable[[str], bool]] = {}
 
     def _resolve(self, ref: str) -> Any:
         node: Any = self.schema
@@ -121,10 +131,10 @@ class _Evaluator:
                 out.append(f"{where}: {value!r:.80} is too long")
             pattern = schema.get("pattern")
             if pattern is not None:
-                compiled = self._patterns.get(pattern)
-                if compiled is None:
-                    compiled = self._patterns[pattern] = re.compile(devtag_schema.python_pattern(pattern))
-                if not compiled.search(value):
+                matches = self._patterns.get(pattern)
+                if matches is None:
+                    matches = self._patterns[pattern] = _pattern_check(pattern)
+                if not matches(value):
                     out.append(f"{where}: {value!r:.80} does not match {pattern!r}")
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             if "minimum" in schema and value < schema["minimum"]:
