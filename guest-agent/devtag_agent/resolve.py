@@ -25,7 +25,7 @@ import re
 import stat
 
 from .shapes import is_pci_address
-from .sysfs import Device, System
+from .sysfs import Device, System, real_path
 
 TYPE_CHECKING = False  # typing is for the type checker only: importing it costs every run (docs/agent.md, "Boot cost")
 if TYPE_CHECKING:
@@ -201,7 +201,7 @@ class Resolver:
         return [device] if device else []
 
     def by_dev_path(self, path: str) -> List[Device]:
-        real = os.path.realpath(self.sys.path(path))
+        real = real_path(self.sys.path(path))
         if self.sys.root != "/" and not (real + "/").startswith(self.sys.root.rstrip("/") + "/"):
             return []  # a symlink pointing out of the root
         try:
