@@ -125,6 +125,12 @@ NOT_ON_THE_BOOT_PATH = (
     "pathlib",
     "shutil",
     "tempfile",
+    "logging",
+    "traceback",
+    "subprocess",
+    "selectors",
+    "threading",
+    "signal",
 )
 
 
