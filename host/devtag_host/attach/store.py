@@ -10,9 +10,10 @@ and on PostgreSQL alike.
 from __future__ import annotations
 
 import uuid
-from typing import Any, Dict, Iterable, List, Optional, Sequence
+from dataclasses import asdict
+from typing import Any, Callable, ClassVar, Dict, Iterable, List, Optional, Protocol, Sequence, Type, TypeVar
 
-from sqlalchemy import delete, insert, or_, select, update
+from sqlalchemy import Select, Table, delete, insert, or_, select, update
 from sqlalchemy.engine import Connection, Row
 from sqlalchemy.exc import IntegrityError
 
@@ -111,9 +112,9 @@ class AttachmentStore:
         with self.db.read() as conn:
             rows = conn.execute(select(volumes).order_by(volumes.c.name)).all()
             by_volume: Dict[str, List[Attachment]] = {}
-            for row in conn.execute(select(attachments).order_by(attachments.c.created_at, attachments.c.id)):
-                by_volume.setdefault(row.volume_id, []).append(_attachment(row))
-            return [_volume(row, by_volume.get(row.id, [])) for row in rows]
+            for row in conn.execute(_ATTACHMENTS_IN_ORDER):
+                by_volume.setdefault(row.volume_id, []).append(_record(Attachment, row))
+            return [_volume(row, by_volume.get(row.id, ())) for row in rows]
 
     # -- attachments (Cinder's attachment API) -----------------------------
 
@@ -137,7 +138,7 @@ class AttachmentStore:
             raise model.InvalidInput(f"mode {mode!r}: 'rw' or 'ro'")
         attachment_id = attachment_id or str(uuid.uuid4())
         with self.db.write() as conn:
-            volume = _lock_volume(conn, _volume_id(conn, volume_ref))
+            volume = _lock_volume(conn, _volume_row(conn, volume_ref).id)
             if volume.lifecycle != model.READY:
                 raise Conflict(f"volume {volume.name!r} is {volume.lifecycle}")
             model.check_new_attachment(volume, volume.attachments, instance_uuid, host)
@@ -163,58 +164,46 @@ class AttachmentStore:
         host = connector.get("host")
         if not isinstance(host, str) or not host:
             raise model.InvalidInput("a connector names its host")
-        with self.db.write() as conn:
-            volume = _lock_volume(conn, _read_attachment(conn, attachment_id).volume_id)
-            attachment = _read_attachment(conn, attachment_id)
-            model.check_transition(attachment, "update")
+        extra = _checked(fields, _ATTACHMENT_FIELDS, "attachment")
+
+        def attaching(volume: Volume, attachment: Attachment) -> Dict[str, Any]:
             others = [a for a in volume.attachments if a.id != attachment_id]
             model.check_host(volume, others, attachment.instance_uuid, host)
-            values = dict(
-                status=ATTACHING, host=host, connector=to_json(connector), connection_info=to_json(connection_info)
-            )
-            values.update(_checked_fields(fields))
-            conn.execute(update(attachments).where(attachments.c.id == attachment_id).values(**values))
-        return self.get_attachment(attachment_id)
+            return {
+                "status": ATTACHING,
+                "host": host,
+                "connector": connector,
+                "connection_info": connection_info,
+                **extra,
+            }
+
+        return self._change(attachment_id, attaching, "update")
 
     def complete(self, attachment_id: str, **fields: Any) -> Attachment:
         """``attachment_complete``: -> ``attached`` (the volume shows ``in-use``)."""
-        return self._transition(attachment_id, "complete", ATTACHED, fields)
+        return self._change(attachment_id, _values(status=ATTACHED, **_checked(fields)), "complete")
 
     def begin_detaching(self, attachment_id: str) -> Attachment:
-        return self._transition(attachment_id, "begin_detaching", DETACHING, {})
+        return self._change(attachment_id, _values(status=DETACHING), "begin_detaching")
 
     def roll_detaching(self, attachment_id: str) -> Attachment:
         """Back to ``attached``: the detach did not happen (the guest kept the device)."""
-        return self._transition(attachment_id, "roll_detaching", ATTACHED, {})
+        return self._change(attachment_id, _values(status=ATTACHED), "roll_detaching")
 
     def mark_error(self, attachment_id: str, status: str, reason: str) -> Attachment:
         if status not in (model.ERROR_ATTACHING, model.ERROR_DETACHING):
             raise model.InvalidInput(f"not an error state: {status!r}")
-        with self.db.write() as conn:
-            _lock_volume(conn, _read_attachment(conn, attachment_id).volume_id)
-            attachment = _read_attachment(conn, attachment_id)
-            detail = dict(attachment.detail, error=reason)
-            conn.execute(
-                update(attachments)
-                .where(attachments.c.id == attachment_id)
-                .values(status=status, detail=to_json(detail))
-            )
-        return self.get_attachment(attachment_id)
+        return self._change(
+            attachment_id, lambda _volume, found: {"status": status, "detail": {**found.detail, "error": reason}}
+        )
 
     def mark_attached(self, attachment_id: str, **fields: Any) -> Attachment:
         """``attached`` whatever the state was: reconcile found the device in every definition of the guest."""
-        with self.db.write() as conn:
-            _lock_volume(conn, _read_attachment(conn, attachment_id).volume_id)
-            values = {"status": ATTACHED, **_checked_fields(fields)}
-            conn.execute(update(attachments).where(attachments.c.id == attachment_id).values(**values))
-        return self.get_attachment(attachment_id)
+        return self._change(attachment_id, _values(status=ATTACHED, **_checked(fields)))
 
     def set_fields(self, attachment_id: str, **fields: Any) -> Attachment:
         """Record tag, bus, alias, address or detail without a state change."""
-        with self.db.write() as conn:
-            _lock_volume(conn, _read_attachment(conn, attachment_id).volume_id)
-            conn.execute(update(attachments).where(attachments.c.id == attachment_id).values(**_checked_fields(fields)))
-        return self.get_attachment(attachment_id)
+        return self._change(attachment_id, _values(**_checked(fields)))
 
     def delete_attachment(self, attachment_id: str) -> None:
         """``attachment_delete``; deleting one that is gone is not an error (idempotent)."""
@@ -238,23 +227,27 @@ class AttachmentStore:
     def attachments(
         self, *, instance_uuid: Optional[str] = None, volume_id: Optional[str] = None, host: Optional[str] = None
     ) -> List[Attachment]:
-        query = select(attachments).order_by(attachments.c.created_at, attachments.c.id)
-        if instance_uuid is not None:
-            query = query.where(attachments.c.instance_uuid == instance_uuid)
-        if volume_id is not None:
-            query = query.where(attachments.c.volume_id == volume_id)
-        if host is not None:
-            query = query.where(attachments.c.host == host)
-        with self.db.read() as conn:
-            return [_attachment(row) for row in conn.execute(query)]
+        query = _matching(
+            _ATTACHMENTS_IN_ORDER, attachments, instance_uuid=instance_uuid, volume_id=volume_id, host=host
+        )
+        return self._read(Attachment, query)
 
-    def _transition(self, attachment_id: str, transition: str, status: str, fields: Dict[str, Any]) -> Attachment:
+    def _change(self, attachment_id: str, values: Values, transition: Optional[str] = None) -> Attachment:
+        """The one shape of every attachment change: lock its volume, check ``transition``, write ``values``.
+
+        ``values`` sees the locked volume and the attachment as they are in this
+        transaction (the rules that compare attachments must run under the lock).
+        """
         with self.db.write() as conn:
-            _lock_volume(conn, _read_attachment(conn, attachment_id).volume_id)
+            volume = _lock_volume(conn, _read_attachment(conn, attachment_id).volume_id)
             attachment = _read_attachment(conn, attachment_id)
-            model.check_transition(attachment, transition)
-            values = {"status": status, **_checked_fields(fields)}
-            conn.execute(update(attachments).where(attachments.c.id == attachment_id).values(**values))
+            if transition is not None:
+                model.check_transition(attachment, transition)
+            changed = {
+                name: to_json(value) if name in _JSON_COLUMNS else value
+                for name, value in values(volume, attachment).items()
+            }
+            conn.execute(update(attachments).where(attachments.c.id == attachment_id).values(**changed))
         return self.get_attachment(attachment_id)
 
     # -- NIC attachments ---------------------------------------------------
@@ -262,18 +255,15 @@ class AttachmentStore:
     def add_interface(self, record: InterfaceAttachment) -> InterfaceAttachment:
         try:
             with self.db.write() as conn:
-                conn.execute(insert(interfaces).values(**_interface_values(record)))
+                conn.execute(insert(interfaces).values(**dict(asdict(record), mac=record.mac.lower())))
         except IntegrityError:
             raise Conflict(f"MAC {record.mac} is already attached") from None
         return record
 
     def set_interface(self, mac: str, **fields: Any) -> InterfaceAttachment:
-        allowed = {"status", "alias", "address", "tag", "host"}
-        unknown = set(fields) - allowed
-        if unknown:
-            raise ValueError(f"unknown interface fields: {sorted(unknown)}")
+        values = _checked(fields, _INTERFACE_FIELDS, "interface")
         with self.db.write() as conn:
-            done = conn.execute(update(interfaces).where(interfaces.c.mac == mac.lower()).values(**fields))
+            done = conn.execute(update(interfaces).where(interfaces.c.mac == mac.lower()).values(**values))
             if done.rowcount == 0:
                 raise NotFound(f"no NIC attachment with MAC {mac}")
         return self.get_interface(mac)
@@ -294,21 +284,18 @@ class AttachmentStore:
         return found
 
     def find_interface(self, mac: str) -> Optional[InterfaceAttachment]:
-        with self.db.read() as conn:
-            row = conn.execute(select(interfaces).where(interfaces.c.mac == mac.lower())).first()
-        return None if row is None else _interface(row)
+        found = self._read(InterfaceAttachment, select(interfaces).where(interfaces.c.mac == mac.lower()))
+        return found[0] if found else None
 
     def interfaces(
         self, *, instance_uuid: Optional[str] = None, host: Optional[str] = None
     ) -> List[InterfaceAttachment]:
         """NIC records; ``host`` keeps those of that host and those written before hosts were kept."""
         query = select(interfaces).order_by(interfaces.c.created_at, interfaces.c.mac)
-        if instance_uuid is not None:
-            query = query.where(interfaces.c.instance_uuid == instance_uuid)
+        query = _matching(query, interfaces, instance_uuid=instance_uuid)
         if host is not None:
             query = query.where(or_(interfaces.c.host == host, interfaces.c.host.is_(None)))
-        with self.db.read() as conn:
-            return [_interface(row) for row in conn.execute(query)]
+        return self._read(InterfaceAttachment, query)
 
     # -- journal -------------------------------------------------------------
 
@@ -341,39 +328,33 @@ class AttachmentStore:
 
     def journal(self, operation: Optional[str] = None) -> List[JournalRecord]:
         """The rows of one operation, or (tests, operators) the whole retained history, oldest first."""
-        query = select(journal).order_by(journal.c.id)
-        if operation is not None:
-            query = query.where(journal.c.operation == operation)
-        with self.db.read() as conn:
-            return [_journal_row(row) for row in conn.execute(query)]
+        return self._read(
+            JournalRecord, _matching(select(journal).order_by(journal.c.id), journal, operation=operation)
+        )
 
     def open_operations(self) -> List[List[JournalRecord]]:
         """The journal rows of each operation without an ``end`` row, oldest operation first."""
         ended = select(journal.c.operation).where(journal.c.step == END_STEP)
-        query = select(journal).where(journal.c.operation.not_in(ended)).order_by(journal.c.id)
         operations: Dict[str, List[JournalRecord]] = {}
-        with self.db.read() as conn:
-            for row in conn.execute(query):
-                operations.setdefault(row.operation, []).append(_journal_row(row))
+        for row in self._read(
+            JournalRecord, select(journal).where(journal.c.operation.not_in(ended)).order_by(journal.c.id)
+        ):
+            operations.setdefault(row.operation, []).append(row)
         return list(operations.values())
 
     def finished(self, flow: str, *, instance_uuid: Optional[str] = None) -> List[JournalRecord]:
         """The ``end`` rows of ``flow``'s operations that finished forward (completed or rolled forward)."""
         query = select(journal).where(journal.c.flow == flow, journal.c.step == END_STEP).order_by(journal.c.id)
-        if instance_uuid is not None:
-            query = query.where(journal.c.instance_uuid == instance_uuid)
-        with self.db.read() as conn:
-            rows = [_journal_row(row) for row in conn.execute(query)]
-        return [row for row in rows if row.outcome in FORWARD_OUTCOMES]
+        query = _matching(query, journal, instance_uuid=instance_uuid)
+        return [row for row in self._read(JournalRecord, query) if row.outcome in FORWARD_OUTCOMES]
 
     def plan(self, operation: str) -> JournalRecord:
         """An operation's first row (a flow journals its plan there)."""
         query = select(journal).where(journal.c.operation == operation).order_by(journal.c.id).limit(1)
-        with self.db.read() as conn:
-            row = conn.execute(query).first()
-        if row is None:
+        found = self._read(JournalRecord, query)
+        if not found:
             raise NotFound(f"no operation {operation} in the journal")
-        return _journal_row(row)
+        return found[0]
 
     def journal_ids(self) -> JournalIds:
         """The volume ids, MACs and instances the retained journal names (distinct values only)."""
@@ -401,26 +382,17 @@ class AttachmentStore:
         reads its plan) and finished evacuations (``recover-evacuated`` on
         the dead host when it returns).
         """
-        query = select(journal.c.operation, journal.c.flow, journal.c.instance_uuid, journal.c.detail).where(
-            journal.c.step == END_STEP
-        )
         with self.db.write() as conn:
-            ends = [_journal_row_of(row) for row in conn.execute(query.order_by(journal.c.id))]
-            doomed = _prunable(ends, keep)
+            query = select(journal).where(journal.c.step == END_STEP).order_by(journal.c.id)
+            doomed = _prunable([_record(JournalRecord, row) for row in conn.execute(query)], keep)
             for chunk in _chunks(doomed, 500):
                 conn.execute(delete(journal).where(journal.c.operation.in_(chunk)))
         return len(doomed)
 
-
-def _journal_row_of(row: Row) -> JournalRecord:
-    return JournalRecord(
-        id=0,
-        operation=row.operation,
-        flow=row.flow,
-        step=END_STEP,
-        instance_uuid=row.instance_uuid,
-        detail=from_json(row.detail) or {},
-    )
+    def _read(self, kind: Type[R], query: Select) -> List[R]:
+        """The records of ``query``'s rows, in one read transaction."""
+        with self.db.read() as conn:
+            return [_record(kind, row) for row in conn.execute(query)]
 
 
 def _prunable(ends: Sequence[JournalRecord], keep: int) -> List[str]:
@@ -447,23 +419,39 @@ def _chunks(values: Sequence[str], size: int) -> Iterable[Sequence[str]]:
 
 
 _ATTACHMENT_FIELDS = frozenset({"tag", "bus", "alias", "address", "detail", "host"})
+_INTERFACE_FIELDS = frozenset({"status", "alias", "address", "tag", "host"})
+_JSON_COLUMNS = frozenset({"connector", "connection_info", "detail"})
+
+_ATTACHMENTS_IN_ORDER = select(attachments).order_by(attachments.c.created_at, attachments.c.id)
+
+Values = Callable[[Volume, Attachment], Dict[str, Any]]
 
 
-def _checked_fields(fields: Dict[str, Any]) -> Dict[str, Any]:
-    unknown = set(fields) - _ATTACHMENT_FIELDS
+def _values(**values: Any) -> Values:
+    """The values of a change that does not depend on the rows it changes."""
+    return lambda _volume, _attachment: values
+
+
+def _checked(
+    fields: Dict[str, Any], allowed: frozenset = _ATTACHMENT_FIELDS, what: str = "attachment"
+) -> Dict[str, Any]:
+    """``fields`` if a caller may set them all (a programming error otherwise, not a user's)."""
+    unknown = set(fields) - allowed
     if unknown:
-        raise ValueError(f"unknown attachment fields: {sorted(unknown)}")
-    values = dict(fields)
-    if "detail" in values:
-        values["detail"] = to_json(values["detail"])
-    return values
+        raise ValueError(f"unknown {what} fields: {sorted(unknown)}")
+    return fields
 
 
-def _volume_id(conn: Connection, ref: str) -> str:
-    row = conn.execute(select(volumes.c.id).where((volumes.c.id == ref) | (volumes.c.name == ref))).first()
+def _matching(query: Select, table: Table, **values: Optional[str]) -> Select:
+    """``query`` narrowed to the rows whose columns equal the given ``values`` (None: any value)."""
+    return query.where(*(table.c[name] == value for name, value in values.items() if value is not None))
+
+
+def _volume_row(conn: Connection, ref: str) -> Row:
+    row = conn.execute(select(volumes).where((volumes.c.id == ref) | (volumes.c.name == ref))).first()
     if row is None:
         raise NotFound(f"no volume named {ref!r}")
-    return row.id
+    return row
 
 
 def _lock_volume(conn: Connection, volume_id: str) -> Volume:
@@ -475,98 +463,35 @@ def _lock_volume(conn: Connection, volume_id: str) -> Volume:
 
 
 def _read_volume(conn: Connection, ref: str) -> Volume:
-    row = conn.execute(select(volumes).where((volumes.c.id == ref) | (volumes.c.name == ref))).first()
-    if row is None:
-        raise NotFound(f"no volume named {ref!r}")
-    rows = conn.execute(
-        select(attachments)
-        .where(attachments.c.volume_id == row.id)
-        .order_by(attachments.c.created_at, attachments.c.id)
-    )
-    return _volume(row, [_attachment(a) for a in rows])
+    row = _volume_row(conn, ref)
+    rows = conn.execute(_ATTACHMENTS_IN_ORDER.where(attachments.c.volume_id == row.id))
+    return _volume(row, [_record(Attachment, a) for a in rows])
 
 
 def _volume(row: Row, attached: Sequence[Attachment]) -> Volume:
-    return Volume(
-        id=row.id,
-        name=row.name,
-        backend=row.backend,
-        size_bytes=row.size_bytes,
-        multiattach=bool(row.multiattach),
-        location=row.location,
-        lifecycle=row.lifecycle,
-        status=model.volume_status(attached),
-        attachments=tuple(attached),
-    )
+    return _record(Volume, row, status=model.volume_status(attached), attachments=tuple(attached))
 
 
 def _read_attachment(conn: Connection, attachment_id: str) -> Attachment:
     row = conn.execute(select(attachments).where(attachments.c.id == attachment_id)).first()
     if row is None:
         raise NotFound(f"no attachment {attachment_id}")
-    return _attachment(row)
+    return _record(Attachment, row)
 
 
-def _attachment(row: Row) -> Attachment:
-    return Attachment(
-        id=row.id,
-        volume_id=row.volume_id,
-        instance_uuid=row.instance_uuid,
-        status=row.status,
-        host=row.host,
-        mode=row.mode,
-        connector=from_json(row.connector),
-        connection_info=from_json(row.connection_info),
-        tag=row.tag,
-        bus=row.bus,
-        alias=row.alias,
-        address=row.address,
-        detail=from_json(row.detail) or {},
-    )
+class _Record(Protocol):
+    __dataclass_fields__: ClassVar[Dict[str, Any]]
 
 
-def _interface_values(record: InterfaceAttachment) -> Dict[str, Any]:
-    return dict(
-        id=record.id,
-        instance_uuid=record.instance_uuid,
-        mac=record.mac.lower(),
-        status=record.status,
-        network=record.network,
-        bridge=record.bridge,
-        model=record.model,
-        tag=record.tag,
-        alias=record.alias,
-        address=record.address,
-        host=record.host,
-    )
+R = TypeVar("R", bound=_Record)
 
 
-def _interface(row: Row) -> InterfaceAttachment:
-    return InterfaceAttachment(
-        id=row.id,
-        instance_uuid=row.instance_uuid,
-        mac=row.mac,
-        status=row.status,
-        network=row.network,
-        bridge=row.bridge,
-        model=row.model,
-        tag=row.tag,
-        alias=row.alias,
-        address=row.address,
-        host=row.host,
-    )
-
-
-def _journal_row(row: Row) -> JournalRecord:
-    return JournalRecord(
-        id=row.id,
-        operation=row.operation,
-        flow=row.flow,
-        step=row.step,
-        instance_uuid=row.instance_uuid,
-        volume_id=row.volume_id,
-        attachment_id=row.attachment_id,
-        mac=row.mac,
-        detail=from_json(row.detail) or {},
-        at=row.at,
-    )
+def _record(kind: Type[R], row: Row, **given: Any) -> R:
+    """The ``kind`` record of a row: its fields from the same-named columns, the JSON ones decoded."""
+    columns = row._mapping
+    values = {name: columns[name] for name in kind.__dataclass_fields__ if name in columns and name not in given}
+    for name in _JSON_COLUMNS & values.keys():
+        values[name] = from_json(values[name])
+    if "detail" in values:
+        values["detail"] = values["detail"] or {}  # a nullable column; the records' detail is a mapping
+    return kind(**values, **given)
