@@ -21,14 +21,14 @@ reconcile; operators can call it too (``devtag-host attachments check``).
 from __future__ import annotations
 
 import re
-from typing import Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional
 
 from ..metadata.device_tags import tags_of
 from ..metadata.model import Disk, Domain, Nic
 from . import devices, model
 from .guest import Guest
 from .kernel import Host
-from .reconcile import CONNECTED, stale_tag_entries
+from .reconcile import known_devices, leaked_exports, stale_tag_entries
 
 _OUR_ALIAS = re.compile(r"\Aua-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
 
@@ -69,23 +69,25 @@ def check_invariants(host: Host, *, domains: Optional[Iterable[str]] = None, all
         if wanted is None or handle.name() in wanted:
             views_by_uuid[handle.UUIDString()] = Guest(handle).settle().views()
 
+    def views_to_check(record: Any, label: str) -> Optional[Dict[str, Domain]]:
+        """The definitions an ``attached`` record of this host must be in; None: nothing (more) to check."""
+        if record.host not in (host.host_name, None):
+            return None  # a guest on another host sharing this store
+        if record.status != model.ATTACHED:
+            if not allow_open:
+                problems.append(f"{label} is {record.status}")
+            return None
+        views = views_by_uuid.get(record.instance_uuid)
+        if views is None and wanted is None:
+            problems.append(f"{label}: instance {record.instance_uuid} does not exist")
+        return views
+
     attachments = store.attachments()
-    by_id = {a.id: a for a in attachments}
     by_volume = {v.id: v for v in volumes}
     for attachment in attachments:
-        if attachment.host not in (host.host_name, None):
-            continue
         label = f"attachment {attachment.id} of volume {by_volume[attachment.volume_id].name}"
-        if shelved(attachment):
-            continue
-        if attachment.status != model.ATTACHED:
-            if not allow_open:
-                problems.append(f"{label} is {attachment.status}")
-            continue
-        views = views_by_uuid.get(attachment.instance_uuid)
+        views = None if shelved(attachment) else views_to_check(attachment, label)
         if views is None:
-            if wanted is None:
-                problems.append(f"{label}: instance {attachment.instance_uuid} does not exist")
             continue
         alias = attachment.alias or devices.alias_for(attachment.id)
         for view, domain in views.items():
@@ -104,19 +106,8 @@ def check_invariants(host: Host, *, domains: Optional[Iterable[str]] = None, all
 
     records = {r.alias: r for r in store.interfaces() if r.alias}
     for record in records.values():
-        if record.host not in (host.host_name, None):
-            continue  # a NIC of a guest on another host sharing this store
         label = f"NIC {record.mac}"
-        if record.status != model.ATTACHED:
-            if not allow_open:
-                problems.append(f"{label} is {record.status}")
-            continue
-        views = views_by_uuid.get(record.instance_uuid)
-        if views is None:
-            if wanted is None:
-                problems.append(f"{label}: instance {record.instance_uuid} does not exist")
-            continue
-        for view, domain in views.items():
+        for view, domain in (views_to_check(record, label) or {}).items():
             device = devices.find_by_alias(domain, record.alias or "")
             if not isinstance(device, Nic) or device.mac != record.mac:
                 problems.append(f"{label}: not in the {view} definition")
@@ -124,9 +115,7 @@ def check_invariants(host: Host, *, domains: Optional[Iterable[str]] = None, all
                 problems.append(f"{label}: tag {record.tag!r} missing in the {view} definition")
 
     disk_aliases = {a.alias or devices.alias_for(a.id) for a in attachments}  # a swap keeps the device's alias
-    journal_ids = store.journal_ids()
-    volume_ids = {v.id for v in volumes} | journal_ids.volume_ids
-    macs = journal_ids.macs
+    attached_ever = known_devices(store)
     for instance_uuid, views in views_by_uuid.items():
         for view, domain in views.items():
             for device in devices.aliased_devices(domain):
@@ -136,17 +125,11 @@ def check_invariants(host: Host, *, domains: Optional[Iterable[str]] = None, all
                     problems.append(f"domain {domain.name}: disk {device.alias} ({view}) has no attachment")
                 if isinstance(device, Nic) and device.alias not in records:
                     problems.append(f"domain {domain.name}: NIC {device.mac} ({view}) has no NIC record")
-        for kind, key, value in sorted(stale_tag_entries(views, volume_ids, macs)):
+        for kind, key, value in sorted(stale_tag_entries(views, attached_ever.volume_ids, attached_ever.macs)):
             problems.append(f"instance {instance_uuid}: stale tag entry for {kind} {key}={value}")
 
-    for backend in host.backends.values():
-        exported = getattr(backend, "exported_attachments", None)
-        if exported is None:
-            continue
-        for attachment_id in exported():
-            exported_for = by_id.get(attachment_id)
-            if exported_for is None or exported_for.status not in CONNECTED:
-                problems.append(f"{backend.name} export for attachment {attachment_id} runs without an attachment")
+    for backend, attachment_id, _info in leaked_exports(host):
+        problems.append(f"{backend.name} export for attachment {attachment_id} runs without an attachment")
     return problems
 
 

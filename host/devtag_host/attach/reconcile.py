@@ -28,8 +28,10 @@ without an attachment, and tags of devices that are gone.
 
 from __future__ import annotations
 
+import functools
 import logging
-from typing import AbstractSet, Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
+from dataclasses import replace
+from typing import AbstractSet, Any, Callable, Dict, List, Mapping, Optional, Set, Tuple, Union
 
 from .. import virt
 from ..metadata.device_tags import taggable_devices
@@ -46,13 +48,15 @@ from .kernel import (
     undoing,
     untag,
 )
-from .model import Attachment, InterfaceAttachment, JournalRecord
+from .model import Attachment, InterfaceAttachment, JournalIds, JournalRecord
+from .store import AttachmentStore
 
 log = logging.getLogger(__name__)
 
 CONNECTED = (model.ATTACHING, model.ATTACHED, model.DETACHING, model.ERROR_ATTACHING, model.ERROR_DETACHING)
 
 Reconciler = Callable[[Host, List[JournalRecord]], str]
+Ids = Dict[str, Optional[str]]  # the ids an operation's journal rows name
 
 
 def reconcile(host: Host) -> List[Dict[str, Any]]:
@@ -114,8 +118,8 @@ def recover_evacuated(host: Host) -> List[str]:
     return destroyed
 
 
-def _ids(rows: List[JournalRecord]) -> Dict[str, Optional[str]]:
-    ids: Dict[str, Optional[str]] = {}
+def _ids(rows: List[JournalRecord]) -> Ids:
+    ids: Ids = {}
     for row in rows:
         for key in ("instance_uuid", "volume_id", "attachment_id", "mac"):
             if row[key]:
@@ -148,45 +152,71 @@ def _unplug(host: Host, guest: Optional[Guest], alias: str) -> None:
     host.unplug(guest, alias, lambda _message: Pending(f"the guest still holds {alias}"))
 
 
-# -- volumes --------------------------------------------------------------------------
+# -- volumes and NICs: the same rules, other records -----------------------------------
+
+Record = Union[Attachment, InterfaceAttachment]
 
 
-def retire_volume_attachment(host: Host, attachment: Attachment, guest: Optional[Guest]) -> None:
-    """Make the attachment not exist: device out of the guest, tag, backend connection, row."""
-    alias = attachment.alias or devices.alias_for(attachment.id)
+def _find(host: Host, ids: Ids, volume: bool) -> Optional[Record]:
+    """The volume attachment or the NIC record the journal names, if it is still there."""
+    if volume:
+        return host.store.find_attachment(ids.get("attachment_id") or "")
+    return host.store.find_interface(ids.get("mac") or "")
+
+
+def _untag_gone(guest: Optional[Guest], ids: Ids, alias: str, volume: bool) -> None:
+    """Drop the tags of a device whose record is gone."""
+    if volume:
+        untag(guest, "disk", (ids.get("volume_id") or "", alias))
+    elif ids.get("mac"):
+        untag(guest, "nic", (ids.get("mac") or "",))
+
+
+def _retire(host: Host, record: Record, guest: Optional[Guest]) -> None:
+    """Make the record not exist: device out of the guest, tag, backend connection, row."""
+    alias = record.alias or devices.alias_for(record.id)
     _unplug(host, guest, alias)
-    untag(guest, "disk", (attachment.volume_id, alias))
-    host.disconnect(attachment)
-    host.store.delete_attachment(attachment.id)
+    if isinstance(record, InterfaceAttachment):
+        untag(guest, "nic", (record.mac,))
+        host.store.remove_interface(record.mac)
+        return
+    untag(guest, "disk", (record.volume_id, alias))
+    host.disconnect(record)
+    host.store.delete_attachment(record.id)
 
 
-def _keep_volume_attachment(host: Host, attachment: Attachment, guest: Guest) -> None:
-    alias = attachment.alias or devices.alias_for(attachment.id)
-    host.reconnect(attachment)
-    address = record_tag(guest, alias, attachment.tag)
-    if attachment.status == model.ATTACHING:
-        host.store.complete(attachment.id, address=address)
-    elif attachment.status == model.DETACHING:
-        host.store.roll_detaching(attachment.id)
-    elif attachment.status in (model.ERROR_DETACHING, model.ERROR_ATTACHING):
-        host.store.mark_attached(attachment.id, address=address)
+def _keep(host: Host, record: Record, guest: Guest) -> None:
+    """The device is in the guest: connected, tagged, its record ``attached``."""
+    alias = record.alias or devices.alias_for(record.id)
+    if isinstance(record, InterfaceAttachment):
+        host.store.set_interface(record.mac, status=model.ATTACHED, address=record_tag(guest, alias, record.tag))
+        return
+    host.reconnect(record)
+    address = record_tag(guest, alias, record.tag)
+    if record.status == model.ATTACHING:
+        host.store.complete(record.id, address=address)
+    elif record.status == model.DETACHING:
+        host.store.roll_detaching(record.id)
+    elif record.status in (model.ERROR_DETACHING, model.ERROR_ATTACHING):
+        host.store.mark_attached(record.id, address=address)
 
 
-def _finish_attach_volume(host: Host, rows: List[JournalRecord]) -> str:
+def _finish_attach(host: Host, rows: List[JournalRecord], *, volume: bool) -> str:
     ids, rolling_back = _ids(rows), undoing(rows)
-    attachment = host.store.find_attachment(ids.get("attachment_id") or "")
     guest = _guest(host, ids.get("instance_uuid"))
     alias = devices.alias_for(ids.get("attachment_id") or "")
-    if attachment is None:
-        # reserve never committed, or the rollback had deleted it: only a tag can be left.
+    record = _find(host, ids, volume)
+    if record is None:
+        # reserve never committed, or the rollback had deleted it: only the device and a tag can be left.
         _unplug(host, guest, alias)
-        untag(guest, "disk", (ids.get("volume_id") or "", alias))
+        _untag_gone(guest, ids, alias, volume)
         return "rolled-back"
     _, everywhere = _presence(guest, alias)
-    if not rolling_back and everywhere and guest is not None and attachment.status in (model.ATTACHING, model.ATTACHED):
-        _keep_volume_attachment(host, attachment, guest)
+    settled = isinstance(record, InterfaceAttachment) or record.status in (model.ATTACHING, model.ATTACHED)
+    if not rolling_back and everywhere and guest is not None and settled:
+        _keep(host, record, guest)
         return "rolled-forward"
-    retire_volume_attachment(host, attachment, guest)
+    _retire(host, record, guest)
     return "rolled-back"
 
 
@@ -195,31 +225,17 @@ def _finish_detach(host: Host, rows: List[JournalRecord], *, volume: bool) -> st
     guest = _guest(host, ids.get("instance_uuid"))
     alias = devices.alias_for(ids.get("attachment_id") or "")
     saved = next((row.detail.get("xml") for row in rows if row.step == "detach-config"), None)
-    attachment: Optional[Attachment] = None
-    record: Optional[InterfaceAttachment] = None
-    if volume:
-        attachment = host.store.find_attachment(ids.get("attachment_id") or "")
-        if attachment is None:
-            untag(guest, "disk", (ids.get("volume_id") or "", alias))
-            return "rolled-forward"
-    else:
-        record = host.store.find_interface(ids.get("mac") or "")
-        if record is None:
-            untag(guest, "nic", (ids.get("mac") or "",))
-            return "rolled-forward"
+    record = _find(host, ids, volume)
+    if record is None:
+        _untag_gone(guest, ids, alias, volume)
+        return "rolled-forward"
     if _live(guest, alias):
         assert guest is not None
         if saved and guest.handle.isPersistent() and not guest.has_alias(alias, "config"):
             guest.attach_config(saved)
-        if attachment is not None:
-            _keep_volume_attachment(host, attachment, guest)
-        elif record is not None:
-            _keep_interface(host, record, guest)
+        _keep(host, record, guest)
         return "rolled-back"
-    if attachment is not None:
-        retire_volume_attachment(host, attachment, guest)
-    elif record is not None:
-        _retire_interface(host, record, guest)
+    _retire(host, record, guest)
     return "rolled-forward"
 
 
@@ -253,39 +269,6 @@ def _finish_delete_volume(host: Host, rows: List[JournalRecord]) -> str:
     return "rolled-forward"
 
 
-# -- NICs ------------------------------------------------------------------------------
-
-
-def _retire_interface(host: Host, record: model.InterfaceAttachment, guest: Optional[Guest]) -> None:
-    alias = record.alias or devices.alias_for(record.id)
-    _unplug(host, guest, alias)
-    untag(guest, "nic", (record.mac,))
-    host.store.remove_interface(record.mac)
-
-
-def _keep_interface(host: Host, record: model.InterfaceAttachment, guest: Guest) -> None:
-    address = record_tag(guest, record.alias or devices.alias_for(record.id), record.tag)
-    host.store.set_interface(record.mac, status=model.ATTACHED, address=address)
-
-
-def _finish_attach_interface(host: Host, rows: List[JournalRecord]) -> str:
-    ids, rolling_back = _ids(rows), undoing(rows)
-    guest = _guest(host, ids.get("instance_uuid"))
-    alias = devices.alias_for(ids.get("attachment_id") or "")
-    record = host.store.find_interface(ids.get("mac") or "") if ids.get("mac") else None
-    if record is None:
-        _unplug(host, guest, alias)
-        if ids.get("mac"):
-            untag(guest, "nic", (ids["mac"] or "",))
-        return "rolled-back"
-    _, everywhere = _presence(guest, alias)
-    if not rolling_back and everywhere and guest is not None:
-        _keep_interface(host, record, guest)
-        return "rolled-forward"
-    _retire_interface(host, record, guest)
-    return "rolled-back"
-
-
 # -- the sweep -----------------------------------------------------------------------
 
 
@@ -303,13 +286,13 @@ def _sweep(host: Host) -> List[Dict[str, Any]]:
         anywhere = _presence(guest, alias)[0]
         try:
             if attachment.status in (model.ATTACHED, model.ERROR_DETACHING) and not anywhere:
-                retire_volume_attachment(host, attachment, guest)
+                _retire(host, attachment, guest)
                 report.append({"attachment": attachment.id, "outcome": "deleted: the device left the guest"})
             elif attachment.status == model.ERROR_DETACHING and guest is not None and _live(guest, alias):
-                _keep_volume_attachment(host, attachment, guest)
+                _keep(host, attachment, guest)
                 report.append({"attachment": attachment.id, "outcome": "attached: the guest still has the device"})
             elif attachment.status == model.ERROR_ATTACHING:
-                retire_volume_attachment(host, attachment, guest)
+                _retire(host, attachment, guest)
                 report.append({"attachment": attachment.id, "outcome": "rolled back an error_attaching attachment"})
         except Pending as exc:
             report.append({"attachment": attachment.id, "outcome": "pending", "reason": str(exc)})
@@ -321,17 +304,17 @@ def _sweep(host: Host) -> List[Dict[str, Any]]:
         alias = record.alias or devices.alias_for(record.id)
         try:
             if record.status == model.ATTACHED and guest is not None and not _presence(guest, alias)[0]:
-                _retire_interface(host, record, guest)
+                _retire(host, record, guest)
                 report.append({"mac": record.mac, "outcome": "deleted: the NIC left the guest"})
             elif record.status in (model.ATTACHING, model.ERROR_ATTACHING):
-                _retire_interface(host, record, guest)
+                _retire(host, record, guest)
                 report.append({"mac": record.mac, "outcome": f"rolled back a {record.status} NIC"})
             elif record.status in (model.DETACHING, model.ERROR_DETACHING):
                 if guest is not None and _live(guest, alias):
-                    _keep_interface(host, record, guest)
+                    _keep(host, record, guest)
                     report.append({"mac": record.mac, "outcome": "attached: the guest still has the NIC"})
                 else:
-                    _retire_interface(host, record, guest)
+                    _retire(host, record, guest)
                     report.append({"mac": record.mac, "outcome": "deleted: the NIC left the guest"})
         except Pending as exc:
             report.append({"mac": record.mac, "outcome": "pending", "reason": str(exc)})
@@ -340,32 +323,41 @@ def _sweep(host: Host) -> List[Dict[str, Any]]:
     return report
 
 
-def _stop_leaked_exports(host: Host) -> List[Dict[str, Any]]:
-    report = []
+def leaked_exports(host: Host) -> List[Tuple[Any, str, Dict[str, Any]]]:
+    """(backend, attachment id, connection info) of each backend export that runs without a connected attachment."""
+    leaked = []
     for backend in host.backends.values():
         exported = getattr(backend, "exported_attachments", None)
-        if exported is None:
-            continue
-        for attachment_id, info in exported().items():
+        for attachment_id, info in (exported() if exported else {}).items():
             attachment = host.store.find_attachment(attachment_id)
             if attachment is None or attachment.status not in CONNECTED:
-                backend.disconnect(info)
-                report.append({"attachment": attachment_id, "outcome": f"stopped a leaked {backend.name} export"})
+                leaked.append((backend, attachment_id, info))
+    return leaked
+
+
+def _stop_leaked_exports(host: Host) -> List[Dict[str, Any]]:
+    report = []
+    for backend, attachment_id, info in leaked_exports(host):
+        backend.disconnect(info)
+        report.append({"attachment": attachment_id, "outcome": f"stopped a leaked {backend.name} export"})
     return report
+
+
+def known_devices(store: AttachmentStore) -> JournalIds:
+    """The volume ids, MACs and instances devtag attached: the store's volumes and what the journal names."""
+    named = store.journal_ids()
+    return replace(named, volume_ids=named.volume_ids | {v.id for v in store.list_volumes()})
 
 
 def _drop_stale_tags(host: Host, touched: set) -> List[Dict[str, Any]]:
     """Tags of devtag-attached devices (volume serials, ``ua-`` aliases, known NICs) that are gone."""
-    known_ids = host.store.journal_ids()
-    known = {v.id for v in host.store.list_volumes()} | known_ids.volume_ids
-    macs = known_ids.macs
-    instances = touched | known_ids.instance_uuids
+    known = known_devices(host.store)
     report = []
-    for instance_uuid in sorted(i for i in instances if i):
+    for instance_uuid in sorted(i for i in touched | known.instance_uuids if i):
         guest = _guest(host, instance_uuid)
         if guest is None:
             continue
-        stale = stale_tag_entries(guest.views(), known, macs)
+        stale = stale_tag_entries(guest.views(), known.volume_ids, known.macs)
         if not stale:
             continue
 
@@ -402,10 +394,10 @@ def stale_tag_entries(
 RECONCILERS: Mapping[str, Reconciler] = {
     "create-volume": _finish_create_volume,
     "delete-volume": _finish_delete_volume,
-    "attach-volume": _finish_attach_volume,
-    "detach-volume": lambda host, rows: _finish_detach(host, rows, volume=True),
-    "attach-interface": _finish_attach_interface,
-    "detach-interface": lambda host, rows: _finish_detach(host, rows, volume=False),
+    "attach-volume": functools.partial(_finish_attach, volume=True),
+    "detach-volume": functools.partial(_finish_detach, volume=True),
+    "attach-interface": functools.partial(_finish_attach, volume=False),
+    "detach-interface": functools.partial(_finish_detach, volume=False),
     live_migration.FLOW: live_migration.finish_live_migration,
     "evacuate": lifecycle.finish_evacuate,
     "shelve-offload": lifecycle.finish_shelve_offload,
