@@ -15,7 +15,7 @@ import json
 import sys
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Dict, Iterator, List
+from typing import Any, Callable, Dict, Iterator, List, Sequence
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -61,15 +61,36 @@ def open_store(args: argparse.Namespace) -> Any:
 
 
 @contextlib.contextmanager
-def _host(args: argparse.Namespace, **options: Any) -> Iterator[Any]:
+def _store(args: argparse.Namespace) -> Iterator[AttachmentStore]:
+    """The store of ``--db``, for the verbs that read it only (no libvirt)."""
+    store = open_store(args)
+    try:
+        with translated_errors():
+            yield store
+    finally:
+        store.close()
+
+
+@contextlib.contextmanager
+def _host(args: argparse.Namespace, peers: Sequence[str] = (), **options: Any) -> Iterator[ComputeHost]:
+    """This host on the store of ``--db`` and the libvirt of ``--connect``, with the hosts ``peers``
+    (``NAME=URI``) that its flows and reconcile may reach."""
     store = open_store(args)
     connection = virt.open_connection(getattr(args, "connect", None))
     try:
-        with translated_errors():
-            yield ComputeHost(connection, store, host=args.host, **options)
+        with translated_errors(), contextlib.ExitStack() as stack:
+            host = ComputeHost(connection, store, host=args.host, **options)
+            for spec in peers:
+                host.add_peer(stack.enter_context(peer_host(spec, store)))
+            yield host
     finally:
         connection.close()
         store.close()
+
+
+def _print_json(value: Any) -> None:
+    json.dump(value, sys.stdout, indent=2, default=str)
+    sys.stdout.write("\n")
 
 
 def _volume_json(volume: Any) -> Dict[str, Any]:
@@ -101,15 +122,10 @@ def cmd_volume_create(args: argparse.Namespace) -> None:
 
 
 def cmd_volume_list(args: argparse.Namespace) -> None:
-    store = open_store(args)
-    try:
-        with translated_errors():
-            volumes = store.list_volumes()
-    finally:
-        store.close()
+    with _store(args) as store:
+        volumes = store.list_volumes()
     if args.json:
-        json.dump([_volume_json(v) for v in volumes], sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        _print_json([_volume_json(v) for v in volumes])
         return
     rows: List[List[str]] = [["NAME", "ID", "BACKEND", "SIZE", "STATUS", "ATTACHMENTS"]]
     for volume in volumes:
@@ -122,14 +138,9 @@ def cmd_volume_list(args: argparse.Namespace) -> None:
 
 
 def cmd_volume_show(args: argparse.Namespace) -> None:
-    store = open_store(args)
-    try:
-        with translated_errors():
-            volume = store.get_volume(args.name)
-    finally:
-        store.close()
-    json.dump(_volume_json(volume), sys.stdout, indent=2)
-    sys.stdout.write("\n")
+    with _store(args) as store:
+        volume = store.get_volume(args.name)
+    _print_json(_volume_json(volume))
 
 
 def cmd_volume_delete(args: argparse.Namespace) -> None:
@@ -147,12 +158,17 @@ def cmd_attach_volume(args: argparse.Namespace) -> None:
     )
 
 
-def cmd_detach_volume(args: argparse.Namespace) -> None:
+def _detach(args: argparse.Namespace, detach: Callable[[ComputeHost], None]) -> None:
+    """Run ``detach`` with ``--timeout``; a device the guest keeps is exit status 3, not a failure."""
     with _host(args, detach_timeout=args.timeout) as host:
         try:
-            host.detach_volume(args.domain, args.volume)
+            detach(host)
         except DetachTimeout as exc:
             raise StillAttached(str(exc)) from None
+
+
+def cmd_detach_volume(args: argparse.Namespace) -> None:
+    _detach(args, lambda host: host.detach_volume(args.domain, args.volume))
     print(f"{args.volume} detached from {args.domain}")
 
 
@@ -172,22 +188,15 @@ def cmd_attach_interface(args: argparse.Namespace) -> None:
 
 
 def cmd_detach_interface(args: argparse.Namespace) -> None:
-    with _host(args, detach_timeout=args.timeout) as host:
-        try:
-            host.detach_interface(args.domain, args.mac)
-        except DetachTimeout as exc:
-            raise StillAttached(str(exc)) from None
+    _detach(args, lambda host: host.detach_interface(args.domain, args.mac))
     print(f"NIC {args.mac} detached from {args.domain}")
 
 
 def cmd_reconcile(args: argparse.Namespace) -> None:
-    with _host(args) as host, contextlib.ExitStack() as peers:
-        for spec in args.peer:
-            host.add_peer(peers.enter_context(peer_host(spec, host.store)))
+    with _host(args, peers=args.peer) as host:
         report = host.reconcile()
     if args.json:
-        json.dump(report, sys.stdout, indent=2, default=str)
-        sys.stdout.write("\n")
+        _print_json(report)
         return
     for item in report:
         subject = item.get("flow") or item.get("attachment") or item.get("mac") or item.get("instance")
@@ -210,85 +219,55 @@ def cmd_check(args: argparse.Namespace) -> None:
 
 
 def cmd_attachments_list(args: argparse.Namespace) -> None:
-    store = open_store(args)
-    try:
-        with translated_errors():
-            rows = [_attachment_json(a) for a in store.attachments()]
-            rows += [{"nic": True, **asdict(i)} for i in store.interfaces()]
-    finally:
-        store.close()
-    json.dump(rows, sys.stdout, indent=2)
-    sys.stdout.write("\n")
-
-
-@contextlib.contextmanager
-def _hosts(args: argparse.Namespace, peer: str = "") -> Iterator[Any]:
-    """This host (and the peer ``NAME=URI``, if any, which its reconcile can reach)."""
-    store = open_store(args)
-    connection = virt.open_connection(args.connect)
-    try:
-        with translated_errors(), contextlib.ExitStack() as stack:
-            host = ComputeHost(connection, store, host=args.host)
-            if peer:
-                other = stack.enter_context(peer_host(peer, store))
-                host.add_peer(other)
-                yield host, other
-            else:
-                yield host, None
-    finally:
-        connection.close()
-        store.close()
+    with _store(args) as store:
+        rows = [_attachment_json(a) for a in store.attachments()]
+        rows += [{"nic": True, **asdict(i)} for i in store.interfaces()]
+    _print_json(rows)
 
 
 def cmd_live_migrate(args: argparse.Namespace) -> None:
-
     peer_uri = args.to.partition("=")[2]
     options = MigrationOptions(
         migrate_uri=args.migrate_uri,
         listen_address=args.listen_address,
         peer_to_peer_uri=peer_uri if args.p2p else None,
     )
-    with _hosts(args, peer=args.to) as (source, destination):
+    with _host(args, peers=[args.to]) as source:
+        (destination,) = source.peers.values()
         moved = live_migrate(source, destination, args.domain, options)
     print(f"{args.domain} runs on {destination.host_name} with {len(moved)} volume attachment(s)")
 
 
 def cmd_evacuate(args: argparse.Namespace) -> None:
-
     try:
         definition = Path(args.definition).read_text(encoding="utf-8")
     except OSError as exc:
         raise InputError(f"{args.definition}: {exc.strerror}") from None
-    with _hosts(args) as (host, _):
+    with _host(args) as host:
         moved = evacuate(host, definition, source_host=args.from_host, start=not args.no_start)
     print(f"rebuilt on {host.host_name} from {args.definition} with {len(moved)} volume attachment(s)")
 
 
 def cmd_recover(args: argparse.Namespace) -> None:
-
-    with _hosts(args) as (host, _):
+    with _host(args) as host:
         destroyed = recover_evacuated(host)
     print("destroyed: " + ", ".join(destroyed) if destroyed else "nothing was evacuated from this host")
 
 
 def cmd_shelve(args: argparse.Namespace) -> None:
-
-    with _hosts(args) as (host, _):
+    with _host(args) as host:
         instance = host.guest(args.domain).uuid
         shelve_offload(host, args.domain)
     print(f"{args.domain} shelved (instance {instance}); 'devtag-host unshelve {instance}' brings it back")
 
 
 def cmd_unshelve(args: argparse.Namespace) -> None:
-
-    with _hosts(args) as (host, _):
-        handle = unshelve(host, args.instance, start=not args.no_start)
-        name = handle.name()
+    with _host(args) as host:
+        name = unshelve(host, args.instance, start=not args.no_start).name()
     print(f"{name} unshelved on {host.host_name}")
 
 
 def cmd_swap(args: argparse.Namespace) -> None:
-
-    with _hosts(args) as (host, _):
+    with _host(args) as host:
         attachment = swap_volume(host, args.domain, args.old, args.new)
     print(f"{args.domain} now uses {args.new} (attachment {attachment.id}); {args.old} is available")
