@@ -37,6 +37,9 @@ CREATING = "creating"
 READY = "ready"
 DELETING = "deleting"
 
+# Outcomes of an operation that finished forward (its ``end`` row's detail).
+FORWARD_OUTCOMES = ("completed", "rolled-forward")
+
 # Which attachment states a transition may start from.
 TRANSITIONS: Mapping[str, frozenset] = {
     "update": frozenset({RESERVED, ATTACHING}),
@@ -167,6 +170,24 @@ class JournalIds:
     volume_ids: frozenset
     macs: frozenset
     instance_uuids: frozenset
+
+
+def still_shelved(ends: Iterable[JournalRecord]) -> Dict[str, str]:
+    """Instance -> its last shelve-offload that finished forward with no unshelve finished forward since.
+
+    ``ends`` are ``end`` rows, oldest first.  Unshelve reads that operation's
+    plan (the definition), so the journal keeps it (and migration 0003 kept
+    its display passwords).
+    """
+    shelved: Dict[str, str] = {}
+    for end in ends:
+        if end.outcome not in FORWARD_OUTCOMES or not end.instance_uuid:
+            continue
+        if end.flow == "shelve-offload":
+            shelved[end.instance_uuid] = end.operation
+        elif end.flow == "unshelve":
+            shelved.pop(end.instance_uuid, None)
+    return shelved
 
 
 def volume_status(attachments: Iterable[Attachment]) -> str:

@@ -24,6 +24,7 @@ from .model import (
     ATTACHED,
     ATTACHING,
     DETACHING,
+    FORWARD_OUTCOMES,
     RESERVED,
     Attachment,
     Conflict,
@@ -37,7 +38,6 @@ from .model import (
 )
 from .schema_upgrade import upgrade
 
-FORWARD_OUTCOMES = ("completed", "rolled-forward")
 JOURNAL_HISTORY = 1000  # finished operations kept for operators (and the stale-tag sweep)
 
 
@@ -397,18 +397,8 @@ class AttachmentStore:
 
 def _prunable(ends: Sequence[JournalRecord], keep: int) -> List[str]:
     """Operations (ids) to delete: finished ones beyond the newest ``keep``, but for those still needed."""
-    needed = set()
-    shelved: Dict[str, str] = {}  # instance -> its last forward shelve-offload still to be unshelved
-    for end in ends:
-        if end.outcome not in FORWARD_OUTCOMES or not end.instance_uuid:
-            continue
-        if end.flow == "shelve-offload":
-            shelved[end.instance_uuid] = end.operation
-        elif end.flow == "unshelve":
-            shelved.pop(end.instance_uuid, None)
-        elif end.flow == "evacuate":
-            needed.add(end.operation)
-    needed |= set(shelved.values())
+    needed = {e.operation for e in ends if e.flow == "evacuate" and e.outcome in FORWARD_OUTCOMES and e.instance_uuid}
+    needed |= set(model.still_shelved(ends).values())
     finished = [end.operation for end in ends if end.operation not in needed]
     return finished[: max(0, len(finished) - keep)]
 

@@ -21,13 +21,13 @@ Revision ID: 0003
 Revises: 0002
 """
 
-from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
+from typing import Any, Iterable, List, Set, Tuple
 
 import sqlalchemy as sa
 from alembic import op
 
 from devtag_host.attach import display_secrets
-from devtag_host.attach.model import from_json, to_json
+from devtag_host.attach.model import JournalRecord, from_json, still_shelved, to_json
 
 revision = "0003"
 down_revision = "0002"
@@ -41,7 +41,6 @@ _journal = sa.table(
     sa.column("instance_uuid", sa.String),
     sa.column("detail", sa.Text),
 )
-_FORWARD = ("completed", "rolled-forward")
 _FLOWS_WITH_DEFINITIONS = ("shelve-offload", "evacuate")
 
 
@@ -84,18 +83,13 @@ def pending_shelves(ends: Iterable[Any], shelves: Set[str]) -> Set[str]:
     """Of the shelve-offload operations ``shelves``, those whose definition ``unshelve`` or reconcile may
     still need: open ones (no end row) and, per instance, the last one finished forward if no unshelve
     finished forward after it."""
-    finished: Set[str] = set()
-    last_shelve: Dict[str, Optional[str]] = {}  # instance -> its shelve still to be unshelved
-    for end in ends:
-        outcome = (from_json(end.detail) or {}).get("outcome")
-        if end.flow == "shelve-offload":
-            finished.add(end.operation)
-            if outcome in _FORWARD and end.instance_uuid:
-                last_shelve[end.instance_uuid] = end.operation
-        elif outcome in _FORWARD and end.instance_uuid:
-            last_shelve[end.instance_uuid] = None  # unshelved: the libvirt definition holds them again
-    still_shelved = {operation for operation in last_shelve.values() if operation is not None}
-    return {operation for operation in shelves if operation not in finished or operation in still_shelved}
+    records = [
+        JournalRecord(0, end.operation, end.flow, "end", end.instance_uuid, detail=from_json(end.detail) or {})
+        for end in ends
+    ]
+    finished = {end.operation for end in records if end.flow == "shelve-offload"}
+    shelved = set(still_shelved(records).values())
+    return {operation for operation in shelves if operation not in finished or operation in shelved}
 
 
 def downgrade() -> None:
