@@ -93,18 +93,12 @@ def _print_json(value: Any) -> None:
     sys.stdout.write("\n")
 
 
+_VOLUME_JSON = ("id", "name", "backend", "size_bytes", "multiattach", "status", "lifecycle", "location")
+
+
 def _volume_json(volume: Any) -> Dict[str, Any]:
-    return {
-        "id": volume.id,
-        "name": volume.name,
-        "backend": volume.backend,
-        "size_bytes": volume.size_bytes,
-        "multiattach": volume.multiattach,
-        "status": volume.status,
-        "lifecycle": volume.lifecycle,
-        "location": volume.location,
-        "attachments": [_attachment_json(a) for a in volume.attachments],
-    }
+    shown = {name: getattr(volume, name) for name in _VOLUME_JSON}
+    return {**shown, "attachments": [_attachment_json(a) for a in volume.attachments]}
 
 
 def _attachment_json(attachment: Any) -> Dict[str, Any]:

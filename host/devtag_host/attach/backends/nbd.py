@@ -79,7 +79,8 @@ class NbdBackend:
             return
         if not os.path.exists(data["path"]):
             raise BackendError(f"volume file {data['path']} is missing")
-        self._prepare_exports()
+        self.exports.mkdir(parents=True, exist_ok=True)
+        _give_to_qemu_group(self.exports, 0o710)
         socket_path.unlink(missing_ok=True)
         command = [
             QEMU_NBD,
@@ -100,7 +101,7 @@ class NbdBackend:
             raise BackendError(f"cannot start qemu-nbd: {exc}") from None
         if done.returncode != 0:
             raise BackendError(f"qemu-nbd failed: {done.stderr.strip()[-400:]}")
-        _share_with_qemu(socket_path)
+        _give_to_qemu_group(socket_path, 0o660)
 
     def disconnect(self, connection_info: ConnectionInfo) -> None:
         socket_path = Path(connection_info["data"]["socket"])
@@ -130,13 +131,6 @@ class NbdBackend:
             if _server_pid(socket_path) is not None:
                 found[pid_file.stem] = {"driver_volume_type": "nbd", "data": {"socket": str(socket_path)}}
         return found
-
-    def _prepare_exports(self) -> None:
-        self.exports.mkdir(parents=True, exist_ok=True)
-        gid = _qemu_gid()
-        if gid is not None and os.geteuid() == 0:
-            os.chown(self.exports, 0, gid)
-            self.exports.chmod(0o710)
 
 
 def _stopped(socket_path: Path, pid: int, signum: int) -> bool:
@@ -174,15 +168,12 @@ def _server_pid(socket_path: Path) -> Optional[int]:
     return pid
 
 
-def _qemu_gid() -> Optional[int]:
+def _give_to_qemu_group(path: Path, mode: int) -> None:
+    """``path`` owned by root and QEMU's group with ``mode`` (as root only): QEMU reaches it, other users do not."""
     try:
-        return grp.getgrnam(QEMU_GROUP).gr_gid
+        gid = grp.getgrnam(QEMU_GROUP).gr_gid
     except KeyError:
-        return None
-
-
-def _share_with_qemu(socket_path: Path) -> None:
-    gid = _qemu_gid()
-    if gid is not None and os.geteuid() == 0:
-        os.chown(socket_path, 0, gid)
-        socket_path.chmod(0o660)
+        return
+    if os.geteuid() == 0:
+        os.chown(path, 0, gid)
+        path.chmod(mode)
