@@ -225,13 +225,9 @@ def create(
                 resource_providers.c.id == parent.id
             )
         )
-    taken = connection.execute(_TAKEN, {"b_uuid": uuid, "b_name": name}).all()
-    for taken_uuid, _taken_name in taken:
-        if taken_uuid == uuid:
-            raise ResourceProviderExists(f"Conflicting resource provider uuid: {uuid} already exists.")
-    if taken:
-        raise ResourceProviderExists(f"Conflicting resource provider name: {name} already exists.")
-    # A concurrent twin fails the unique constraints: IntegrityError, answered 409 by the app.
+    # No look-up before the INSERT (the load path: one statement fewer): a taken uuid or
+    # name fails the unique constraints, and the caller asks :func:`conflict` which, in a
+    # transaction of its own (PostgreSQL's is aborted by then).
     values = {"uuid": uuid, "name": name, "generation": 0, "parent_provider_id": parent_id, "root_provider_id": root_id}
     inserted = connection.execute(_INSERT, values).inserted_primary_key
     assert inserted is not None  # a single-row INSERT always reports its key
@@ -239,6 +235,18 @@ def create(
     if root_id is None:
         connection.execute(_SET_ROOT, {"b_id": new_id, "b_root": new_id})
     return Provider(new_id, uuid, name, 0, parent_uuid, parent.root_provider_uuid if parent else uuid)
+
+
+def conflict(connection: Connection, name: str, uuid: str) -> Optional[ResourceProviderExists]:
+    """Upstream's 409 for a new provider whose uuid (checked first) or name is taken;
+    None when neither is (the INSERT failed on something else, e.g. a parent deleted meanwhile)."""
+    taken = connection.execute(_TAKEN, {"b_uuid": uuid, "b_name": name}).all()
+    for taken_uuid, _taken_name in taken:
+        if taken_uuid == uuid:
+            return ResourceProviderExists(f"Conflicting resource provider uuid: {uuid} already exists.")
+    if taken:
+        return ResourceProviderExists(f"Conflicting resource provider name: {name} already exists.")
+    return None
 
 
 def update(
