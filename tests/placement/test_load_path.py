@@ -17,16 +17,26 @@ from .conftest import make_client
 
 @pytest.fixture
 def statements(sqlite_store) -> Iterator[List[str]]:
+    """What SQLite itself runs (its trace callback): the write path hands some
+    statements to the driver's cursor, past SQLAlchemy's execution events."""
     seen: List[str] = []
 
-    def record(_connection, _cursor, statement, *_args) -> None:
+    def record(statement: str) -> None:
         seen.append(statement.split()[0].upper() + (" IMMEDIATE" if "IMMEDIATE" in statement else ""))
 
+    def trace(dbapi_connection, _record, _proxy) -> None:
+        dbapi_connection.set_trace_callback(record)
+
+    def untrace(dbapi_connection, _record) -> None:
+        dbapi_connection.set_trace_callback(None)
+
     for engine in (sqlite_store.writer, sqlite_store.reader):
-        event.listen(engine, "before_cursor_execute", record)
+        event.listen(engine, "checkout", trace)
+        event.listen(engine, "checkin", untrace)
     yield seen
     for engine in (sqlite_store.writer, sqlite_store.reader):
-        event.remove(engine, "before_cursor_execute", record)
+        event.remove(engine, "checkout", trace)
+        event.remove(engine, "checkin", untrace)
 
 
 def test_each_load_call_is_one_transaction(sqlite_store, statements):
