@@ -16,7 +16,7 @@ from ..exception import (
     InventoryNotFound,
     ResourceClassNotFound,
 )
-from . import resource_class
+from . import driver_sql, resource_class
 from .resource_provider import Provider, bump_generation
 
 DEFAULTS: Dict[str, Any] = {"reserved": 0, "min_unit": 1, "max_unit": MAX_INT, "step_size": 1, "allocation_ratio": 1.0}
@@ -66,7 +66,12 @@ _OF_PROVIDER = (
     .order_by(resource_classes.c.name)
 )
 _DELETE_ALL = inventories.delete().where(inventories.c.resource_provider_id == bindparam("b_provider"))
-_INSERT = inventories.insert()
+_INSERT = inventories.insert().values(
+    resource_provider_id=bindparam("b_provider"),
+    resource_class_id=bindparam("b_class"),
+    used=bindparam("b_used"),
+    **{field: bindparam(f"b_{field}") for field in FIELDS},
+)
 
 
 def of_provider(connection: Connection, provider_id: int) -> Dict[str, Inventory]:
@@ -83,7 +88,7 @@ _USED_OF_PROVIDER = (
 
 def _used_of_provider(connection: Connection, provider_id: int) -> Dict[str, Tuple[int, int]]:
     """{class name: (allocated amount, class id)} of each inventory row of the provider."""
-    rows = connection.execute(_USED_OF_PROVIDER, {"b_provider": provider_id})
+    rows = driver_sql.fetch_all(connection, _USED_OF_PROVIDER, {"b_provider": provider_id})
     return {name: (used, class_id) for name, used, class_id in rows}
 
 
@@ -117,16 +122,17 @@ def replace_all(
         )
     bump_generation(connection, provider)
     if used:  # a new provider has no rows to delete (the load path: one statement fewer)
-        connection.execute(_DELETE_ALL, {"b_provider": provider.id})
+        driver_sql.execute(connection, _DELETE_ALL, {"b_provider": provider.id})
     if wanted:
-        connection.execute(
+        driver_sql.execute_many(
+            connection,
             _INSERT,
             [
                 {
-                    "resource_provider_id": provider.id,
-                    "resource_class_id": class_ids[name],
-                    "used": used[name][0] if name in used else 0,  # the allocations stay: so does their sum
-                    **inventory.as_dict(),
+                    "b_provider": provider.id,
+                    "b_class": class_ids[name],
+                    "b_used": used[name][0] if name in used else 0,  # the allocations stay: so does their sum
+                    **{f"b_{field}": value for field, value in inventory.as_dict().items()},
                 }
                 for name, inventory in wanted.items()
             ],

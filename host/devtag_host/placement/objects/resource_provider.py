@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import uuid as uuidlib
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Set, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Union
 
 from sqlalchemy import and_, bindparam, exists, func, or_, select
-from sqlalchemy.engine import Connection, Row
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.expression import BindParameter, ColumnElement, Select
 
@@ -21,6 +21,7 @@ from ..exception import (
     ResourceProviderInUse,
     ResourceProviderNotFound,
 )
+from . import driver_sql
 
 _parent = resource_providers.alias("parent")
 _root = resource_providers.alias("root")
@@ -47,8 +48,9 @@ def _select() -> Select[Any]:
     )
 
 
-def _provider(row: Row[Any]) -> Provider:
-    return Provider(row.id, row.uuid, row.name, row.generation, row.parent, row.root or row.uuid)
+def _provider(row: Sequence[Any]) -> Provider:
+    """From a row of :func:`_select` (SQLAlchemy's or the driver's tuple: by position)."""
+    return Provider(row[0], row[1], row[2], row[3], row[4], row[5] or row[1])
 
 
 # Statements built once: building SQLAlchemy expressions per call costs more than running them.
@@ -63,7 +65,17 @@ _BUMP = (
 _TAKEN = select(resource_providers.c.uuid, resource_providers.c.name).where(
     or_(resource_providers.c.uuid == bindparam("b_uuid"), resource_providers.c.name == bindparam("b_name"))
 )
-_INSERT = resource_providers.insert()
+_INSERT = (
+    resource_providers.insert()
+    .values(
+        uuid=bindparam("b_uuid"),
+        name=bindparam("b_name"),
+        generation=bindparam("b_generation"),
+        parent_provider_id=bindparam("b_parent"),
+        root_provider_id=bindparam("b_root"),
+    )
+    .returning(resource_providers.c.id)
+)
 _SET_ROOT = (
     resource_providers.update()
     .where(resource_providers.c.id == bindparam("b_id"))
@@ -72,7 +84,7 @@ _SET_ROOT = (
 
 
 def get(connection: Connection, uuid: str) -> Optional[Provider]:
-    row = connection.execute(_BY_UUID, {"b_uuid": uuid}).first()
+    row = driver_sql.fetch_one(connection, _BY_UUID, {"b_uuid": uuid})
     return _provider(row) if row else None
 
 
@@ -225,20 +237,28 @@ def create(
                 resource_providers.c.id == parent.id
             )
         )
+    # No look-up before the INSERT (the load path: one statement fewer): a taken uuid or
+    # name fails the unique constraints, and the caller asks :func:`conflict` which, in a
+    # transaction of its own (PostgreSQL's is aborted by then).
+    values = {"b_uuid": uuid, "b_name": name, "b_generation": 0, "b_parent": parent_id, "b_root": root_id}
+    inserted = driver_sql.fetch_one(connection, _INSERT, values)
+    assert inserted is not None  # a single-row INSERT ... RETURNING always reports its key
+    new_id = inserted[0]
+    if root_id is None:
+        driver_sql.execute(connection, _SET_ROOT, {"b_id": new_id, "b_root": new_id})
+    return Provider(new_id, uuid, name, 0, parent_uuid, parent.root_provider_uuid if parent else uuid)
+
+
+def conflict(connection: Connection, name: str, uuid: str) -> Optional[ResourceProviderExists]:
+    """Upstream's 409 for a new provider whose uuid (checked first) or name is taken;
+    None when neither is (the INSERT failed on something else, e.g. a parent deleted meanwhile)."""
     taken = connection.execute(_TAKEN, {"b_uuid": uuid, "b_name": name}).all()
     for taken_uuid, _taken_name in taken:
         if taken_uuid == uuid:
-            raise ResourceProviderExists(f"Conflicting resource provider uuid: {uuid} already exists.")
+            return ResourceProviderExists(f"Conflicting resource provider uuid: {uuid} already exists.")
     if taken:
-        raise ResourceProviderExists(f"Conflicting resource provider name: {name} already exists.")
-    # A concurrent twin fails the unique constraints: IntegrityError, answered 409 by the app.
-    values = {"uuid": uuid, "name": name, "generation": 0, "parent_provider_id": parent_id, "root_provider_id": root_id}
-    inserted = connection.execute(_INSERT, values).inserted_primary_key
-    assert inserted is not None  # a single-row INSERT always reports its key
-    new_id = inserted[0]
-    if root_id is None:
-        connection.execute(_SET_ROOT, {"b_id": new_id, "b_root": new_id})
-    return Provider(new_id, uuid, name, 0, parent_uuid, parent.root_provider_uuid if parent else uuid)
+        return ResourceProviderExists(f"Conflicting resource provider name: {name} already exists.")
+    return None
 
 
 def update(
@@ -333,10 +353,10 @@ def delete(connection: Connection, provider: Provider) -> None:
 
 def bump_generation(connection: Connection, provider: Provider) -> int:
     """Compare-and-swap the generation; raises ConcurrentUpdate if it moved."""
-    result = connection.execute(
-        _BUMP, {"b_id": provider.id, "b_seen": provider.generation, "b_next": provider.generation + 1}
+    changed = driver_sql.execute(
+        connection, _BUMP, {"b_id": provider.id, "b_seen": provider.generation, "b_next": provider.generation + 1}
     )
-    if result.rowcount != 1:
+    if changed != 1:
         raise ConcurrentUpdate(provider.uuid)
     provider.generation += 1
     return provider.generation

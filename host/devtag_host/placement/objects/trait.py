@@ -12,7 +12,7 @@ from sqlalchemy.exc import IntegrityError
 
 from ..db import provider_traits, traits
 from ..exception import TraitCannotDeleteStandard, TraitInUse, TraitNotFound
-from . import standard_ids
+from . import driver_sql, standard_ids
 from .resource_provider import Provider, bump_generation
 
 STANDARD = frozenset(os_traits.get_traits())
@@ -97,7 +97,9 @@ def of_provider(connection: Connection, provider_id: int) -> List[str]:
 
 
 _DELETE_OF_PROVIDER = provider_traits.delete().where(provider_traits.c.resource_provider_id == bindparam("b_provider"))
-_INSERT_OF_PROVIDER = provider_traits.insert()
+_INSERT_OF_PROVIDER = provider_traits.insert().values(
+    resource_provider_id=bindparam("b_provider"), trait_id=bindparam("b_trait")
+)
 _IDS_OF_PROVIDER = select(provider_traits.c.trait_id).where(
     provider_traits.c.resource_provider_id == bindparam("b_provider")
 )
@@ -109,14 +111,15 @@ def set_for_provider(
     """Replace the provider's traits; ``found`` is ``require_ids(names)`` if the caller has it."""
     if found is None:
         found = require_ids(connection, names)
-    existing = set(connection.scalars(_IDS_OF_PROVIDER, {"b_provider": provider.id}))
+    existing = {row[0] for row in driver_sql.fetch_all(connection, _IDS_OF_PROVIDER, {"b_provider": provider.id})}
     if existing == set(found.values()):
         return  # as upstream: no change, no new generation
     if existing:
-        connection.execute(_DELETE_OF_PROVIDER, {"b_provider": provider.id})
+        driver_sql.execute(connection, _DELETE_OF_PROVIDER, {"b_provider": provider.id})
     if found:
-        connection.execute(
+        driver_sql.execute_many(
+            connection,
             _INSERT_OF_PROVIDER,
-            [{"resource_provider_id": provider.id, "trait_id": trait_id} for trait_id in sorted(found.values())],
+            [{"b_provider": provider.id, "b_trait": trait_id} for trait_id in sorted(found.values())],
         )
     bump_generation(connection, provider)
