@@ -7,9 +7,9 @@ same_subtree 1.36; any-of traits 1.39).
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Set
+from typing import Any, Dict, FrozenSet, List, Sequence, Set
 
-from sqlalchemy import select
+from sqlalchemy import intersect, literal, select
 from sqlalchemy.engine import Connection
 
 from .. import candidate_request
@@ -56,23 +56,27 @@ def _no_group_can_match(connection: Connection, request: candidate_request.Candi
         if _names_unknown(connection, group) and _search_stops_before(connection, request, groups[:index]):
             return True
         resource_class.require_ids(connection, group.resources)
-        members = None
-        for any_of in group.aggregates.required:
-            found = set(
-                connection.scalars(
-                    select(provider_aggregates.c.resource_provider_id).where(
-                        provider_aggregates.c.aggregate_uuid.in_(sorted(any_of))
-                    )
-                )
-            )
-            members = found if members is None else members & found
-            if not members:
-                return True
+        if group.aggregates.required and not _any_member(connection, group.aggregates.required):
+            return True
         names = [name for any_of in group.traits.required for name in sorted(any_of)]
         trait.require_ids(connection, [*names, *sorted(group.traits.forbidden)])
         if group.in_tree is not None and rp.get(connection, group.in_tree) is None:
             return True
     return False
+
+
+def _any_member(connection: Connection, required: Sequence[FrozenSet[str]]) -> bool:
+    """Some provider is in one aggregate of every ``member_of`` set: asked of the
+    database as one row (``INTERSECT`` ... ``LIMIT 1``), not by fetching every member
+    of every set (3,000 rows of a 5,000-provider cloud, a quarter of a flat query)."""
+    members = [
+        select(provider_aggregates.c.resource_provider_id).where(
+            provider_aggregates.c.aggregate_uuid.in_(sorted(any_of))
+        )
+        for any_of in required
+    ]
+    either = members[0] if len(members) == 1 else intersect(*members)
+    return connection.execute(select(literal(1)).select_from(either.subquery()).limit(1)).first() is not None
 
 
 def _names_unknown(connection: Connection, group: candidate_request.Group) -> bool:
