@@ -14,6 +14,27 @@ import pytest
 from .guest_image import GuestImage, Release, build_guest_image
 
 REPO = Path(__file__).resolve().parents[2]
+BOOT_COST_PROPERTY = "boot_cost"  # user_properties key of test_releases' boot-cost lines
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The boot-cost lines of test_releases at the end of every run's output, without -s.
+
+    So a CI log records each release's figures (README, "Boot cost per release")
+    even when pytest captured the tests' output.
+    """
+    lines = [
+        value
+        for reports in terminalreporter.stats.values()
+        for report in reports
+        if getattr(report, "when", None) == "call"
+        for name, value in getattr(report, "user_properties", ())
+        if name == BOOT_COST_PROPERTY
+    ]
+    if lines:
+        terminalreporter.write_sep("=", "boot cost per release (tests/vm/test_releases.py)")
+        for line in lines:
+            terminalreporter.write_line(line)
 
 
 @pytest.fixture(scope="session")

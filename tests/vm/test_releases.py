@@ -44,6 +44,7 @@ from devtag_host.cli import main as devtag_host
 from devtag_host.metadata_server import AddressBook, MetadataService
 from devtag_host.metadata_server.server import BackgroundServer
 
+from .conftest import BOOT_COST_PROPERTY
 from .guest_image import IFUPDOWN_BY_TAG, NIC_BY_TAG_ADDRESSES, RELEASES, GuestImage, Release
 from .test_end_to_end import (
     EXPECTED_NICS,
@@ -191,6 +192,15 @@ def boot_cost_line(version: int, report: Dict[str, Any]) -> str:
     )
 
 
+def report_boot_cost(request: pytest.FixtureRequest, line: str) -> None:
+    """Print a boot-cost line, and attach it to the test's report for conftest's terminal summary.
+
+    The summary puts the lines into every CI log, -s or not, passed or failed.
+    """
+    print("\n" + line)
+    request.node.user_properties.append((BOOT_COST_PROPERTY, line))
+
+
 def check_boot_imports(report: Dict[str, Any]) -> None:
     """The boot run imports nothing it does not need, on this release's Python and libraries."""
     cost = report["boot_cost"]
@@ -200,7 +210,11 @@ def check_boot_imports(report: Dict[str, Any]) -> None:
 
 
 def test_release_resolves_tags_configures_nics_hot_plugs_and_reboots(
-    release_image: Tuple[Release, GuestImage], libvirt_uri: str, libvirt_conn: Any, vm_dir: Path
+    release_image: Tuple[Release, GuestImage],
+    libvirt_uri: str,
+    libvirt_conn: Any,
+    vm_dir: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
     release, image = release_image
     version = release.version
@@ -219,7 +233,7 @@ def test_release_resolves_tags_configures_nics_hot_plugs_and_reboots(
         check_nics_by_tag(first)
         check_udev_verify(first, version)
         check_network_stage_order(first, version)
-        print("\n" + boot_cost_line(version, first))
+        report_boot_cost(request, boot_cost_line(version, first))
         check_boot_imports(first)
         hot_plug_through_the_metadata_service(libvirt_conn, domain, directory)
         domain.reboot(0)
@@ -227,7 +241,7 @@ def test_release_resolves_tags_configures_nics_hot_plugs_and_reboots(
         assert second["boot_id"] != first["boot_id"]
         check_report(second)
         check_nics_by_tag(second)
-        print(boot_cost_line(version, second) + " (after reboot)")
+        report_boot_cost(request, boot_cost_line(version, second) + " (after reboot)")
     finally:
         if domain.isActive():
             domain.destroy()
