@@ -105,9 +105,9 @@ def _kept(store: Store) -> static_world.StaticWorld:
     return kept
 
 
-def _alloc(client: httpx.Client, names: Dict[str, str]) -> None:
+def _alloc(client: httpx.Client, names: Dict[str, str], vcpu: int = 7) -> None:
     body = {
-        "allocations": {names["cn1-numa0"]: {"resources": {"VCPU": 7}}},
+        "allocations": {names["cn1-numa0"]: {"resources": {"VCPU": vcpu}}},
         "project_id": "p",
         "user_id": "u",
         "consumer_generation": None,
@@ -272,14 +272,7 @@ def test_summaries_of_providers_in_use_follow_their_usage(store, world):
     with make_client(store, **LATEST) as client:
         for _ in range(3):
             before = _answers(store)
-            body = {
-                "allocations": {world["cn1-numa0"]: {"resources": {"VCPU": 1}}},
-                "project_id": "p",
-                "user_id": "u",
-                "consumer_generation": None,
-                "consumer_type": "INSTANCE",
-            }
-            assert client.put(f"/allocations/{uuid.uuid4()}", json=body).status_code == 204
+            _alloc(client, world, vcpu=1)
             after = _answers(store)
             assert after != before and after == _fresh_answers(store.url)
 
