@@ -17,6 +17,7 @@ import uuid as uuidlib
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 from urllib.parse import parse_qsl
 
+import orjson
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from . import errors, microversion
@@ -31,17 +32,6 @@ from .web import Call, Reply
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 1024 * 1024
-
-
-def _stdlib_dumps(body: Any) -> bytes:
-    return json.dumps(body, separators=(",", ":")).encode()
-
-
-_dumps: Callable[[Any], bytes]
-try:  # several times faster on large allocation-candidate documents
-    from orjson import dumps as _dumps
-except ImportError:  # pragma: no cover - orjson is in the host extra, but stay usable without it
-    _dumps = _stdlib_dumps
 
 
 Handler = Callable[[Call], Reply]
@@ -194,7 +184,7 @@ class Placement:
         if reply.body is None:
             return Response(reply.status, out_headers, b"")
         out_headers.append(("content-type", "application/json"))
-        return Response(reply.status, out_headers, _dumps(reply.body))
+        return Response(reply.status, out_headers, orjson.dumps(reply.body))
 
     def _route(
         self,

@@ -15,8 +15,9 @@ import gc
 import operator
 import threading
 from dataclasses import astuple, dataclass
-from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
+import orjson
 import os_traits
 from sqlalchemy import Integer, and_, bindparam, case, exists, func, null, select
 from sqlalchemy.engine import Connection
@@ -29,15 +30,6 @@ from ..microversion import Version
 from ..query import AggregateFilter
 from . import candidate_search, raw_rows, resource_class, static_world, trait
 from .resource_provider import fitting_rows, used_of_inventory
-
-_encode: Optional[Callable[[Any], bytes]] = None
-Fragment: Optional[Callable[[bytes], Any]] = None
-try:  # pre-encoded summaries need orjson's fragments; without orjson the answer is built of dicts
-    import orjson
-
-    _encode, Fragment = orjson.dumps, orjson.Fragment
-except ImportError:  # pragma: no cover - orjson is in the host extra
-    pass
 
 
 @dataclass
@@ -184,7 +176,7 @@ def _requests(
     ``mappings`` entry) is worked out once per part; a candidate whose parts take
     from distinct providers is then their entries side by side, sorted by uuid.
     Repeated amounts are one shared object each."""
-    if shape.dict_format and _encode is not None and Fragment is not None:
+    if shape.dict_format:
         return [_encoded_requests(world, suffixes, chosen, parts, names, shape.with_mappings)]
     uuid = world.uuid
     same: Dict[Tuple[Tuple[int, int], ...], Any] = {}
@@ -232,8 +224,7 @@ def _encoded_requests(
     ``mappings`` list are encoded once; a request is then bytes joined in the order
     encoding its dicts gives: the same answer, byte for byte, without building and
     walking a dict, a list and their strings per request."""
-    assert _encode is not None and Fragment is not None  # the caller checked
-    encode = _encode
+    encode = orjson.dumps
     uuid = world.uuid
     same: Dict[Tuple[Tuple[int, int], ...], bytes] = {}
 
@@ -269,7 +260,7 @@ def _encoded_requests(
             encoded.append(b'{"allocations":{' + allocations + b'},"mappings":{' + mappings + b"}}")
         else:
             encoded.append(b'{"allocations":{' + allocations + b"}}")
-    return Fragment(join(encoded))
+    return orjson.Fragment(join(encoded))
 
 
 _TRAIT_NAMES_OF = (
@@ -331,7 +322,7 @@ def _summaries(
     times).  With kept rows at 1.29+, one JSON fragment (unless not ``pre_encoded``)."""
     if not provider_ids:
         return {}
-    if pre_encoded and world.kept is not None and shape.nested_aware and Fragment is not None and _encode is not None:
+    if pre_encoded and world.kept is not None and shape.nested_aware:
         return _encoded_summaries(connection, world, world.kept, provider_ids, names, requested, shape)
     uuid, parent_of, root_of = world.uuid, world.parent, world.root
     wanted = set(provider_ids) if len(provider_ids) < len(uuid) else uuid
@@ -400,8 +391,7 @@ def _encoded_summaries(
     (its entry is remembered with the (class, used) pairs it was built on).  The
     bytes are orjson's own encoding of the entry, so the answer is byte for byte
     what encoding the dicts gives."""
-    assert _encode is not None and Fragment is not None  # the caller checked
-    encode = _encode
+    encode = orjson.dumps
     shape_key = astuple(shape)
     remembered = kept.encoded_summaries.setdefault(shape_key, {})
     remembered_in_use = kept.encoded_summaries_in_use.setdefault(shape_key, {})
@@ -431,7 +421,7 @@ def _encoded_summaries(
             else:
                 remembered[rp_id] = entry
         entries = [fresh[rp_id] if entry is None else entry for rp_id, entry in zip(provider_ids, entries)]
-    return Fragment(b"{" + b",".join(entries) + b"}")  # type: ignore[arg-type]
+    return orjson.Fragment(b"{" + b",".join(entries) + b"}")  # type: ignore[arg-type]
 
 
 def _own_candidates(
