@@ -69,7 +69,7 @@ REPORT_UNIT = """\
 [Unit]
 Description=devtag end-to-end test: report what devtag published
 After=devtag-agent.service devtag-agent-network.service cloud-init.service cloud-init-network.service
-After=systemd-udev-settle.service systemd-networkd.service
+After=systemd-udev-settle.service devtag-e2e-floor.service systemd-networkd.service
 Wants=devtag-agent.service
 
 [Service]
@@ -87,6 +87,26 @@ After=devtag-e2e-report.service
 
 [Service]
 ExecStart=/usr/bin/python3 /usr/local/sbin/devtag-e2e-report --watch
+
+[Install]
+WantedBy=multi-user.target
+"""
+# The boot-cost floor measured mid-boot (guest_report.mid_boot_floor), on boots
+# with devtag_e2e_timing (test_releases): ordered like devtag-agent.service and
+# right after it, so it runs in the same stage of the boot, beside the boot run.
+FLOOR_UNIT = """\
+[Unit]
+Description=devtag end-to-end test: the boot-cost floor, mid-boot beside devtag-agent.service
+DefaultDependencies=no
+ConditionKernelCommandLine=devtag_e2e_timing
+After=devtag-agent.service
+Before=network-pre.target cloud-init.service cloud-init-network.service shutdown.target
+Conflicts=shutdown.target
+
+[Service]
+Type=oneshot
+ExecStart=/usr/bin/python3 /usr/local/sbin/devtag-e2e-report --mid-boot-floor
+TimeoutStartSec=300
 
 [Install]
 WantedBy=multi-user.target
@@ -223,7 +243,11 @@ def build_guest_image(agent_deb: Path, workdir: Path, release: Release = BOOKWOR
     _configure_networkd(root)
     wants = root / "etc/systemd/system/multi-user.target.wants"
     wants.mkdir(parents=True, exist_ok=True)
-    for name, text in (("devtag-e2e-report.service", REPORT_UNIT), ("devtag-e2e-watch.service", WATCH_UNIT)):
+    for name, text in (
+        ("devtag-e2e-report.service", REPORT_UNIT),
+        ("devtag-e2e-watch.service", WATCH_UNIT),
+        ("devtag-e2e-floor.service", FLOOR_UNIT),
+    ):
         (root / "etc/systemd/system" / name).write_text(text)
         (wants / name).symlink_to(f"/etc/systemd/system/{name}")
     kernel = next(iter(sorted((root / "boot").glob("vmlinuz-*"))))

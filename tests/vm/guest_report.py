@@ -9,6 +9,11 @@ and the udev properties of each tagged device.  With ``devtag_e2e_mkfs=TAG``
 on the kernel command line it also runs mkfs on that disk (first boot only)
 and records the links again after the change event.
 
+With ``--mid-boot-floor`` (a unit of the test image ordered right after
+devtag-agent.service, before the network, on boots with ``devtag_e2e_timing``)
+it measures the boot-cost floor mid-boot, beside the boot run, and leaves the
+figures in FLOOR_FILE for the report (boot_cost).
+
 With ``--watch`` (a second service, started after the report) it stays
 running and writes ``DEVTAG-E2E-EVENT {json}`` whenever the set of
 /dev/disk/by-tag links changes: the hot-plug case attaches and detaches a
@@ -24,6 +29,8 @@ import sys
 import time
 
 MARKER = "/var/lib/devtag-e2e-mkfs-done"
+FLOOR_FILE = "/run/devtag-e2e-floor.json"
+AGENT_PACKAGES = ("/usr/lib/python3/dist-packages/devtag_agent", "/usr/lib/python3/dist-packages/devtag_schema")
 RULES = "/usr/lib/udev/rules.d/70-devtag.rules"
 
 
@@ -107,6 +114,19 @@ def timed(*command, repeat=3):
     return best
 
 
+def timed_runs(*command, repeat=3):
+    """``[(wall, cpu), ...]`` of ``repeat`` runs of ``command``, in order (see timed)."""
+    runs = []
+    for _ in range(repeat):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        started = time.monotonic()
+        run(*command)
+        wall = time.monotonic() - started
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        runs.append((wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)))
+    return runs
+
+
 def seconds(*command, repeat=3):
     """The fastest wall-clock time of ``repeat`` runs of ``command``, in seconds."""
     return timed(*command, repeat=repeat)[0]
@@ -164,6 +184,17 @@ def boot_cost(devices, source):
     - ``agent_imports``: what that run imports beyond ``python3 -c pass``,
       and ``unwanted_imports``, those of them it must not import.
 
+    - ``unit_again``: the unit itself restarted after boot (``systemctl
+      restart devtag-agent.service``, the state unchanged), its phases and CPU
+      (unit_phases): the boot run's work, sandbox and ExecStartPre/Post
+      included, without the rest of the boot (fastest of 3 by ExecStart wall);
+    - ``mid_boot_floor``: what devtag-e2e-floor.service measured mid-boot
+      (mid_boot_floor), if it ran;
+    - ``pyc``: the agent's modules whose .pyc is missing or stale (a
+      ProtectSystem=strict unit cannot write them: each boot would compile);
+    - ``concurrent``: the units that were starting while the boot run ran;
+      ``blame``: systemd-analyze blame's head.
+
     Each command: the fastest of 3 runs.
     """
     syspaths = sorted({device["syspath"] for device in devices})
@@ -185,7 +216,128 @@ def boot_cost(devices, source):
         profile = run("python3", "-m", "cProfile", "-s", "cumulative", *command)[1]
         cost["agent_again_profile"] = "\n".join(profile.splitlines()[:45])
         cost["unwanted_imports"] = [name for name in cost["agent_imports"] if name in NOT_ON_THE_BOOT_PATH]
+    cost["agent_phases"] = unit_phases(cost["agent"])
+    cost["concurrent"] = concurrent_units(cost["agent"])
+    cost["blame"] = run("systemd-analyze", "blame", "--no-pager")[1].splitlines()[:15]
+    cost["pyc"] = unusable_pyc()
+    try:
+        with open(FLOOR_FILE) as figures:
+            cost["mid_boot_floor"] = json.load(figures)
+    except (OSError, ValueError) as exc:
+        cost["mid_boot_floor"] = {"error": str(exc)}
+    cost["unit_again"] = unit_again("devtag-agent.service")
     return cost
+
+
+def unit_phases(times):
+    """Seconds of a unit run's phases from its monotonic timestamps: ExecStartPre (and the fork up to the
+    main process), ExecStart, ExecStartPost; and its CPU time (cgroup, all of them) when accounted."""
+
+    def at(key):
+        value = times.get(key + "TimestampMonotonic", "0")
+        return int(value) / 1e6 if value.isdigit() else 0.0
+
+    started, main, exited, active = at("InactiveExit"), at("ExecMainStart"), at("ExecMainExit"), at("ActiveEnter")
+    cpu = times.get("CPUUsageNSec", "")
+    return {
+        "pre": main - started,
+        "main": exited - main,
+        "post": active - exited,
+        "all": active - started,
+        "cpu": int(cpu) / 1e9 if cpu.isdigit() and int(cpu) < 2**63 else None,
+    }
+
+
+def unit_again(unit, repeat=3):
+    """``unit`` restarted after boot, ``repeat`` times: the phases of the fastest run (by ExecStart wall)."""
+    runs = []
+    for _ in range(repeat):
+        code, _, err = run("systemctl", "restart", unit)
+        if code != 0:
+            return {"error": err[-500:]}
+        runs.append(unit_phases(unit_times(unit)))
+    return {**min(runs, key=lambda phases: phases["main"]), "runs": runs}
+
+
+def concurrent_units(agent):
+    """Units whose start (InactiveExit to ActiveEnter) overlapped the boot run's ExecStart: its competitors."""
+    begin = int(agent.get("ExecMainStartTimestampMonotonic", "0") or 0)
+    end = int(agent.get("ExecMainExitTimestampMonotonic", "0") or 0)
+    names = [
+        line.split()[0]
+        for line in run("systemctl", "list-units", "--all", "--no-legend", "--plain", "--type=service,mount,socket")[
+            1
+        ].splitlines()
+        if line.split()
+    ]
+    props = "Id,InactiveExitTimestampMonotonic,ActiveEnterTimestampMonotonic,ActiveExitTimestampMonotonic"
+    out = run("systemctl", "show", "-p", props, *names)[1] if names else ""
+    overlapping = []
+    for block in out.split("\n\n"):
+        unit = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+        start = int(unit.get("InactiveExitTimestampMonotonic", "0") or 0)
+        done = int(unit.get("ActiveEnterTimestampMonotonic", "0") or 0) or int(
+            unit.get("ActiveExitTimestampMonotonic", "0") or 0
+        )
+        if start and start < end and (done == 0 or done > begin) and unit.get("Id") != "devtag-agent.service":
+            overlapping.append([unit.get("Id"), round(start / 1e6, 2), round(done / 1e6, 2)])
+    return sorted(overlapping, key=lambda entry: entry[1])
+
+
+def unusable_pyc():
+    """The agent's modules without a current .pyc for this interpreter (missing, or for another source)."""
+    tag = sys.implementation.cache_tag
+    problems = []
+    for package in AGENT_PACKAGES:
+        for source in sorted(glob.glob(package + "/*.py")):
+            directory, name = os.path.split(source)
+            compiled = os.path.join(directory, "__pycache__", name[:-3] + "." + tag + ".pyc")
+            try:
+                with open(compiled, "rb") as handle:
+                    header = handle.read(16)
+            except OSError:
+                problems.append(source + ": missing")
+                continue
+            status = os.stat(source)
+            flags = int.from_bytes(header[4:8], "little")
+            if flags == 0 and (
+                int.from_bytes(header[8:12], "little") != int(status.st_mtime) & 0xFFFFFFFF
+                or int.from_bytes(header[12:16], "little") != status.st_size & 0xFFFFFFFF
+            ):
+                problems.append(source + ": stale")
+    return problems
+
+
+def mid_boot_floor():
+    """The floor measured mid-boot, right after the boot run, before the network (devtag-e2e-floor.service).
+
+    The same three commands as boot_cost's after-boot figures, 3 runs each, in
+    the boot's conditions (the units that compete with the boot run still
+    start): ``python3 -c pass``; ``udevadm trigger --action=change --settle``
+    of the devices the boot run tagged (the events the boot run's own trigger
+    caused, again: udev sets the same properties and links, and nothing
+    configures NICs before network-pre.target); the agent's apply again from
+    the config drive, state unchanged (no trigger).
+    """
+    started = time.monotonic()
+    code, out, _ = run("devtag-agent", "list", "--json")
+    devices = json.loads(out) if code == 0 and out.strip() else []
+    syspaths = sorted({device["syspath"] for device in devices})
+    figures = {"started": started, "load_average": open("/proc/loadavg").read().split()[:3], "devices": len(syspaths)}
+    figures["python_pass"] = timed_runs("python3", "-c", "pass")
+    if syspaths:
+        figures["trigger_settle"] = timed_runs("udevadm", "trigger", "--action=change", "--settle", *syspaths)
+    try:
+        with open("/run/devtag/current/devices.json") as state:
+            source = json.load(state).get("source")
+    except (OSError, ValueError):
+        source = None
+    if source in ("fwcfg", "configdrive", "instance-data"):
+        figures["agent_again"] = timed_runs("/usr/bin/devtag-agent", "-q", "apply", "--source", source)
+    figures["finished"] = time.monotonic()
+    with open(FLOOR_FILE + ".partial", "w") as out_file:
+        json.dump(figures, out_file)
+    os.rename(FLOOR_FILE + ".partial", FLOOR_FILE)
 
 
 def unit_times(unit):
@@ -194,7 +346,8 @@ def unit_times(unit):
         "show",
         unit,
         "-p",
-        "ExecMainStartTimestampMonotonic,ExecMainExitTimestampMonotonic,Result,ActiveState,CPUUsageNSec",
+        "ExecMainStartTimestampMonotonic,ExecMainExitTimestampMonotonic,Result,ActiveState,CPUUsageNSec,"
+        "InactiveExitTimestampMonotonic,ActiveEnterTimestampMonotonic",
     )
     return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
@@ -317,4 +470,9 @@ def main():
 
 
 if __name__ == "__main__":
-    watch() if sys.argv[1:] == ["--watch"] else main()
+    if sys.argv[1:] == ["--watch"]:
+        watch()
+    elif sys.argv[1:] == ["--mid-boot-floor"]:
+        mid_boot_floor()
+    else:
+        main()

@@ -142,7 +142,12 @@ def boot_cost_figures(report: Dict[str, Any]) -> Dict[str, Any]:
     - ``after_boot``: (``devtag-agent apply`` again + trigger) / floor, all
       three measured side by side after boot: the goal's figure (< 1.5);
     - ``own_wall``, ``own_cpu``: ``apply`` again / ``python3 -c pass``, wall
-      and CPU time: the agent's run next to the interpreter's start alone.
+      and CPU time: the agent's run next to the interpreter's start alone;
+    - ``same_boot``: the boot run / the floor measured mid-boot, right after
+      the boot run by devtag-e2e-floor.service (``floor_mid``, each command the
+      fastest of 3 there too): the issue's "baseline measured in the same boot"
+      under the boot run's conditions; ``after_mid``: (apply again + trigger) /
+      floor, all three measured there.
     """
     cost = report["boot_cost"]
     agent = cost["agent"]
@@ -163,6 +168,14 @@ def boot_cost_figures(report: Dict[str, Any]) -> Dict[str, Any]:
         figures["after_boot"] = (cost["agent_again"] + cost["trigger_settle"]) / floor
         figures["own_wall"] = cost["agent_again"] / cost["python_pass"]
         figures["own_cpu"] = cost["agent_again_cpu"] / max(cost["python_pass_cpu"], 1e-3)
+    mid = cost.get("mid_boot_floor", {})
+    if mid.get("python_pass") and mid.get("trigger_settle"):
+        fastest = {key: min(mid[key]) for key in ("python_pass", "trigger_settle", "agent_again") if mid.get(key)}
+        figures["mid"] = fastest
+        figures["floor_mid"] = fastest["python_pass"][0] + fastest["trigger_settle"][0]
+        figures["same_boot"] = (finished - started) / figures["floor_mid"]
+        if "agent_again" in fastest:
+            figures["after_mid"] = (fastest["agent_again"][0] + fastest["trigger_settle"][0]) / figures["floor_mid"]
     return figures
 
 
@@ -186,10 +199,42 @@ def boot_cost_line(version: int, report: Dict[str, Any]) -> str:
             f" (apply again + trigger) / floor = {f['after_boot']:.2f} (goal < {GOAL}),"
             f" apply again / python3 -c pass = {f['own_wall']:.1f} wall, {f['own_cpu']:.1f} CPU"
         )
+    if "floor_mid" in f:
+        mid = f["mid"]
+        line += (
+            f"; mid-boot, beside the boot run: python3 -c pass {mid['python_pass'][0]:.2f} s"
+            f" (CPU {mid['python_pass'][1]:.3f} s), trigger --settle {mid['trigger_settle'][0]:.2f} s,"
+            f" boot run / mid-boot floor = {f['same_boot']:.2f}"
+        )
+        if "after_mid" in f:
+            line += (
+                f", apply again {mid['agent_again'][0]:.2f} s (CPU {mid['agent_again'][1]:.3f} s),"
+                f" (apply again + trigger) / floor = {f['after_mid']:.2f}"
+            )
+        line += f" (guest load {' '.join(cost_of(report).get('mid_boot_floor', {}).get('load_average', []))})"
+    phases = cost_of(report).get("agent_phases")
+    if phases:
+        line += f"; boot run's unit: pre {phases['pre']:.2f} s, main {phases['main']:.2f} s"
+        line += f", post {phases['post']:.2f} s"
+    again = cost_of(report).get("unit_again", {})
+    if "main" in again:
+        cpu = f", CPU {again['cpu']:.2f} s" if again.get("cpu") is not None else ""
+        line += (
+            f"; unit restarted after boot: pre {again['pre']:.2f} s, main {again['main']:.2f} s,"
+            f" post {again['post']:.2f} s{cpu}"
+        )
+    pyc = cost_of(report).get("pyc")
+    if pyc:
+        line += f"; NO CURRENT .pyc: {', '.join(pyc)}"
     return line + (
         f"; load average: guest {' '.join(f.get('load_average', []))}, host"
         f" {' '.join(f'{load:.1f}' for load in os.getloadavg())}"
     )
+
+
+def cost_of(report: Dict[str, Any]) -> Dict[str, Any]:
+    cost: Dict[str, Any] = report["boot_cost"]
+    return cost
 
 
 def report_boot_cost(request: pytest.FixtureRequest, line: str) -> None:
