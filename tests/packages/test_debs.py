@@ -55,6 +55,7 @@ def test_agent_depends_only_on_distro_packages(debs: Path) -> None:
     for expected in (
         "/usr/bin/devtag-agent",
         "/usr/lib/udev/rules.d/70-devtag.rules",
+        "/usr/lib/modules-load.d/devtag-agent.conf",  # qemu_fw_cfg for the fw_cfg transport
         "/lib/systemd/system/devtag-agent.service",
         "/lib/systemd/system/devtag-agent-network.service",
         "/lib/systemd/system/devtag-agent-hotplug@.service",

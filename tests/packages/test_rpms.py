@@ -42,6 +42,7 @@ def test_agent_rpm(rpms: Path) -> None:
     for expected in (
         "/usr/bin/devtag-agent",
         "/usr/lib/udev/rules.d/70-devtag.rules",
+        "/usr/lib/modules-load.d/devtag-agent.conf",
         "/usr/lib/systemd/system/devtag-agent.service",
         "/usr/lib/systemd/system/devtag-agent-network.service",
         "/usr/lib/systemd/system/devtag-agent-hotplug@.service",

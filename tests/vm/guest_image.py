@@ -231,6 +231,9 @@ def build_guest_image(agent_deb: Path, workdir: Path, release: Release = BOOKWOR
     # the base's archive cache.
     _chroot_apt(root, "install", f"/tmp/{agent_deb.name}")
     (root / "tmp" / agent_deb.name).unlink()
+    # The base's own modules-load.d file for qemu_fw_cfg (from before the package shipped one) goes:
+    # the package's /usr/lib/modules-load.d/devtag-agent.conf must load it (the report checks).
+    (root / "etc/modules-load.d/devtag-e2e.conf").unlink(missing_ok=True)
     for download in (root / "var/cache/apt/archives").glob("*.deb"):
         download.unlink()  # installed now; the guest does not need them
     shutil.copy(REPORT_SCRIPT, root / "usr/local/sbin/devtag-e2e-report")

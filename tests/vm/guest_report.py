@@ -441,6 +441,8 @@ def main():
     report["block"] = block_devices()
     report["nics"] = nics()
     report["agent_unit"] = unit_times("devtag-agent.service")
+    # qemu_fw_cfg, loaded by systemd-modules-load from the package's modules-load.d file.
+    report["fw_cfg_loaded"] = os.path.isdir("/sys/firmware/qemu_fw_cfg")
     report["addresses"] = addresses()
     report["release"] = release()
     report["udev_verify"] = udev_verify()

@@ -275,6 +275,7 @@ def test_release_resolves_tags_configures_nics_hot_plugs_and_reboots(
         assert first["release"]["version_id"] == str(version), first["release"]
         check_report(first)
         assert first["source"] == "configdrive", first["journal"]
+        assert first["fw_cfg_loaded"], "qemu_fw_cfg not loaded (the package's modules-load.d file)"
         check_nics_by_tag(first)
         check_udev_verify(first, version)
         check_network_stage_order(first, version)
