@@ -20,12 +20,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 import time
 
 import devtag_schema
 
-from . import __version__
+from . import __version__, spawn
 from .agentlog import DEBUG, ERROR, INFO, WARNING, log
 from .apply import apply_document, prune
 from .check import check_published
@@ -226,6 +227,15 @@ def _add_apply(commands: Any) -> None:
         "nothing unless the outcome differs (exit 0 either way); if none did, read every given source",
     )
     apply.add_argument(
+        "--start-if-unpublished",
+        type=_unit_name,
+        metavar="UNIT",
+        help="when this apply ends (exit 0, 1 or 4) and no tags are published (no /run/devtag/current), "
+        "start UNIT without waiting for it (systemctl --no-block start): the boot's first pass pulls in the "
+        "second, devtag-agent-network.service, this way. Under a --root other than / only if "
+        "DEVTAG_AGENT_SYSTEMCTL names the command",
+    )
+    apply.add_argument(
         "--wait",
         type=float,
         default=10.0,
@@ -288,6 +298,50 @@ def _add_validate(commands: Any) -> None:
         "against the device-role-tagging schema. Exit 0 if valid, 1 if not, 2 if unreadable.",
     )
     validate.add_argument("file", metavar="FILE", nargs="?", default="-", help="JSON file ('-': stdin)")
+
+
+_UNIT_NAME_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789:_.\\@-")
+
+
+def _unit_name(text: str) -> str:
+    """A systemd unit name (``name.service``, ``name@instance.target``, ...), or a usage error.
+
+    It becomes an argument of systemctl: no option (a leading ``-``), no path, no glob.
+    """
+    stem, dot, kind = text.rpartition(".")
+    if (
+        not dot
+        or not stem
+        or text.startswith("-")
+        or len(text) > 255
+        or kind not in ("service", "target")
+        or not set(text) <= _UNIT_NAME_CHARACTERS
+    ):
+        raise argparse.ArgumentTypeError(f"not a service or target unit name: {text!r}")
+    return text
+
+
+def _start_if_unpublished(system: System, unit: str) -> None:
+    """``systemctl --no-block start UNIT`` when no tags are published (what the boot unit's ExecStartPost did).
+
+    One process where the unit had a shell and systemctl (docs/agent.md, "Boot cost").  Its failure is
+    logged, not the apply's: the state is what it is either way.
+    """
+    if Database(system).read_index() is not None:
+        return
+    systemctl = os.environ.get("DEVTAG_AGENT_SYSTEMCTL")
+    if system.root != "/" and not systemctl:
+        log.info("nothing published; --root %s is not the running system: not starting %s", system.root, unit)
+        return
+    log.info("nothing published: starting %s", unit)
+    argv = [*(shlex.split(systemctl) if systemctl else ["systemctl"]), "--no-block", "start", unit]
+    try:
+        done = spawn.run(argv, timeout=30)
+    except OSError as exc:  # cannot start, or spawn.CommandTimeout
+        log.warning("cannot start %s: %s", unit, exc)
+        return
+    if done.returncode != 0:
+        log.warning("cannot start %s: %s", unit, (done.stderr or done.stdout).strip() or f"exit {done.returncode}")
 
 
 def _validate(name: str) -> int:
@@ -482,7 +536,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.command == "validate":
         return _validate(args.file)
     if args.command == "apply":
-        return _apply(args)
+        code = _apply(args)
+        if args.start_if_unpublished and code in (0, 1, UNRESOLVED):
+            _start_if_unpublished(System(args.root), args.start_if_unpublished)
+        return code
     if args.command == "lookup":
         return _lookup(args, args.tag)
     if args.command == "list":

@@ -14,6 +14,8 @@ import json
 import time
 from pathlib import Path
 
+import pytest
+
 from . import udevrules
 from .conftest import run_cli
 from .test_agent_rules import RULES
@@ -112,3 +114,84 @@ def test_hot_plug_is_armed_even_when_the_boot_pass_found_nothing(vm):
     assert run_cli("--root", root, "apply", "--source", "configdrive,instance-data", "--no-trigger",
                    "--wait-for-device", VDA.lstrip("/"), "--wait", "0") == 0  # fmt: skip
     assert "vdb" in {d["name"] for d in _index(machine.root)["devices"]}
+
+
+START_SECOND_PASS = ("--start-if-unpublished", "devtag-agent-network.service")
+
+
+@pytest.fixture
+def systemctl(recorder, monkeypatch):
+    """The recorder stands in for systemctl too (under a fake root only a named command runs)."""
+    monkeypatch.setenv("DEVTAG_AGENT_SYSTEMCTL", f"{recorder.script} systemctl")
+    return recorder
+
+
+def _systemctl_calls(recorder):
+    return [call[1:] for call in recorder.calls() if call[:1] == ["systemctl"]]
+
+
+def test_first_pass_that_publishes_nothing_starts_the_second_pass(vm, systemctl):
+    """What the unit's ExecStartPost (sh -c 'test -e /run/devtag/current || systemctl ...') did, without a shell."""
+    machine, _ = vm
+    _metadata_only(machine)
+    assert run_cli("--root", str(machine.root), *BOOT_PASS, *START_SECOND_PASS) == 1
+    assert _systemctl_calls(systemctl) == [["--no-block", "start", "devtag-agent-network.service"]]
+
+
+def test_first_pass_that_publishes_starts_nothing(vm, systemctl):
+    machine, _ = vm
+    assert run_cli("--root", str(machine.root), *BOOT_PASS, *START_SECOND_PASS) == 0
+    assert _systemctl_calls(systemctl) == []
+    # Nothing found now, but an earlier apply of this boot published: its tags stand, nothing to start.
+    _metadata_only(machine)
+    assert run_cli("--root", str(machine.root), *BOOT_PASS, *START_SECOND_PASS) == 1
+    assert (machine.root / "run/devtag/current").exists()
+    assert _systemctl_calls(systemctl) == []
+
+
+def test_a_failed_first_pass_starts_nothing(vm, systemctl):
+    """Exit 3 failed the unit before ExecStartPost ran: it still starts nothing."""
+    machine, _ = vm
+    _metadata_only(machine)
+    (machine.root / "run/devtag").write_text("")  # not a directory: the state cannot be written
+    assert run_cli("--root", str(machine.root), *BOOT_PASS, *START_SECOND_PASS) == 3
+    assert _systemctl_calls(systemctl) == []
+
+
+def test_under_a_fake_root_systemctl_runs_only_when_named(vm, recorder, caplog):
+    machine, _ = vm
+    _metadata_only(machine)
+    assert run_cli("--root", str(machine.root), *BOOT_PASS, *START_SECOND_PASS) == 1
+    assert _systemctl_calls(recorder) == []
+
+
+def test_a_failing_systemctl_is_logged_not_the_apply_s_failure(vm, tmp_path, monkeypatch, capsys):
+    machine, _ = vm
+    _metadata_only(machine)
+    monkeypatch.setenv("DEVTAG_AGENT_SYSTEMCTL", "/bin/false")
+    assert run_cli("--root", str(machine.root), *BOOT_PASS, *START_SECOND_PASS) == 1
+    assert "cannot start devtag-agent-network.service: exit 1" in capsys.readouterr().err
+    monkeypatch.setenv("DEVTAG_AGENT_SYSTEMCTL", str(tmp_path / "no-such-systemctl"))
+    assert run_cli("--root", str(machine.root), *BOOT_PASS, *START_SECOND_PASS) == 1
+    assert "cannot start devtag-agent-network.service:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "unit",
+    ["--now", "-x.service", "network", ".service", "a/b.service", "a b.service", "a*.service", "x.socket", "é.service"],
+)
+def test_the_unit_to_start_must_be_a_unit_name(vm, systemctl, unit, capsys):
+    machine, _ = vm
+    with pytest.raises(SystemExit) as exit_:
+        run_cli("--root", str(machine.root), *BOOT_PASS, "--start-if-unpublished", unit)
+    assert exit_.value.code == 2
+    assert "--start-if-unpublished" in capsys.readouterr().err
+    assert _systemctl_calls(systemctl) == []
+
+
+@pytest.mark.parametrize("unit", ["devtag-agent-network.service", "x@a\\x2db.service", "network-online.target"])
+def test_unit_names_systemd_accepts_are_taken(vm, systemctl, unit):
+    machine, _ = vm
+    _metadata_only(machine)
+    assert run_cli("--root", str(machine.root), *BOOT_PASS, "--start-if-unpublished", unit) == 1
+    assert _systemctl_calls(systemctl) == [["--no-block", "start", unit]]

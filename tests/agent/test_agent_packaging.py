@@ -42,10 +42,11 @@ def test_boot_unit_runs_after_cloud_init_local_and_before_the_network():
     assert unit["Service"]["Type"] == "oneshot"
     _commands_parse(unit)
     # Before the network only what needs none: the metadata service is the second pass's.
-    assert "--source fwcfg,configdrive,instance-data" == unit["Service"]["ExecStart"].split(" apply ")[1]
-    # Nothing found: it pulls in the second pass (and only then network-online.target).
-    post = unit["Service"]["ExecStartPost"]
-    assert "test -e /run/devtag/current ||" in post and "start devtag-agent-network.service" in post
+    assert unit["Service"]["ExecStart"].split(" apply ")[1].startswith("--source fwcfg,configdrive,instance-data ")
+    # Nothing found: it pulls in the second pass (and only then network-online.target), itself: no shell.
+    argv = shlex.split(unit["Service"]["ExecStart"])
+    assert argv[argv.index("--start-if-unpublished") + 1] == "devtag-agent-network.service"
+    assert not unit.has_option("Service", "ExecStartPost") and not unit.has_option("Service", "ExecStartPre")
 
 
 def test_second_pass_runs_after_cloud_init_and_the_network_and_only_when_pulled_in():
