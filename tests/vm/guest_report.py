@@ -192,8 +192,11 @@ def boot_cost(devices, source):
       (mid_boot_floor), if it ran;
     - ``pyc``: the agent's modules whose .pyc is missing or stale (a
       ProtectSystem=strict unit cannot write them: each boot would compile);
-    - ``concurrent``: the units that were starting while the boot run ran;
-      ``blame``: systemd-analyze blame's head.
+    - ``journal_window``: the journal while the boot run's unit ran (what
+      competed with it); ``blame``: systemd-analyze blame's head;
+    - ``sandbox_cost``: ``systemd-run --wait /bin/true`` with the unit's
+      sandbox settings, parts of them, and none: what the sandbox costs each
+      command of the unit (sandbox_cost).
 
     Each command: the fastest of 3 runs.
     """
@@ -217,7 +220,7 @@ def boot_cost(devices, source):
         cost["agent_again_profile"] = "\n".join(profile.splitlines()[:45])
         cost["unwanted_imports"] = [name for name in cost["agent_imports"] if name in NOT_ON_THE_BOOT_PATH]
     cost["agent_phases"] = unit_phases(cost["agent"])
-    cost["concurrent"] = concurrent_units(cost["agent"])
+    cost["journal_window"] = journal_window(cost["agent"])
     cost["blame"] = run("systemd-analyze", "blame", "--no-pager")[1].splitlines()[:15]
     cost["pyc"] = unusable_pyc()
     try:
@@ -226,6 +229,7 @@ def boot_cost(devices, source):
     except (OSError, ValueError) as exc:
         cost["mid_boot_floor"] = {"error": str(exc)}
     cost["unit_again"] = unit_again("devtag-agent.service")
+    cost["sandbox_cost"] = sandbox_cost()
     return cost
 
 
@@ -259,29 +263,76 @@ def unit_again(unit, repeat=3):
     return {**min(runs, key=lambda phases: phases["main"]), "runs": runs}
 
 
-def concurrent_units(agent):
-    """Units whose start (InactiveExit to ActiveEnter) overlapped the boot run's ExecStart: its competitors."""
-    begin = int(agent.get("ExecMainStartTimestampMonotonic", "0") or 0)
-    end = int(agent.get("ExecMainExitTimestampMonotonic", "0") or 0)
-    names = [
-        line.split()[0]
-        for line in run("systemctl", "list-units", "--all", "--no-legend", "--plain", "--type=service,mount,socket")[
-            1
-        ].splitlines()
-        if line.split()
-    ]
-    props = "Id,InactiveExitTimestampMonotonic,ActiveEnterTimestampMonotonic,ActiveExitTimestampMonotonic"
-    out = run("systemctl", "show", "-p", props, *names)[1] if names else ""
-    overlapping = []
-    for block in out.split("\n\n"):
-        unit = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
-        start = int(unit.get("InactiveExitTimestampMonotonic", "0") or 0)
-        done = int(unit.get("ActiveEnterTimestampMonotonic", "0") or 0) or int(
-            unit.get("ActiveExitTimestampMonotonic", "0") or 0
-        )
-        if start and start < end and (done == 0 or done > begin) and unit.get("Id") != "devtag-agent.service":
-            overlapping.append([unit.get("Id"), round(start / 1e6, 2), round(done / 1e6, 2)])
-    return sorted(overlapping, key=lambda entry: entry[1])
+def journal_window(agent):
+    """The boot's journal while the boot run's unit ran (InactiveExit to ActiveEnter): what competed with it."""
+    begin = int(agent.get("InactiveExitTimestampMonotonic", "0") or 0) / 1e6
+    end = int(agent.get("ActiveEnterTimestampMonotonic", "0") or 0) / 1e6
+    lines = []
+    for line in run("journalctl", "-b", "--no-pager", "-o", "short-monotonic")[1].splitlines():
+        stamp = line[1:].split("]", 1)[0].strip() if line.startswith("[") else ""
+        try:
+            at = float(stamp)
+        except ValueError:
+            continue
+        if begin <= at <= end:
+            lines.append(line[:200])
+    return lines[:80]
+
+
+# What each sandbox setting of the boot unit costs a process start (sandbox_cost): systemd sets them up
+# between the fork and the exec of every command of the unit.
+SECCOMP_SETTINGS = (
+    "SystemCallFilter",
+    "SystemCallArchitectures",
+    "SystemCallErrorNumber",
+    "RestrictAddressFamilies",
+    "RestrictNamespaces",
+    "RestrictRealtime",
+    "RestrictSUIDSGID",
+    "LockPersonality",
+    "MemoryDenyWriteExecute",
+    "ProtectKernelModules",
+    "ProtectKernelLogs",
+    "ProtectClock",
+    "ProtectHostname",
+)
+NOT_SANDBOX = ("Type", "RemainAfterExit", "TimeoutStartSec", "SuccessExitStatus", "RuntimeDirectory")
+
+
+def unit_sandbox(path="/lib/systemd/system/devtag-agent.service"):
+    """The [Service] settings of the installed unit that make its sandbox, as ``KEY=value``."""
+    settings, section = [], ""
+    for line in open(path).read().splitlines():
+        if line.startswith("["):
+            section = line.strip()
+        elif section == "[Service]" and "=" in line and not line.startswith("#"):
+            key = line.split("=", 1)[0]
+            if not key.startswith("Exec") and not key.startswith(NOT_SANDBOX):
+                settings.append(line)
+    return settings
+
+
+def sandbox_cost():
+    """``systemd-run --wait /bin/true`` (fastest wall of 3) with the boot unit's sandbox, parts of it, none."""
+    settings = unit_sandbox()
+    seccomp = [line for line in settings if line.split("=", 1)[0] in SECCOMP_SETTINGS]
+    variants = {
+        "none": [],
+        "all": settings,
+        "seccomp": seccomp,
+        "without seccomp": [line for line in settings if line not in seccomp],
+        "SystemCallFilter": [line for line in settings if line.startswith("SystemCallFilter=")],
+        "ProtectSystem": [line for line in settings if line.startswith("ProtectSystem=")],
+    }
+    cost = {}
+    for name, chosen in variants.items():
+        command = ["systemd-run", "--wait", "--quiet", "--collect"]
+        for line in chosen:
+            command += ["-p", line]
+        runs = timed_runs(*command, "/bin/true")
+        code, _, err = run(*command, "/bin/true")
+        cost[name] = {"wall": min(wall for wall, _ in runs), "rc": code, "err": err[-300:]}
+    return cost
 
 
 def unusable_pyc():

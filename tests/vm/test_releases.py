@@ -223,6 +223,13 @@ def boot_cost_line(version: int, report: Dict[str, Any]) -> str:
             f"; unit restarted after boot: pre {again['pre']:.2f} s, main {again['main']:.2f} s,"
             f" post {again['post']:.2f} s{cpu}"
         )
+    sandbox = cost_of(report).get("sandbox_cost", {})
+    if sandbox.get("none", {}).get("rc") == 0:
+        line += "; systemd-run /bin/true, sandbox over none: " + ", ".join(
+            f"{name} +{entry['wall'] - sandbox['none']['wall']:.2f} s" + ("" if entry["rc"] == 0 else " (failed)")
+            for name, entry in sandbox.items()
+            if name != "none"
+        )
     pyc = cost_of(report).get("pyc")
     if pyc:
         line += f"; NO CURRENT .pyc: {', '.join(pyc)}"
