@@ -48,6 +48,12 @@ NOT_ON_THE_BOOT_PATH = {
     "threading": "through logging and subprocess",
     "signal": "through subprocess: spawn.py takes the three signal numbers from the built-in _signal",
 }
+# ... and what the units' own command lines do not need (unit_argv.py reads them; other command lines do).
+NOT_ON_THE_UNITS_PATH = {
+    "argparse": "unit_argv.py reads the units' command lines",
+    "gettext": "argparse's messages",
+    "devtag_agent.cli_parser": "argparse's parser",
+}
 
 
 def imported(argv: List[str], **kw) -> Set[str]:
@@ -77,8 +83,14 @@ def configdrive_root(tmp_path: Path) -> str:
 def test_boot_run_from_the_config_drive_imports_nothing_it_does_not_need(configdrive_root: str) -> None:
     modules = imported(["--root", configdrive_root, "apply", "--source", BOOT_SOURCES, "--no-trigger"])
     assert "devtag_agent.apply" in modules and "devtag_agent.sources" in modules, sorted(modules)
-    unwanted = {name: why for name, why in NOT_ON_THE_BOOT_PATH.items() if name in modules}
+    unwanted = {name: why for name, why in {**NOT_ON_THE_BOOT_PATH, **NOT_ON_THE_UNITS_PATH}.items() if name in modules}
     assert not unwanted, unwanted
+
+
+def test_other_command_lines_do_build_the_parser(configdrive_root: str) -> None:
+    """The positive control of the argparse check above: a command line the units do not use takes argparse."""
+    modules = imported(["--root", configdrive_root, "apply", "--source", BOOT_SOURCES, "--no-trigger", "--json"])
+    assert {"argparse", "devtag_agent.cli_parser"} <= modules, sorted(modules)
 
 
 def test_lookup_imports_neither_requests_nor_pyudev(configdrive_root: str) -> None:

@@ -151,6 +151,8 @@ NOT_ON_THE_BOOT_PATH = (
     "selectors",
     "threading",
     "signal",
+    "argparse",
+    "gettext",
 )
 
 
