@@ -184,7 +184,7 @@ def boot_cost_line(version: int, report: Dict[str, Any]) -> str:
     f = boot_cost_figures(report)
     python, jsonschema, pyudev = report["release"]["python_jsonschema_pyudev"]
     udev = report["release"]["udev"]
-    boot_cpu = f" (CPU {f['agent_boot_cpu']:.2f} s, with ExecStartPre/Post)" if f["agent_boot_cpu"] is not None else ""
+    boot_cpu = f" (unit CPU {f['agent_boot_cpu']:.2f} s)" if f["agent_boot_cpu"] is not None else ""
     line = (
         f"[debian{version}: Python {python}, jsonschema {jsonschema}, pyudev {pyudev}, udev {udev}]"
         f" tags ready {f['tags_ready']:.1f} s after kernel start; boot run {f['agent_boot']:.2f} s{boot_cpu};"
