@@ -195,10 +195,7 @@ def shelve_offload(host: Host, domain: str) -> str:
     """
     guest = host.guest(domain)
     store = host.store
-    with (
-        host.domain_attach_lock(guest),
-        host.operation("shelve-offload", error=as_flow_failed, instance_uuid=guest.uuid) as operation,
-    ):
+    with host.guest_operation(guest, "shelve-offload", error=as_flow_failed) as operation:
         flags = libvirt.VIR_DOMAIN_XML_INACTIVE if guest.handle.isPersistent() else libvirt.VIR_DOMAIN_XML_MIGRATABLE
         definition = guest.handle.XMLDesc(flags)  # without its secrets: this goes to the journal
         secure_definition = guest.handle.XMLDesc(flags | libvirt.VIR_DOMAIN_XML_SECURE)
@@ -357,12 +354,8 @@ def swap_volume(host: Host, domain: str, old_volume: str, new_volume: str) -> At
     store = host.store
     old_record, new_record = store.get_volume(old_volume), store.get_volume(new_volume)
     new_id = str(uuid.uuid4())
-    with (
-        host.domain_attach_lock(guest),
-        host.operation(
-            "swap-volume", error=as_flow_failed, instance_uuid=guest.uuid, volume_id=new_record.id, attachment_id=new_id
-        ) as operation,
-    ):
+    ids = {"volume_id": new_record.id, "attachment_id": new_id}
+    with host.guest_operation(guest, "swap-volume", error=as_flow_failed, **ids) as operation:
         old = host.attachment_of(guest, old_record)
         alias = old.alias or devices.alias_for(old.id)
         serial = old.detail.get("serial", old.volume_id)

@@ -140,10 +140,7 @@ def live_migrate(
     if source.host_name == destination.host_name:
         raise model.InvalidInput(f"source and destination are the same host ({source.host_name})")
     guest = source.guest(domain)
-    with (
-        source.domain_attach_lock(guest),
-        source.operation(FLOW, error=as_flow_failed, instance_uuid=guest.uuid) as operation,
-    ):
+    with source.guest_operation(guest, FLOW, error=as_flow_failed) as operation:
         advice = "finish or reconcile it before migrating"
         moved = [MovedVolume.of(attachment) for attachment in settled_attachments(source, guest.uuid, advice)]
         operation.step(
