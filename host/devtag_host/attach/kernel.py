@@ -345,7 +345,7 @@ class Operation:
         """Journal ``step`` (committed), give the step hook its chance to fail or crash, keep the step's undo.
 
         The undo is kept before the step's work runs, so a step that fails
-        half-way is undone too.  Ids in ``detail`` (:data:`IDS`) are not
+        half-way is undone too.  Ids in ``detail`` (:data:`~devtag_host.attach.model.JOURNAL_IDS`) are not
         detail: they say what this step and the next ones work on.
         """
         take_ids(self.ids, detail)
@@ -472,13 +472,12 @@ class DevicePlan:
 
 P = TypeVar("P", bound=DevicePlan)
 Journal = Union[Operation, Replay]
-IDS = ("instance_uuid", "volume_id", "attachment_id", "mac")
 NO_DEVICE: Dict[str, Any] = {"volume_id": None, "attachment_id": None}  # ids of a step on the whole domain
 
 
 def take_ids(ids: Dict[str, Optional[str]], detail: Dict[str, Any]) -> None:
     """Move the ids among a step's keywords into the operation's ids (the journal's columns)."""
-    for key in IDS:
+    for key in model.JOURNAL_IDS:
         if key in detail:
             ids[key] = detail.pop(key)
 

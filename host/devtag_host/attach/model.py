@@ -37,6 +37,9 @@ CREATING = "creating"
 READY = "ready"
 DELETING = "deleting"
 
+# The journal's id columns: what a step works on (the ids of an operation's rows).
+JOURNAL_IDS = ("instance_uuid", "volume_id", "attachment_id", "mac")
+
 # Outcomes of an operation that finished forward (its ``end`` row's detail).
 FORWARD_OUTCOMES = ("completed", "rolled-forward")
 
