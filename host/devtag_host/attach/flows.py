@@ -22,13 +22,6 @@ from .kernel import DetachTimeout, FlowFailed, Host, Operation, record_tag, unta
 from .model import Attachment, InterfaceAttachment, Volume
 from .reconcile import reconcile
 
-ATTACH_VOLUME_STEPS = ("validate", "reserve", "update", "connect", "attach", "record", "complete")
-DETACH_VOLUME_STEPS = ("begin-detaching", "detach-config", "detach-live", "disconnect", "delete", "untag")
-ATTACH_INTERFACE_STEPS = ("validate", "reserve", "attach", "record", "complete")
-DETACH_INTERFACE_STEPS = ("begin-detaching", "detach-config", "detach-live", "delete", "untag")
-CREATE_VOLUME_STEPS = ("insert", "create", "ready")
-DELETE_VOLUME_STEPS = ("begin-delete", "delete-storage", "remove")
-
 
 class ComputeHost(Host):
     """The flows of one host, on one libvirt connection and one attachment store."""

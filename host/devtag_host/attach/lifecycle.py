@@ -70,7 +70,6 @@ from .kernel import (
     undoing,
 )
 from .live_migration import (
-    DESTINATION_STEPS,
     MovedVolume,
     ensure_tags,
     prepare_destination,
@@ -82,22 +81,6 @@ from .retarget import DiskRetarget, move_disk, retarget_disks
 
 log = logging.getLogger(__name__)
 
-EVACUATE_STEPS = ("validate", *DESTINATION_STEPS, "define", "start", "complete-destination", "delete-source")
-SHELVE_STEPS = ("validate", "stop", "reserve-shelved", "disconnect", "delete-old", "undefine")
-UNSHELVE_STEPS = ("validate", "update", "connect", "define", "start", "complete")
-SWAP_STEPS = (
-    "validate",
-    "reserve",
-    "update",
-    "connect",
-    "copy",
-    "pivot",
-    "update-config",
-    "rekey-tag",
-    "disconnect-old",
-    "delete-old",
-    "complete",
-)
 COPY_TIMEOUT_S = 300.0
 
 

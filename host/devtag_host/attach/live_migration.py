@@ -71,16 +71,6 @@ from .store import AttachmentStore
 log = logging.getLogger(__name__)
 
 FLOW = "live-migrate"
-DESTINATION_STEPS = ("reserve-destination", "update-destination", "connect-destination")  # prepare_destination
-STEPS = (
-    "validate",
-    *DESTINATION_STEPS,
-    "migrate",
-    "complete-destination",
-    "disconnect-source",
-    "delete-source",
-    "check-tags",
-)
 
 
 @dataclass(frozen=True)
