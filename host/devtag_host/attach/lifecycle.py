@@ -56,7 +56,7 @@ import libvirt
 from .. import virt
 from ..metadata.model import Disk, Domain, TagEntry
 from . import devices, display_secrets, model
-from .guest import Guest
+from .guest import Guest, libvirt_failure
 from .kernel import (
     NO_DEVICE,
     DevicePlan,
@@ -376,10 +376,8 @@ def swap_volume(host: Host, domain: str, old_volume: str, new_volume: str) -> At
 def _block_copy(guest: Guest, target: str, disk_xml: str) -> None:
     """Mirror the disk into the new volume (which exists: REUSE_EXT) until both are in sync."""
     flags = libvirt.VIR_DOMAIN_BLOCK_COPY_REUSE_EXT | libvirt.VIR_DOMAIN_BLOCK_COPY_TRANSIENT_JOB
-    try:
+    with libvirt_failure(FlowFailed, f"libvirt could not start the block copy of {target}"):
         guest.handle.blockCopy(target, disk_xml, None, flags)
-    except libvirt.libvirtError as exc:
-        raise FlowFailed(f"libvirt could not start the block copy of {target}: {exc.get_error_message()}") from None
     deadline = time.monotonic() + COPY_TIMEOUT_S
     while time.monotonic() < deadline:
         info = guest.handle.blockJobInfo(target, 0)
@@ -403,18 +401,14 @@ def _job_ready(guest: Guest, target: str) -> bool:
 
 
 def _abort_copy(guest: Guest, target: str) -> None:
-    try:
+    with libvirt_failure(FlowFailed, f"cannot abort the block copy of {target}"):
         if guest.handle.blockJobInfo(target, 0):
             guest.handle.blockJobAbort(target, 0)
-    except libvirt.libvirtError as exc:
-        raise FlowFailed(f"cannot abort the block copy of {target}: {exc.get_error_message()}") from None
 
 
 def _pivot(guest: Guest, target: str) -> None:
-    try:
+    with libvirt_failure(FlowFailed, f"libvirt could not pivot {target} to the new volume"):
         guest.handle.blockJobAbort(target, libvirt.VIR_DOMAIN_BLOCK_JOB_ABORT_PIVOT)
-    except libvirt.libvirtError as exc:
-        raise FlowFailed(f"libvirt could not pivot {target} to the new volume: {exc.get_error_message()}") from None
 
 
 def _finish_swap(

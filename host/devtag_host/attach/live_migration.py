@@ -51,7 +51,7 @@ import libvirt
 from .. import virt
 from ..metadata import add_tags, find_device, tags_of
 from . import devices, model
-from .guest import Guest
+from .guest import Guest, libvirt_failure
 from .kernel import (
     NO_DEVICE,
     DevicePlan,
@@ -233,13 +233,11 @@ def _migrate(
     if options.bandwidth_mib_s:
         params[libvirt.VIR_MIGRATE_PARAM_BANDWIDTH] = options.bandwidth_mib_s
     operation.step("migrate", **NO_DEVICE, flags=flags, peer_to_peer=bool(options.peer_to_peer_uri))
-    try:
+    with libvirt_failure(FlowFailed, f"libvirt could not migrate {guest.name!r}"):
         if options.peer_to_peer_uri:
             guest.handle.migrateToURI3(options.peer_to_peer_uri, params, flags | libvirt.VIR_MIGRATE_PEER2PEER)
         else:
             guest.handle.migrate3(destination.connection, params, flags)
-    except libvirt.libvirtError as exc:
-        raise FlowFailed(f"libvirt could not migrate {guest.name!r}: {exc.get_error_message()}") from None
 
 
 def _finish_on_destination(source: Host, destination: Host, operation: Journal, moved: Sequence[MovedVolume]) -> None:
