@@ -177,7 +177,6 @@ def shelve_offload(host: Host, domain: str) -> str:
     passwords, which stay in a root-only file (:mod:`devtag_host.attach.display_secrets`).
     """
     guest = host.guest(domain)
-    store = host.store
     with host.guest_operation(guest, "shelve-offload", error=as_flow_failed) as operation:
         flags = libvirt.VIR_DOMAIN_XML_INACTIVE if guest.handle.isPersistent() else libvirt.VIR_DOMAIN_XML_MIGRATABLE
         definition = guest.handle.XMLDesc(flags)  # without its secrets: this goes to the journal
@@ -203,15 +202,10 @@ def shelve_offload(host: Host, domain: str) -> str:
             serial = {"serial": volume.serial} if volume.serial else {}
             detail = {"shelved": True, "alias": volume.alias, **serial}
             host.reserve_like(operation, "reserve-shelved", attachment, volume.shelved_attachment, detail=detail)
-        for volume in shelved:
-            old = store.get_attachment(volume.old_attachment)
-            operation.step(
-                "disconnect",
-                volume_id=volume.volume_id,
-                attachment_id=volume.old_attachment,
-                undo=functools.partial(host.reconnect, old),
-            )
-            host.disconnect(old)
+        for attachment, volume in zip(attachments, shelved):
+            undo = functools.partial(host.reconnect, attachment)
+            operation.step("disconnect", volume_id=volume.volume_id, attachment_id=attachment.id, undo=undo)
+            host.disconnect(attachment)
         operation.landed(f"domain {domain!r} is powered off and its volumes reserved")
         _finish_shelve(host, operation, guest.uuid, shelved)
     return secure_definition

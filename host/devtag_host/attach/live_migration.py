@@ -179,22 +179,13 @@ def prepare_destination(destination: Host, operation: Operation, volume: MovedVo
     record = store.get_volume(volume.volume_id)
     source_attachment = store.get_attachment(volume.source_attachment)
     destination.backend(record.backend)  # an unknown backend is refused before the reservation
-    migrating = {"migrating_from": volume.source_attachment}
+    new_id, migrating = volume.destination_attachment, {"migrating_from": volume.source_attachment}
     destination.reserve_like(
-        operation,
-        "reserve-destination",
-        source_attachment,
-        volume.destination_attachment,
-        host=destination.host_name,
-        detail=migrating,
+        operation, "reserve-destination", source_attachment, new_id, host=destination.host_name, detail=migrating
     )
+    detail = {**source_attachment.detail, **migrating}
     destination.connect_attachment(
-        operation,
-        record,
-        volume.destination_attachment,
-        suffix="-destination",
-        alias=volume.destination_alias,
-        detail={**source_attachment.detail, "migrating_from": volume.source_attachment},
+        operation, record, new_id, suffix="-destination", alias=volume.destination_alias, detail=detail
     )
 
 
