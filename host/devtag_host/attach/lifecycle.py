@@ -256,11 +256,7 @@ def unshelve(host: Host, instance_uuid: str, *, start: bool = True) -> Any:
     store = host.store
     definition = shelved_definition(host, instance_uuid)
     identity = _definition_identity(definition)
-    reserved = [
-        a
-        for a in store.attachments(instance_uuid=instance_uuid)
-        if a.status == model.RESERVED and a.host is None and a.detail.get("shelved")
-    ]
+    reserved = [a for a in store.attachments(instance_uuid=instance_uuid) if a.shelved]
     with host.operation("unshelve", error=as_flow_failed, instance_uuid=instance_uuid) as operation:
         operation.step("validate", attachments=[a.id for a in reserved], start=start)
         if host.lookup(instance_uuid) is not None:

@@ -113,9 +113,9 @@ class Attachment:
     detail: Dict[str, Any] = field(default_factory=dict)
 
     @property
-    def connected(self) -> bool:
-        """Has a connector: the backend may be connected on ``host``."""
-        return self.connector is not None
+    def shelved(self) -> bool:
+        """Reserved for a shelved-offloaded instance: no host, no connector (a steady state, see lifecycle)."""
+        return self.status == RESERVED and self.host is None and bool(self.detail.get("shelved"))
 
 
 @dataclass(frozen=True)
