@@ -25,12 +25,10 @@ ATTACHED = "attached"
 DETACHING = "detaching"
 ERROR_ATTACHING = "error_attaching"
 ERROR_DETACHING = "error_detaching"
-ATTACHMENT_STATES = (RESERVED, ATTACHING, ATTACHED, DETACHING, ERROR_ATTACHING, ERROR_DETACHING)
 
-# Derived volume statuses.
+# Derived volume statuses (besides reserved, attaching and detaching): volume_status().
 AVAILABLE = "available"
 IN_USE = "in-use"
-VOLUME_STATUSES = (AVAILABLE, RESERVED, ATTACHING, IN_USE, DETACHING)
 
 # Volume lifecycle (separate from the derived attach status).
 CREATING = "creating"

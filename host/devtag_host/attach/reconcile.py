@@ -68,10 +68,11 @@ def reconcile(host: Host) -> List[Dict[str, Any]]:
     report: List[Dict[str, Any]] = []
     for rows in host.store.open_operations():
         first = rows[0]
+        subject = {"operation": first.operation, "flow": first.flow}
         if first.detail.get("host") not in (host.host_name, None):
             continue
         if operation_in_progress(first.operation):
-            report.append({"operation": first.operation, "flow": first.flow, "outcome": "in-progress"})
+            report.append({**subject, "outcome": "in-progress"})
             continue
         reconciler = RECONCILERS.get(first.flow)
         try:
@@ -79,15 +80,13 @@ def reconcile(host: Host) -> List[Dict[str, Any]]:
                 raise Pending(f"no reconciler for flow {first.flow!r}")
             outcome = reconciler(host, rows)
         except Pending as exc:
-            report.append({"operation": first.operation, "flow": first.flow, "outcome": "pending", "reason": str(exc)})
+            report.append({**subject, "outcome": "pending", "reason": str(exc)})
             continue
         outcome_detail = {"host": host.host_name, "outcome": outcome, "by": "reconcile"}
         ids = {key: first[key] for key in JOURNAL_IDS}
         host.store.journal_step(first.operation, first.flow, "end", detail=outcome_detail, **ids)
         operation_lock_path(first.operation).unlink(missing_ok=True)
-        report.append(
-            {"operation": first.operation, "flow": first.flow, "outcome": outcome, "last_step": rows[-1].step}
-        )
+        report.append({**subject, "outcome": outcome, "last_step": rows[-1].step})
     report.extend(_sweep(host))
     host.store.prune_journal()
     return report
