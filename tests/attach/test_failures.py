@@ -35,18 +35,19 @@ from devtag_host.attach import (
 from devtag_host.attach import flows as flows_module
 from devtag_host.attach.backends import BackendError
 from devtag_host.attach.devices import alias_for
+from tests.support import flow_steps
 
 from .attach_domains import RUNNING_DOMAIN
 
 pytestmark = pytest.mark.libvirt
 
 FLOW_STEPS: Dict[str, Tuple[str, ...]] = {
-    "attach-volume": flows_module.ATTACH_VOLUME_STEPS,
-    "detach-volume": flows_module.DETACH_VOLUME_STEPS,
-    "attach-interface": flows_module.ATTACH_INTERFACE_STEPS,
-    "detach-interface": flows_module.DETACH_INTERFACE_STEPS,
-    "create-volume": flows_module.CREATE_VOLUME_STEPS,
-    "delete-volume": flows_module.DELETE_VOLUME_STEPS,
+    "attach-volume": flow_steps.ATTACH_VOLUME_STEPS,
+    "detach-volume": flow_steps.DETACH_VOLUME_STEPS,
+    "attach-interface": flow_steps.ATTACH_INTERFACE_STEPS,
+    "detach-interface": flow_steps.DETACH_INTERFACE_STEPS,
+    "create-volume": flow_steps.CREATE_VOLUME_STEPS,
+    "delete-volume": flow_steps.DELETE_VOLUME_STEPS,
 }
 CASES = [(flow, step) for flow, steps in FLOW_STEPS.items() for step in steps]
 
@@ -155,7 +156,7 @@ ATTACH_FORWARD = {"validate": False, "reserve": False, "update": False, "connect
 ATTACH_FORWARD.update({"record": True, "complete": True})
 
 
-@pytest.mark.parametrize("step", flows_module.ATTACH_VOLUME_STEPS)
+@pytest.mark.parametrize("step", flow_steps.ATTACH_VOLUME_STEPS)
 def test_nbd_attach_crash_at_every_step_leaves_no_export(
     compute_host: ComputeHost, define_domain: Any, step: str
 ) -> None:

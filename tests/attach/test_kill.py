@@ -19,13 +19,13 @@ from typing import Iterator, List
 
 import pytest
 
-from devtag_host.attach import flows
+from tests.support import flow_steps
 
 pytestmark = pytest.mark.libvirt
 
 WORKER = Path(__file__).resolve().parent / "attach_crash_worker.py"
-CASES = [("attach-volume", s) for s in flows.ATTACH_VOLUME_STEPS] + [
-    ("detach-volume", s) for s in flows.DETACH_VOLUME_STEPS
+CASES = [("attach-volume", s) for s in flow_steps.ATTACH_VOLUME_STEPS] + [
+    ("detach-volume", s) for s in flow_steps.DETACH_VOLUME_STEPS
 ]
 
 

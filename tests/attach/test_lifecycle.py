@@ -24,10 +24,6 @@ from devtag_host.attach.display_secrets import SECRETS_DIR_ENV
 from devtag_host.attach.flows import ComputeHost
 from devtag_host.attach.kernel import FlowFailed, SimulatedCrash
 from devtag_host.attach.lifecycle import (
-    EVACUATE_STEPS,
-    SHELVE_STEPS,
-    SWAP_STEPS,
-    UNSHELVE_STEPS,
     evacuate,
     shelve_offload,
     swap_volume,
@@ -35,6 +31,7 @@ from devtag_host.attach.lifecycle import (
 )
 from devtag_host.attach.reconcile import recover_evacuated
 from devtag_host.metadata import find_device, tags_of
+from tests.support.flow_steps import EVACUATE_STEPS, SHELVE_STEPS, SWAP_STEPS, UNSHELVE_STEPS
 from tests.support.migration_testing import (
     LibvirtHost,
     TwoHostCluster,

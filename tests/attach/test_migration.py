@@ -20,8 +20,9 @@ from devtag_host.attach import ATTACHED, ATTACHING, IN_USE, VolumeInUse
 from devtag_host.attach.flows import ComputeHost
 from devtag_host.attach.guest import Guest
 from devtag_host.attach.kernel import FlowFailed, SimulatedCrash
-from devtag_host.attach.live_migration import STEPS, MigrationOptions, live_migrate
+from devtag_host.attach.live_migration import MigrationOptions, live_migrate
 from devtag_host.metadata import find_device, tags_of
+from tests.support.flow_steps import LIVE_MIGRATION_STEPS as STEPS
 from tests.support.migration_testing import (
     LibvirtHost,
     TwoHostCluster,

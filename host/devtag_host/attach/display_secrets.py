@@ -14,7 +14,6 @@ password.
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import uuid
@@ -26,6 +25,7 @@ import defusedxml.ElementTree as SafeET
 
 from .db import state_dir
 from .model import Conflict, InvalidInput
+from .retarget import parse_keeping_prefixes
 
 SECRETS_DIR_ENV = "DEVTAG_ATTACH_SECRETS_DIR"
 MAX_SECRETS_FILE_BYTES = 64 * 1024
@@ -48,7 +48,7 @@ def with_display_passwords(domain_xml: str, passwords: Passwords) -> str:
     """``domain_xml`` with each ``<graphics>`` element's password put back."""
     if not any(passwords):
         return domain_xml
-    root = _parsed_keeping_prefixes(domain_xml)
+    root = parse_keeping_prefixes(domain_xml)
     for graphics, password in zip(root.iterfind("./devices/graphics"), passwords):
         if password is not None:
             graphics.set("passwd", password)
@@ -63,18 +63,10 @@ def without_display_passwords(domain_xml: str) -> str:
     """
     if not any(password is not None for password in display_passwords(domain_xml)):
         return domain_xml
-    root = _parsed_keeping_prefixes(domain_xml)
+    root = parse_keeping_prefixes(domain_xml)
     for graphics in root.iterfind("./devices/graphics"):
         graphics.attrib.pop("passwd", None)
     return ET.tostring(root, encoding="unicode")
-
-
-def _parsed_keeping_prefixes(domain_xml: str) -> ET.Element:
-    """The parsed definition, its namespace prefixes (``nova:``, ``devtag:``) registered for writing it back."""
-    for _event, (prefix, namespace) in SafeET.iterparse(io.StringIO(domain_xml), events=("start-ns",), forbid_dtd=True):
-        if prefix:
-            ET.register_namespace(prefix, namespace)
-    return SafeET.fromstring(domain_xml, forbid_dtd=True)
 
 
 def _path(instance_uuid: str) -> Path:

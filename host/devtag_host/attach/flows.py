@@ -22,13 +22,6 @@ from .kernel import DetachTimeout, FlowFailed, Host, Operation, record_tag, unta
 from .model import Attachment, InterfaceAttachment, Volume
 from .reconcile import reconcile
 
-ATTACH_VOLUME_STEPS = ("validate", "reserve", "update", "connect", "attach", "record", "complete")
-DETACH_VOLUME_STEPS = ("begin-detaching", "detach-config", "detach-live", "disconnect", "delete", "untag")
-ATTACH_INTERFACE_STEPS = ("validate", "reserve", "attach", "record", "complete")
-DETACH_INTERFACE_STEPS = ("begin-detaching", "detach-config", "detach-live", "delete", "untag")
-CREATE_VOLUME_STEPS = ("insert", "create", "ready")
-DELETE_VOLUME_STEPS = ("begin-delete", "delete-storage", "remove")
-
 
 class ComputeHost(Host):
     """The flows of one host, on one libvirt connection and one attachment store."""
@@ -80,12 +73,9 @@ class ComputeHost(Host):
         devices.check_bus(bus)
         attachment_id = str(uuid.uuid4())
         alias = devices.alias_for(attachment_id)
-        with (
-            self.domain_attach_lock(guest),
-            self.operation(
-                "attach-volume", instance_uuid=guest.uuid, volume_id=record.id, attachment_id=attachment_id
-            ) as operation,
-        ):
+        with self.guest_operation(
+            guest, "attach-volume", volume_id=record.id, attachment_id=attachment_id
+        ) as operation:
             operation.step("validate", tag=tag, bus=bus)
             pending = [a.tag for a in self.store.attachments(instance_uuid=guest.uuid) if a.tag]
             devices.check_tag_is_free(guest.current(), "disk", tag, pending)
@@ -116,16 +106,8 @@ class ComputeHost(Host):
         attachment = self.attachment_of(guest, record, allowed=(model.ATTACHED, model.ERROR_DETACHING))
         driver = self.backend(record.backend)
         alias = attachment.alias or devices.alias_for(attachment.id)
-        with (
-            self.domain_attach_lock(guest),
-            self.operation(
-                "detach-volume",
-                rolled_back="still-attached",
-                instance_uuid=guest.uuid,
-                volume_id=record.id,
-                attachment_id=attachment.id,
-            ) as operation,
-        ):
+        ids = {"volume_id": record.id, "attachment_id": attachment.id}
+        with self.guest_operation(guest, "detach-volume", rolled_back="still-attached", **ids) as operation:
             operation.check(
                 "begin-detaching",
                 lambda: self.store.begin_detaching(attachment.id),
@@ -186,10 +168,7 @@ class ComputeHost(Host):
         guest = self.guest(domain)
         record_id = str(uuid.uuid4())
         alias = devices.alias_for(record_id)
-        with (
-            self.domain_attach_lock(guest),
-            self.operation("attach-interface", instance_uuid=guest.uuid, attachment_id=record_id) as operation,
-        ):
+        with self.guest_operation(guest, "attach-interface", attachment_id=record_id) as operation:
             operation.step("validate", tag=tag)
             views = guest.views()
             pending = [i.tag for i in self.store.interfaces(instance_uuid=guest.uuid) if i.tag]
@@ -239,17 +218,10 @@ class ComputeHost(Host):
         def stays_attached(exc: Exception) -> Exception:
             return exc if isinstance(exc, DetachTimeout) else FlowFailed(f"{exc}; the NIC stays attached")
 
-        with (
-            self.domain_attach_lock(guest),
-            self.operation(
-                "detach-interface",
-                error=stays_attached,
-                rolled_back="still-attached",
-                instance_uuid=guest.uuid,
-                mac=record.mac,
-                attachment_id=record.id,
-            ) as operation,
-        ):
+        ids = {"mac": record.mac, "attachment_id": record.id}
+        with self.guest_operation(
+            guest, "detach-interface", error=stays_attached, rolled_back="still-attached", **ids
+        ) as operation:
             operation.check(  # a plain update: cannot be refused
                 "begin-detaching",
                 lambda: self.store.set_interface(record.mac, status=model.DETACHING),

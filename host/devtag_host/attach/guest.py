@@ -11,11 +11,12 @@ live XML.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Iterator, Optional, Type
 from xml.etree import ElementTree as ET
 
 import defusedxml.ElementTree as SafeET
@@ -34,6 +35,15 @@ DEFAULT_DETACH_ATTEMPTS = 3
 
 class GuestError(Exception):
     """libvirt refused or failed an attach or detach."""
+
+
+@contextlib.contextmanager
+def libvirt_failure(error: Type[Exception], message: str) -> Iterator[None]:
+    """A libvirt error inside becomes ``error("<message>: <libvirt's message>")``: one line, no traceback."""
+    try:
+        yield
+    except libvirt.libvirtError as exc:
+        raise error(f"{message}: {exc.get_error_message()}") from None
 
 
 @dataclass(frozen=True)
@@ -73,10 +83,8 @@ class _RemovalWatch:
 
     def close(self) -> None:
         for callback_id in self._ids:
-            try:
+            with contextlib.suppress(libvirt.libvirtError):
                 self._connection.domainEventDeregisterAny(callback_id)
-            except libvirt.libvirtError:
-                pass
 
 
 class Guest:
@@ -106,11 +114,9 @@ class Guest:
         needs a query job (memory statistics) waits for that job, so what is
         read afterwards is what QEMU has.  Reconcile reads through this.
         """
-        try:
+        with contextlib.suppress(libvirt.libvirtError):
             if self.handle.isActive():
                 self.handle.memoryStats()
-        except libvirt.libvirtError:
-            pass
         return self
 
     def views(self) -> Dict[str, Domain]:
@@ -136,19 +142,15 @@ class Guest:
             flags |= libvirt.VIR_DOMAIN_AFFECT_LIVE
         if self.handle.isPersistent():
             flags |= libvirt.VIR_DOMAIN_AFFECT_CONFIG
-        try:
+        with libvirt_failure(GuestError, "libvirt refused the device"):
             self.handle.attachDeviceFlags(xml, flags)
-        except libvirt.libvirtError as exc:
-            raise GuestError(f"libvirt refused the device: {exc.get_error_message()}") from None
 
     def attach_config(self, xml: str) -> None:
         """Put a device back into the persistent definition only (undoing :meth:`detach_config`)."""
         if not self.handle.isPersistent():
             return
-        try:
+        with libvirt_failure(GuestError, "cannot restore the device in the persistent config"):
             self.handle.attachDeviceFlags(xml, libvirt.VIR_DOMAIN_AFFECT_CONFIG)
-        except libvirt.libvirtError as exc:
-            raise GuestError(f"cannot restore the device in the persistent config: {exc.get_error_message()}") from None
 
     def device_xml(self, alias: str, view: str) -> Optional[str]:
         """The ``<disk>``/``<interface>`` element with this alias in the ``live`` or ``config`` XML."""
@@ -157,10 +159,8 @@ class Guest:
         if view == "config" and not self.handle.isPersistent():
             return None
         flags = libvirt.VIR_DOMAIN_XML_INACTIVE if view == "config" else 0
-        try:
+        with libvirt_failure(GuestError, f"cannot read domain {self.name!r}"):
             root = SafeET.fromstring(self.handle.XMLDesc(flags), forbid_dtd=True)
-        except libvirt.libvirtError as exc:
-            raise GuestError(f"cannot read domain {self.name!r}: {exc.get_error_message()}") from None
         device = find_element(root, alias=alias)
         return None if device is None else ET.tostring(device, encoding="unicode")
 
@@ -171,10 +171,8 @@ class Guest:
         """Remove the device from the persistent definition; False if it was not there."""
         if not self.handle.isPersistent() or not self.has_alias(alias, "config"):
             return False
-        try:
+        with libvirt_failure(GuestError, f"cannot detach {alias} from the persistent config"):
             self.handle.detachDeviceAlias(alias, libvirt.VIR_DOMAIN_AFFECT_CONFIG)
-        except libvirt.libvirtError as exc:
-            raise GuestError(f"cannot detach {alias} from the persistent config: {exc.get_error_message()}") from None
         return True
 
     def detach_live(

@@ -48,7 +48,7 @@ def check_invariants(host: Host, *, domains: Optional[Iterable[str]] = None, all
         elif not volume.location or not host.backend(volume.backend).volume_exists(volume.location):
             problems.append(f"volume {volume.name}: its storage is missing")
         settled = (model.AVAILABLE, model.IN_USE)
-        if volume.status not in settled and not allow_open and not all(map(shelved, volume.attachments)):
+        if volume.status not in settled and not allow_open and not all(a.shelved for a in volume.attachments):
             problems.append(f"volume {volume.name} is {volume.status}")
         if not volume.multiattach and len({a.instance_uuid for a in volume.attachments}) > 1:
             problems.append(f"volume {volume.name} is attached to several instances but not multiattach")
@@ -86,7 +86,7 @@ def check_invariants(host: Host, *, domains: Optional[Iterable[str]] = None, all
     by_volume = {v.id: v for v in volumes}
     for attachment in attachments:
         label = f"attachment {attachment.id} of volume {by_volume[attachment.volume_id].name}"
-        views = None if shelved(attachment) else views_to_check(attachment, label)
+        views = None if attachment.shelved else views_to_check(attachment, label)
         if views is None:
             continue
         alias = attachment.alias or devices.alias_for(attachment.id)
@@ -131,8 +131,3 @@ def check_invariants(host: Host, *, domains: Optional[Iterable[str]] = None, all
     for backend, attachment_id, _info in leaked_exports(host):
         problems.append(f"{backend.name} export for attachment {attachment_id} runs without an attachment")
     return problems
-
-
-def shelved(attachment: model.Attachment) -> bool:
-    """Reserved for a shelved-offloaded instance: no host, no connector (a steady state, see lifecycle)."""
-    return attachment.status == model.RESERVED and attachment.host is None and bool(attachment.detail.get("shelved"))

@@ -28,7 +28,7 @@ import os
 import socket
 import uuid
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Dict, List, Mapping, NoReturn, Optional, Tuple, Type, TypeVar, Union
+from typing import Any, Callable, Dict, Iterator, List, Mapping, NoReturn, Optional, Tuple, Type, TypeVar, Union
 
 import libvirt
 
@@ -135,15 +135,20 @@ class Host:
             known = ", ".join(sorted(self.backends))
             raise model.InvalidInput(f"unknown volume backend {name!r} (have: {known})") from None
 
-    def operation(
-        self,
-        flow: str,
-        *,
-        error: Callable[[Exception], Exception] = translate,
-        rolled_back: str = "rolled-back",
-        **ids: Optional[str],
-    ) -> Operation:
-        return Operation(self, flow, error=error, rolled_back=rolled_back, **ids)
+    def operation(self, flow: str, **options: Any) -> Operation:
+        """A run of ``flow`` on this host (``options``: :class:`Operation`'s error translation and ids)."""
+        return Operation(self, flow, **options)
+
+    @contextlib.contextmanager
+    def guest_operation(self, guest: Guest, flow: str, **options: Any) -> Iterator[Operation]:
+        """A run of ``flow`` on ``guest`` (the operation's instance), under the domain's attach lock.
+
+        The lock serialises attach/detach flows of one domain (target names, tag
+        checks) across processes; a lock of its own (purpose ``attach``):
+        ``virt.update_tags`` takes the tag lock inside.
+        """
+        with domain_lock(guest.uuid, "attach"), Operation(self, flow, instance_uuid=guest.uuid, **options) as operation:
+            yield operation
 
     def guest(self, domain: str) -> Guest:
         return Guest(virt.lookup_domain(self.connection, domain))
@@ -158,13 +163,6 @@ class Host:
             if exc.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
                 return None
             raise
-
-    def domain_attach_lock(self, guest: Guest) -> ContextManager[None]:
-        """Serialise attach/detach flows of one domain (target names, tag checks) across processes.
-
-        A lock of its own (purpose ``attach``): ``virt.update_tags`` takes the tag lock inside.
-        """
-        return domain_lock(guest.uuid, "attach")
 
     def attachment_of(
         self, guest: Guest, volume: model.Volume, *, allowed: Tuple[str, ...] = (model.ATTACHED,)
@@ -347,7 +345,7 @@ class Operation:
         """Journal ``step`` (committed), give the step hook its chance to fail or crash, keep the step's undo.
 
         The undo is kept before the step's work runs, so a step that fails
-        half-way is undone too.  Ids in ``detail`` (:data:`IDS`) are not
+        half-way is undone too.  Ids in ``detail`` (:data:`~devtag_host.attach.model.JOURNAL_IDS`) are not
         detail: they say what this step and the next ones work on.
         """
         take_ids(self.ids, detail)
@@ -474,13 +472,12 @@ class DevicePlan:
 
 P = TypeVar("P", bound=DevicePlan)
 Journal = Union[Operation, Replay]
-IDS = ("instance_uuid", "volume_id", "attachment_id", "mac")
 NO_DEVICE: Dict[str, Any] = {"volume_id": None, "attachment_id": None}  # ids of a step on the whole domain
 
 
 def take_ids(ids: Dict[str, Optional[str]], detail: Dict[str, Any]) -> None:
     """Move the ids among a step's keywords into the operation's ids (the journal's columns)."""
-    for key in IDS:
+    for key in model.JOURNAL_IDS:
         if key in detail:
             ids[key] = detail.pop(key)
 

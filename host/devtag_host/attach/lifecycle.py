@@ -56,7 +56,7 @@ import libvirt
 from .. import virt
 from ..metadata.model import Disk, Domain, TagEntry
 from . import devices, display_secrets, model
-from .guest import Guest
+from .guest import Guest, libvirt_failure
 from .kernel import (
     NO_DEVICE,
     DevicePlan,
@@ -70,7 +70,6 @@ from .kernel import (
     undoing,
 )
 from .live_migration import (
-    DESTINATION_STEPS,
     MovedVolume,
     ensure_tags,
     prepare_destination,
@@ -82,22 +81,6 @@ from .retarget import DiskRetarget, move_disk, retarget_disks
 
 log = logging.getLogger(__name__)
 
-EVACUATE_STEPS = ("validate", *DESTINATION_STEPS, "define", "start", "complete-destination", "delete-source")
-SHELVE_STEPS = ("validate", "stop", "reserve-shelved", "disconnect", "delete-old", "undefine")
-UNSHELVE_STEPS = ("validate", "update", "connect", "define", "start", "complete")
-SWAP_STEPS = (
-    "validate",
-    "reserve",
-    "update",
-    "connect",
-    "copy",
-    "pivot",
-    "update-config",
-    "rekey-tag",
-    "disconnect-old",
-    "delete-old",
-    "complete",
-)
 COPY_TIMEOUT_S = 300.0
 
 
@@ -194,11 +177,7 @@ def shelve_offload(host: Host, domain: str) -> str:
     passwords, which stay in a root-only file (:mod:`devtag_host.attach.display_secrets`).
     """
     guest = host.guest(domain)
-    store = host.store
-    with (
-        host.domain_attach_lock(guest),
-        host.operation("shelve-offload", error=as_flow_failed, instance_uuid=guest.uuid) as operation,
-    ):
+    with host.guest_operation(guest, "shelve-offload", error=as_flow_failed) as operation:
         flags = libvirt.VIR_DOMAIN_XML_INACTIVE if guest.handle.isPersistent() else libvirt.VIR_DOMAIN_XML_MIGRATABLE
         definition = guest.handle.XMLDesc(flags)  # without its secrets: this goes to the journal
         secure_definition = guest.handle.XMLDesc(flags | libvirt.VIR_DOMAIN_XML_SECURE)
@@ -223,15 +202,10 @@ def shelve_offload(host: Host, domain: str) -> str:
             serial = {"serial": volume.serial} if volume.serial else {}
             detail = {"shelved": True, "alias": volume.alias, **serial}
             host.reserve_like(operation, "reserve-shelved", attachment, volume.shelved_attachment, detail=detail)
-        for volume in shelved:
-            old = store.get_attachment(volume.old_attachment)
-            operation.step(
-                "disconnect",
-                volume_id=volume.volume_id,
-                attachment_id=volume.old_attachment,
-                undo=functools.partial(host.reconnect, old),
-            )
-            host.disconnect(old)
+        for attachment, volume in zip(attachments, shelved):
+            undo = functools.partial(host.reconnect, attachment)
+            operation.step("disconnect", volume_id=volume.volume_id, attachment_id=attachment.id, undo=undo)
+            host.disconnect(attachment)
         operation.landed(f"domain {domain!r} is powered off and its volumes reserved")
         _finish_shelve(host, operation, guest.uuid, shelved)
     return secure_definition
@@ -282,11 +256,7 @@ def unshelve(host: Host, instance_uuid: str, *, start: bool = True) -> Any:
     store = host.store
     definition = shelved_definition(host, instance_uuid)
     identity = _definition_identity(definition)
-    reserved = [
-        a
-        for a in store.attachments(instance_uuid=instance_uuid)
-        if a.status == model.RESERVED and a.host is None and a.detail.get("shelved")
-    ]
+    reserved = [a for a in store.attachments(instance_uuid=instance_uuid) if a.shelved]
     with host.operation("unshelve", error=as_flow_failed, instance_uuid=instance_uuid) as operation:
         operation.step("validate", attachments=[a.id for a in reserved], start=start)
         if host.lookup(instance_uuid) is not None:
@@ -357,12 +327,8 @@ def swap_volume(host: Host, domain: str, old_volume: str, new_volume: str) -> At
     store = host.store
     old_record, new_record = store.get_volume(old_volume), store.get_volume(new_volume)
     new_id = str(uuid.uuid4())
-    with (
-        host.domain_attach_lock(guest),
-        host.operation(
-            "swap-volume", error=as_flow_failed, instance_uuid=guest.uuid, volume_id=new_record.id, attachment_id=new_id
-        ) as operation,
-    ):
+    ids = {"volume_id": new_record.id, "attachment_id": new_id}
+    with host.guest_operation(guest, "swap-volume", error=as_flow_failed, **ids) as operation:
         old = host.attachment_of(guest, old_record)
         alias = old.alias or devices.alias_for(old.id)
         serial = old.detail.get("serial", old.volume_id)
@@ -400,10 +366,8 @@ def swap_volume(host: Host, domain: str, old_volume: str, new_volume: str) -> At
 def _block_copy(guest: Guest, target: str, disk_xml: str) -> None:
     """Mirror the disk into the new volume (which exists: REUSE_EXT) until both are in sync."""
     flags = libvirt.VIR_DOMAIN_BLOCK_COPY_REUSE_EXT | libvirt.VIR_DOMAIN_BLOCK_COPY_TRANSIENT_JOB
-    try:
+    with libvirt_failure(FlowFailed, f"libvirt could not start the block copy of {target}"):
         guest.handle.blockCopy(target, disk_xml, None, flags)
-    except libvirt.libvirtError as exc:
-        raise FlowFailed(f"libvirt could not start the block copy of {target}: {exc.get_error_message()}") from None
     deadline = time.monotonic() + COPY_TIMEOUT_S
     while time.monotonic() < deadline:
         info = guest.handle.blockJobInfo(target, 0)
@@ -427,18 +391,14 @@ def _job_ready(guest: Guest, target: str) -> bool:
 
 
 def _abort_copy(guest: Guest, target: str) -> None:
-    try:
+    with libvirt_failure(FlowFailed, f"cannot abort the block copy of {target}"):
         if guest.handle.blockJobInfo(target, 0):
             guest.handle.blockJobAbort(target, 0)
-    except libvirt.libvirtError as exc:
-        raise FlowFailed(f"cannot abort the block copy of {target}: {exc.get_error_message()}") from None
 
 
 def _pivot(guest: Guest, target: str) -> None:
-    try:
+    with libvirt_failure(FlowFailed, f"libvirt could not pivot {target} to the new volume"):
         guest.handle.blockJobAbort(target, libvirt.VIR_DOMAIN_BLOCK_JOB_ABORT_PIVOT)
-    except libvirt.libvirtError as exc:
-        raise FlowFailed(f"libvirt could not pivot {target} to the new volume: {exc.get_error_message()}") from None
 
 
 def _finish_swap(

@@ -51,7 +51,7 @@ import libvirt
 from .. import virt
 from ..metadata import add_tags, find_device, tags_of
 from . import devices, model
-from .guest import Guest
+from .guest import Guest, libvirt_failure
 from .kernel import (
     NO_DEVICE,
     DevicePlan,
@@ -71,16 +71,6 @@ from .store import AttachmentStore
 log = logging.getLogger(__name__)
 
 FLOW = "live-migrate"
-DESTINATION_STEPS = ("reserve-destination", "update-destination", "connect-destination")  # prepare_destination
-STEPS = (
-    "validate",
-    *DESTINATION_STEPS,
-    "migrate",
-    "complete-destination",
-    "disconnect-source",
-    "delete-source",
-    "check-tags",
-)
 
 
 @dataclass(frozen=True)
@@ -140,10 +130,7 @@ def live_migrate(
     if source.host_name == destination.host_name:
         raise model.InvalidInput(f"source and destination are the same host ({source.host_name})")
     guest = source.guest(domain)
-    with (
-        source.domain_attach_lock(guest),
-        source.operation(FLOW, error=as_flow_failed, instance_uuid=guest.uuid) as operation,
-    ):
+    with source.guest_operation(guest, FLOW, error=as_flow_failed) as operation:
         advice = "finish or reconcile it before migrating"
         moved = [MovedVolume.of(attachment) for attachment in settled_attachments(source, guest.uuid, advice)]
         operation.step(
@@ -192,22 +179,13 @@ def prepare_destination(destination: Host, operation: Operation, volume: MovedVo
     record = store.get_volume(volume.volume_id)
     source_attachment = store.get_attachment(volume.source_attachment)
     destination.backend(record.backend)  # an unknown backend is refused before the reservation
-    migrating = {"migrating_from": volume.source_attachment}
+    new_id, migrating = volume.destination_attachment, {"migrating_from": volume.source_attachment}
     destination.reserve_like(
-        operation,
-        "reserve-destination",
-        source_attachment,
-        volume.destination_attachment,
-        host=destination.host_name,
-        detail=migrating,
+        operation, "reserve-destination", source_attachment, new_id, host=destination.host_name, detail=migrating
     )
+    detail = {**source_attachment.detail, **migrating}
     destination.connect_attachment(
-        operation,
-        record,
-        volume.destination_attachment,
-        suffix="-destination",
-        alias=volume.destination_alias,
-        detail={**source_attachment.detail, "migrating_from": volume.source_attachment},
+        operation, record, new_id, suffix="-destination", alias=volume.destination_alias, detail=detail
     )
 
 
@@ -246,13 +224,11 @@ def _migrate(
     if options.bandwidth_mib_s:
         params[libvirt.VIR_MIGRATE_PARAM_BANDWIDTH] = options.bandwidth_mib_s
     operation.step("migrate", **NO_DEVICE, flags=flags, peer_to_peer=bool(options.peer_to_peer_uri))
-    try:
+    with libvirt_failure(FlowFailed, f"libvirt could not migrate {guest.name!r}"):
         if options.peer_to_peer_uri:
             guest.handle.migrateToURI3(options.peer_to_peer_uri, params, flags | libvirt.VIR_MIGRATE_PEER2PEER)
         else:
             guest.handle.migrate3(destination.connection, params, flags)
-    except libvirt.libvirtError as exc:
-        raise FlowFailed(f"libvirt could not migrate {guest.name!r}: {exc.get_error_message()}") from None
 
 
 def _finish_on_destination(source: Host, destination: Host, operation: Journal, moved: Sequence[MovedVolume]) -> None:

@@ -25,17 +25,18 @@ ATTACHED = "attached"
 DETACHING = "detaching"
 ERROR_ATTACHING = "error_attaching"
 ERROR_DETACHING = "error_detaching"
-ATTACHMENT_STATES = (RESERVED, ATTACHING, ATTACHED, DETACHING, ERROR_ATTACHING, ERROR_DETACHING)
 
-# Derived volume statuses.
+# Derived volume statuses (besides reserved, attaching and detaching): volume_status().
 AVAILABLE = "available"
 IN_USE = "in-use"
-VOLUME_STATUSES = (AVAILABLE, RESERVED, ATTACHING, IN_USE, DETACHING)
 
 # Volume lifecycle (separate from the derived attach status).
 CREATING = "creating"
 READY = "ready"
 DELETING = "deleting"
+
+# The journal's id columns: what a step works on (the ids of an operation's rows).
+JOURNAL_IDS = ("instance_uuid", "volume_id", "attachment_id", "mac")
 
 # Outcomes of an operation that finished forward (its ``end`` row's detail).
 FORWARD_OUTCOMES = ("completed", "rolled-forward")
@@ -110,9 +111,9 @@ class Attachment:
     detail: Dict[str, Any] = field(default_factory=dict)
 
     @property
-    def connected(self) -> bool:
-        """Has a connector: the backend may be connected on ``host``."""
-        return self.connector is not None
+    def shelved(self) -> bool:
+        """Reserved for a shelved-offloaded instance: no host, no connector (a steady state, see lifecycle)."""
+        return self.status == RESERVED and self.host is None and bool(self.detail.get("shelved"))
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,7 @@ from .kernel import (
     undoing,
     untag,
 )
-from .model import Attachment, InterfaceAttachment, JournalIds, JournalRecord
+from .model import JOURNAL_IDS, Attachment, InterfaceAttachment, JournalIds, JournalRecord
 from .store import AttachmentStore
 
 log = logging.getLogger(__name__)
@@ -68,10 +68,11 @@ def reconcile(host: Host) -> List[Dict[str, Any]]:
     report: List[Dict[str, Any]] = []
     for rows in host.store.open_operations():
         first = rows[0]
+        subject = {"operation": first.operation, "flow": first.flow}
         if first.detail.get("host") not in (host.host_name, None):
             continue
         if operation_in_progress(first.operation):
-            report.append({"operation": first.operation, "flow": first.flow, "outcome": "in-progress"})
+            report.append({**subject, "outcome": "in-progress"})
             continue
         reconciler = RECONCILERS.get(first.flow)
         try:
@@ -79,22 +80,13 @@ def reconcile(host: Host) -> List[Dict[str, Any]]:
                 raise Pending(f"no reconciler for flow {first.flow!r}")
             outcome = reconciler(host, rows)
         except Pending as exc:
-            report.append({"operation": first.operation, "flow": first.flow, "outcome": "pending", "reason": str(exc)})
+            report.append({**subject, "outcome": "pending", "reason": str(exc)})
             continue
-        host.store.journal_step(
-            first.operation,
-            first.flow,
-            "end",
-            instance_uuid=first.instance_uuid,
-            volume_id=first.volume_id,
-            attachment_id=first.attachment_id,
-            mac=first.mac,
-            detail={"host": host.host_name, "outcome": outcome, "by": "reconcile"},
-        )
+        outcome_detail = {"host": host.host_name, "outcome": outcome, "by": "reconcile"}
+        ids = {key: first[key] for key in JOURNAL_IDS}
+        host.store.journal_step(first.operation, first.flow, "end", detail=outcome_detail, **ids)
         operation_lock_path(first.operation).unlink(missing_ok=True)
-        report.append(
-            {"operation": first.operation, "flow": first.flow, "outcome": outcome, "last_step": rows[-1].step}
-        )
+        report.append({**subject, "outcome": outcome, "last_step": rows[-1].step})
     report.extend(_sweep(host))
     host.store.prune_journal()
     return report
@@ -121,7 +113,7 @@ def recover_evacuated(host: Host) -> List[str]:
 def _ids(rows: List[JournalRecord]) -> Ids:
     ids: Ids = {}
     for row in rows:
-        for key in ("instance_uuid", "volume_id", "attachment_id", "mac"):
+        for key in JOURNAL_IDS:
             if row[key]:
                 ids[key] = row[key]
     return ids

@@ -37,10 +37,7 @@ class RetargetError(ValueError):
 
 def retarget_disks(domain_xml: str, changes: Mapping[str, DiskRetarget]) -> str:
     """``domain_xml`` with the disks aliased as the keys of ``changes`` moved to their new connection."""
-    for _event, (prefix, uri) in SafeET.iterparse(io.StringIO(domain_xml), events=("start-ns",), forbid_dtd=True):
-        if prefix:
-            ET.register_namespace(prefix, uri)
-    root = SafeET.fromstring(domain_xml, forbid_dtd=True)
+    root = parse_keeping_prefixes(domain_xml)
     missing = []
     for old, change in changes.items():
         disk = devices.find_element(root, alias=old, tag="disk")
@@ -54,6 +51,14 @@ def retarget_disks(domain_xml: str, changes: Mapping[str, DiskRetarget]) -> str:
         raise RetargetError(f"no disk with alias {', '.join(sorted(missing))} in domain {root.findtext('name')!r}")
     _rename_tag_keys(root, {old: change.alias for old, change in changes.items()})
     return ET.tostring(root, encoding="unicode")
+
+
+def parse_keeping_prefixes(domain_xml: str) -> ET.Element:
+    """The parsed definition, its namespace prefixes (``nova:``, ``devtag:``) registered for writing it back."""
+    for _event, (prefix, namespace) in SafeET.iterparse(io.StringIO(domain_xml), events=("start-ns",), forbid_dtd=True):
+        if prefix:
+            ET.register_namespace(prefix, namespace)
+    return SafeET.fromstring(domain_xml, forbid_dtd=True)
 
 
 def move_disk(disk: ET.Element, connection_info: Dict[str, Any]) -> None:

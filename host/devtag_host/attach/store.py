@@ -25,6 +25,7 @@ from .model import (
     ATTACHING,
     DETACHING,
     FORWARD_OUTCOMES,
+    JOURNAL_IDS,
     RESERVED,
     Attachment,
     Conflict,
@@ -300,31 +301,17 @@ class AttachmentStore:
     # -- journal -------------------------------------------------------------
 
     def journal_step(
-        self,
-        operation: str,
-        flow: str,
-        step: str,
-        *,
-        instance_uuid: Optional[str] = None,
-        volume_id: Optional[str] = None,
-        attachment_id: Optional[str] = None,
-        mac: Optional[str] = None,
-        detail: Optional[Dict[str, Any]] = None,
+        self, operation: str, flow: str, step: str, *, detail: Optional[Dict[str, Any]] = None, **ids: Optional[str]
     ) -> None:
-        """Append one journal row (its own committed transaction: it must survive a crash)."""
+        """Append one journal row (its own committed transaction: it must survive a crash).
+
+        ``ids`` fill the journal's id columns (:data:`~devtag_host.attach.model.JOURNAL_IDS`).
+        """
+        row = dict(_checked(ids, frozenset(JOURNAL_IDS), "journal id"), operation=operation, flow=flow, step=step)
+        if row.get("mac"):
+            row["mac"] = row["mac"].lower()
         with self.db.write() as conn:
-            conn.execute(
-                insert(journal).values(
-                    operation=operation,
-                    flow=flow,
-                    step=step,
-                    instance_uuid=instance_uuid,
-                    volume_id=volume_id,
-                    attachment_id=attachment_id,
-                    mac=mac.lower() if mac else None,
-                    detail=to_json(detail or {}),
-                )
-            )
+            conn.execute(insert(journal).values(**row, detail=to_json(detail or {})))
 
     def journal(self, operation: Optional[str] = None) -> List[JournalRecord]:
         """The rows of one operation, or (tests, operators) the whole retained history, oldest first."""

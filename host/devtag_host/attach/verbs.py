@@ -55,15 +55,11 @@ def translated_errors() -> Iterator[None]:
         raise RuntimeFailure(f"attachment store: {exc}") from None
 
 
-def open_store(args: argparse.Namespace) -> Any:
-    with translated_errors():
-        return AttachmentStore(args.db)
-
-
 @contextlib.contextmanager
 def _store(args: argparse.Namespace) -> Iterator[AttachmentStore]:
-    """The store of ``--db``, for the verbs that read it only (no libvirt)."""
-    store = open_store(args)
+    """The store of ``--db``, its errors translated (alone: the verbs that read it only, no libvirt)."""
+    with translated_errors():
+        store = AttachmentStore(args.db)
     try:
         with translated_errors():
             yield store
@@ -75,17 +71,16 @@ def _store(args: argparse.Namespace) -> Iterator[AttachmentStore]:
 def _host(args: argparse.Namespace, peers: Sequence[str] = (), **options: Any) -> Iterator[ComputeHost]:
     """This host on the store of ``--db`` and the libvirt of ``--connect``, with the hosts ``peers``
     (``NAME=URI``) that its flows and reconcile may reach."""
-    store = open_store(args)
-    connection = virt.open_connection(getattr(args, "connect", None))
-    try:
-        with translated_errors(), contextlib.ExitStack() as stack:
-            host = ComputeHost(connection, store, host=args.host, **options)
-            for spec in peers:
-                host.add_peer(stack.enter_context(peer_host(spec, store)))
-            yield host
-    finally:
-        connection.close()
-        store.close()
+    with _store(args) as store:
+        connection = virt.open_connection(getattr(args, "connect", None))
+        try:
+            with contextlib.ExitStack() as stack:
+                host = ComputeHost(connection, store, host=args.host, **options)
+                for spec in peers:
+                    host.add_peer(stack.enter_context(peer_host(spec, store)))
+                yield host
+        finally:
+            connection.close()
 
 
 def _print_json(value: Any) -> None:
