@@ -102,7 +102,7 @@ def test_dib_built_image_resolves_tags_with_no_step_after_the_build(
         assert devtag_host(["configdrive", "--connect", libvirt_uri, name, "-o", str(iso), "--attach"]) == 0
         started = time.monotonic()
         domain.create()
-        report = wait_for_report(directory, 1, BOOT_TIMEOUT)
+        report = wait_for_report(directory, 1, BOOT_TIMEOUT, domain)
         assert report["release"]["version_id"] == "12", report["release"]
         check_report(report)
         assert report["source"] == "configdrive", report["journal"]

@@ -278,7 +278,7 @@ def test_release_resolves_tags_configures_nics_hot_plugs_and_reboots(
         iso = directory / "config.iso"
         assert devtag_host(["configdrive", "--connect", libvirt_uri, name, "-o", str(iso), "--attach"]) == 0
         domain.create()
-        first = wait_for_report(directory, 1, BOOT_TIMEOUT)
+        first = wait_for_report(directory, 1, BOOT_TIMEOUT, domain)
         assert first["release"]["version_id"] == str(version), first["release"]
         check_report(first)
         assert first["source"] == "configdrive", first["journal"]
@@ -290,7 +290,7 @@ def test_release_resolves_tags_configures_nics_hot_plugs_and_reboots(
         check_boot_imports(first)
         hot_plug_through_the_metadata_service(libvirt_conn, domain, directory)
         domain.reboot(0)
-        second = wait_for_report(directory, 2, BOOT_TIMEOUT)
+        second = wait_for_report(directory, 2, BOOT_TIMEOUT, domain)
         assert second["boot_id"] != first["boot_id"]
         check_report(second)
         check_nics_by_tag(second)
