@@ -102,17 +102,7 @@ def timed(*command, repeat=3):
     for (RUSAGE_CHILDREN before and after): what the run cost the emulated
     CPUs, whatever else the guest was doing meanwhile.
     """
-    best = None
-    for _ in range(repeat):
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        started = time.monotonic()
-        run(*command)
-        wall = time.monotonic() - started
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-        if best is None or wall < best[0]:
-            best = (wall, cpu)
-    return best
+    return min(timed_runs(*command, repeat=repeat), key=lambda wall_and_cpu: wall_and_cpu[0])
 
 
 def timed_runs(*command, repeat=3):
