@@ -269,17 +269,14 @@ def build_parser(verbs: Optional[Sequence[str]] = None) -> argparse.ArgumentPars
     return cli_parser.build_parser(cli_parser.VERBS if verbs is None else verbs)
 
 
-def verbs_to_build(argv: Sequence[str]) -> Sequence[str]:
-    """cli_parser.verbs_to_build: the verbs whose parsers ``argv`` can reach."""
-    from . import cli_parser  # argparse: not on the units' path (unit_argv)
-
-    return cli_parser.verbs_to_build(argv)
-
-
 def parse_arguments(argv: Sequence[str]) -> Any:
     """The command line's values: the units' own command lines without argparse (unit_argv), any other by it."""
     fast = parse_unit_argv(argv)
-    return fast if fast is not None else build_parser(verbs_to_build(argv)).parse_args(argv)
+    if fast is not None:
+        return fast
+    from . import cli_parser  # argparse: not on the units' path (unit_argv)
+
+    return cli_parser.build_parser(cli_parser.verbs_to_build(argv)).parse_args(argv)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

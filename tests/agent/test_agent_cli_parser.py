@@ -2,7 +2,7 @@
 
 Each subparser costs gettext's look-ups of argparse's messages, tens of
 milliseconds under TCG on every boot (docs/agent.md, "Boot cost"), so
-:func:`cli.main` builds the verbs :func:`cli.verbs_to_build` names.  These
+:func:`cli.main` builds the verbs :func:`cli_parser.verbs_to_build` names.  These
 tests check that help, usage errors, exit codes and parsed values are those
 of the whole parser for command lines of every shape.
 """
@@ -15,7 +15,7 @@ from typing import List, Tuple
 
 import pytest
 
-from devtag_agent import cli
+from devtag_agent import cli, cli_parser
 
 ARGVS = [
     [],
@@ -71,7 +71,7 @@ def test_the_verbs_parser_reads_as_the_whole_parser(
 ) -> None:
     monkeypatch.setenv("COLUMNS", "100")
     whole = parse(cli.build_parser(), argv, capsys)
-    built = parse(cli.build_parser(cli.verbs_to_build(argv)), argv, capsys)
+    built = parse(cli.build_parser(cli_parser.verbs_to_build(argv)), argv, capsys)
     assert built == whole
 
 
@@ -85,7 +85,7 @@ def test_the_verbs_parser_reads_as_the_whole_parser(
 )
 def test_the_boot_run_builds_only_applys_parser(argv: List[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """Fails on the old code, which built all six verbs (and a parent parser) on every run."""
-    assert cli.verbs_to_build(argv) == ["apply"]
+    assert cli_parser.verbs_to_build(argv) == ["apply"]
     looked_up: List[str] = []
     real = gettext.gettext
     monkeypatch.setattr(argparse, "_", lambda message: looked_up.append(message) or real(message))
@@ -93,5 +93,5 @@ def test_the_boot_run_builds_only_applys_parser(argv: List[str], monkeypatch: py
     cli.build_parser()
     whole = len(looked_up) - whole
     looked_up.clear()
-    cli.build_parser(cli.verbs_to_build(argv)).parse_args(argv)
+    cli.build_parser(cli_parser.verbs_to_build(argv)).parse_args(argv)
     assert len(looked_up) * 2 < whole, (looked_up, whole)
