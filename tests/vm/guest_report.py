@@ -11,7 +11,8 @@ and records the links again after the change event.
 
 With ``--mid-boot-floor`` (a unit of the test image ordered right after
 devtag-agent.service, before the network, on boots with ``devtag_e2e_timing``)
-it measures the boot-cost floor mid-boot, beside the boot run, and leaves the
+it measures the boot-cost floor mid-boot, beside the boot run, and the setup
+cost of the boot unit's sandbox there (mid_boot_sandbox), and leaves the
 figures in FLOOR_FILE for the report (boot_cost).
 
 With ``--watch`` (a second service, started after the report) it stays
@@ -182,7 +183,10 @@ def boot_cost(devices, source):
       (unit_phases): the boot run's work, sandbox and ExecStartPre/Post
       included, without the rest of the boot (fastest of 3 by ExecStart wall);
     - ``mid_boot_floor``: what devtag-e2e-floor.service measured mid-boot
-      (mid_boot_floor), if it ran;
+      (mid_boot_floor), if it ran, its ``sandbox`` (mid_boot_sandbox) included;
+    - ``sandboxed_same_boot``: the boot run / (mid-boot floor + mid-boot
+      sandbox setup), the floor started the way the unit starts the agent
+      (sandboxed_same_boot);
     - ``pyc``: the agent's modules whose .pyc is missing or stale (a
       ProtectSystem=strict unit cannot write them: each boot would compile);
     - ``journal_window``: the journal while the boot run's unit ran (what
@@ -221,6 +225,7 @@ def boot_cost(devices, source):
             cost["mid_boot_floor"] = json.load(figures)
     except (OSError, ValueError) as exc:
         cost["mid_boot_floor"] = {"error": str(exc)}
+    cost["sandboxed_same_boot"] = sandboxed_same_boot(cost["agent"], cost["mid_boot_floor"])
     cost["unit_again"] = unit_again("devtag-agent.service")
     if not os.path.exists(SANDBOX_MARKER):  # the first boot only: the same image costs the same
         cost["sandbox_cost"] = sandbox_cost()
@@ -330,6 +335,141 @@ def sandbox_cost():
     return cost
 
 
+# Bound of one systemd-run of mid_boot_sandbox: /bin/true in a transient unit takes well under a second
+# after boot under TCG; one that takes this long waits for something other than its sandbox.
+SANDBOX_PROBE_TIMEOUT = 20.0
+
+
+def sandbox_probe_commands(settings, systemd_run="systemd-run"):
+    """The two ``systemd-run`` command lines of mid_boot_sandbox: ``/bin/true`` without, and with, ``settings``.
+
+    Both are the same but for the ``-p KEY=value`` of each setting: their
+    difference is the sandbox.  Both pass:
+
+    - ``DefaultDependencies=no``: a transient service otherwise gets
+      After=sysinit.target basic.target, and mid-boot its start would wait for
+      the boot rather than measure anything;
+    - ``Type=exec`` and no ``--wait``: ``--wait`` needs the D-Bus system bus
+      (systemd-run's own rule: AddRef is not offered on systemd's private
+      socket), and dbus.socket starts only after sysinit.target, which on
+      Debian waits for cloud-init's network stage, which waits for the floor
+      unit: every probe would fail.  Without ``--wait`` systemd-run talks to
+      systemd over /run/systemd/private and waits for the start job, which for
+      ``Type=exec`` ends once ``/bin/true`` is exec'd: after the sandbox's
+      setup between fork and exec, the part of the boot run it measures.
+
+    ``settings`` are passed as separate arguments, never through a shell.
+    """
+    common = [systemd_run, "--quiet", "--collect", "-p", "DefaultDependencies=no", "-p", "Type=exec"]
+    sandboxed = list(common)
+    for line in settings:
+        sandboxed += ["-p", line]
+    return [*common, "/bin/true"], [*sandboxed, "/bin/true"]
+
+
+def timed_probe(command, timeout):
+    """``(wall seconds, error)`` of one bounded run of ``command``; error is None when it exited 0.
+
+    Unlike run(), it never raises: a probe that cannot start, fails or
+    outlasts ``timeout`` (killed then) is an error string for the report.
+    """
+    started = time.monotonic()
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return time.monotonic() - started, f"timed out after {timeout:g} s"
+    except OSError as exc:
+        return time.monotonic() - started, f"could not run {command[0]}: {exc}"
+    wall = time.monotonic() - started
+    if result.returncode != 0:
+        said = "; ".join(line.strip() for line in (result.stderr or result.stdout).splitlines() if line.strip())
+        return wall, f"exit status {result.returncode}: {said[-300:]}"  # one line: the boot-cost line quotes it
+    return wall, None
+
+
+def mid_boot_sandbox(settings, systemd_run="systemd-run", repeat=3, timeout=SANDBOX_PROBE_TIMEOUT):
+    """What systemd's setup of the boot unit's sandbox costs a process start, mid-boot (the floor unit).
+
+    ``systemd-run --quiet --collect -p Type=exec /bin/true`` without and with
+    the boot unit's sandbox ``settings`` (unit_sandbox; sandbox_probe_commands
+    says why not ``--wait`` as sandbox_cost after boot), ``repeat`` runs each,
+    alternating (none, sandboxed; then sandboxed, none; ...) so that the boot's
+    changing load weighs on both alike.  ``setup`` is the fastest sandboxed
+    run minus the fastest plain one: what the boot run's ExecStart pays
+    between fork and exec that a bare ``python3 -c pass`` does not.  The first
+    failing or timed-out run ends the measurement (at most one ``timeout``
+    is spent waiting): ``setup`` is None then and ``error`` says why; the
+    runs so far are kept.
+    """
+    plain, sandboxed = sandbox_probe_commands(settings, systemd_run)
+    walls = {"none": [], "sandboxed": []}
+    figures = {"started": time.monotonic(), "settings": list(settings), "setup": None, "error": None}
+    for round_ in range(repeat):
+        pairs = [("none", plain), ("sandboxed", sandboxed)]
+        for name, command in pairs if round_ % 2 == 0 else pairs[::-1]:
+            wall, error = timed_probe(command, timeout)
+            if error is not None:
+                figures["error"] = f"{name}: {error}"
+                break
+            walls[name].append(wall)
+        if figures["error"] is not None:
+            break
+    figures.update(walls)
+    figures["finished"] = time.monotonic()
+    if figures["error"] is None and walls["none"] and walls["sandboxed"]:
+        figures["setup"] = min(walls["sandboxed"]) - min(walls["none"])
+    return figures
+
+
+def fastest_wall(runs):
+    """The fastest wall clock of a list of ``[wall, cpu]`` runs (timed_runs, through JSON), None if none."""
+    walls = [entry[0] for entry in runs or [] if isinstance(entry, (list, tuple)) and entry]
+    return min(walls) if walls else None
+
+
+def sandboxed_same_boot(agent, mid_floor):
+    """The boot run / (mid-boot floor + mid-boot sandbox setup), with the figures it is made of.
+
+    ``agent`` is unit_times of devtag-agent.service (its ExecStart, fork to
+    exit, includes the sandbox's setup); ``mid_floor`` what the floor unit
+    wrote (mid_boot_floor).  The floor is the fastest ``python3 -c pass`` plus
+    the fastest trigger, as test_releases' "boot run / mid-boot floor"; adding
+    the sandbox's setup measured in the same stage of the boot makes it a
+    Python start paid the way the unit pays it.  ``ratio`` is None, and
+    ``missing`` says which figure is, when one is absent (no floor unit, a
+    failed systemd-run, no devices to trigger); the setup is used as measured,
+    even when the noise makes it negative.  ``probe_seconds``: how long the
+    floor unit spent on mid_boot_sandbox (the instrument's cost to the boot).
+    """
+
+    def monotonic(key):
+        value = str(agent.get(key + "TimestampMonotonic", ""))
+        return int(value) / 1e6 if value.isdigit() and int(value) > 0 else None
+
+    started, exited = monotonic("ExecMainStart"), monotonic("ExecMainExit")
+    boot_run = exited - started if started is not None and exited is not None else None
+    python_pass = fastest_wall(mid_floor.get("python_pass"))
+    trigger = fastest_wall(mid_floor.get("trigger_settle"))
+    floor = python_pass + trigger if python_pass is not None and trigger is not None else None
+    sandbox = mid_floor.get("sandbox") or {}
+    setup = sandbox.get("setup")
+    figures = {"boot_run": boot_run, "floor_mid": floor, "sandbox_setup": setup, "ratio": None, "missing": None}
+    if isinstance(sandbox.get("started"), (int, float)) and isinstance(sandbox.get("finished"), (int, float)):
+        figures["probe_seconds"] = sandbox["finished"] - sandbox["started"]  # what the instrument cost the boot
+    absent = [name for name, value in (("boot run", boot_run), ("mid-boot floor", floor)) if value is None]
+    if setup is None:
+        absent.append(
+            "mid-boot sandbox setup (" + str(sandbox.get("error") or mid_floor.get("error") or "not measured") + ")"
+        )
+    if absent:
+        figures["missing"] = ", ".join(absent)
+    elif floor + setup <= 0:
+        figures["missing"] = f"sandboxed mid-boot floor not positive ({floor + setup:.3f} s)"
+    else:
+        figures["ratio"] = boot_run / (floor + setup)
+    return figures
+
+
 def unusable_pyc():
     """The agent's modules without a current .pyc for this interpreter (missing, or for another source)."""
     tag = sys.implementation.cache_tag
@@ -363,7 +503,8 @@ def mid_boot_floor():
     of the devices the boot run tagged (the events the boot run's own trigger
     caused, again: udev sets the same properties and links, and nothing
     configures NICs before network-pre.target); the agent's apply again from
-    the config drive, state unchanged (no trigger).
+    the config drive, state unchanged (no trigger).  Then the setup cost of the
+    boot unit's sandbox at that stage of the boot (mid_boot_sandbox).
     """
     started = time.monotonic()
     code, out, _ = run("devtag-agent", "list", "--json")
@@ -380,6 +521,11 @@ def mid_boot_floor():
         source = None
     if source in ("fwcfg", "configdrive", "instance-data"):
         figures["agent_again"] = timed_runs("/usr/bin/devtag-agent", "-q", "apply", "--source", source)
+    # After the floor's own commands, so that their figures stay comparable with the rounds before.
+    try:
+        figures["sandbox"] = mid_boot_sandbox(unit_sandbox())
+    except OSError as exc:  # the unit file unreadable: the report is still written
+        figures["sandbox"] = {"setup": None, "error": f"unit file: {exc}"}
     figures["finished"] = time.monotonic()
     with open(FLOOR_FILE + ".partial", "w") as out_file:
         json.dump(figures, out_file)

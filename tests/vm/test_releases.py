@@ -36,7 +36,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import pytest
 
@@ -147,7 +147,12 @@ def boot_cost_figures(report: Dict[str, Any]) -> Dict[str, Any]:
       the boot run by devtag-e2e-floor.service (``floor_mid``, each command the
       fastest of 3 there too): the issue's "baseline measured in the same boot"
       under the boot run's conditions; ``after_mid``: (apply again + trigger) /
-      floor, all three measured there.
+      floor, all three measured there;
+    - ``sandboxed_same_boot`` (computed in the guest,
+      guest_report.sandboxed_same_boot): the boot run / (that mid-boot floor +
+      the setup of the boot unit's sandbox, measured by the floor unit too):
+      the floor's Python start paid the way the unit pays it; None with the
+      reason when a figure is missing.
     """
     cost = report["boot_cost"]
     agent = cost["agent"]
@@ -206,6 +211,7 @@ def boot_cost_line(version: int, report: Dict[str, Any]) -> str:
             f" (CPU {mid['python_pass'][1]:.3f} s), trigger --settle {mid['trigger_settle'][0]:.2f} s,"
             f" boot run / mid-boot floor = {f['same_boot']:.2f}"
         )
+        line += sandboxed_floor_text(cost_of(report).get("sandboxed_same_boot"))
         if "after_mid" in f:
             line += (
                 f", apply again {mid['agent_again'][0]:.2f} s (CPU {mid['agent_again'][1]:.3f} s),"
@@ -237,6 +243,18 @@ def boot_cost_line(version: int, report: Dict[str, Any]) -> str:
         f"; load average: guest {' '.join(f.get('load_average', []))}, host"
         f" {' '.join(f'{load:.1f}' for load in os.getloadavg())}"
     )
+
+
+def sandboxed_floor_text(sandboxed: Optional[Dict[str, Any]]) -> str:
+    """The boot-cost line's part for guest_report.sandboxed_same_boot: the ratio, or why there is none."""
+    label = "boot run / sandboxed mid-boot floor"
+    if not sandboxed:
+        return f", {label} = n/a (not in the report)"
+    probe = sandboxed.get("probe_seconds")
+    spent = f" (systemd-run probes {probe:.1f} s)" if probe is not None else ""
+    if sandboxed.get("ratio") is None:
+        return f", {label} = n/a ({sandboxed.get('missing')}){spent}"
+    return f", mid-boot sandbox setup {sandboxed['sandbox_setup']:+.2f} s, {label} = {sandboxed['ratio']:.2f}{spent}"
 
 
 def cost_of(report: Dict[str, Any]) -> Dict[str, Any]:
