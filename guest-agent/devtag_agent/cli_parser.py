@@ -173,8 +173,8 @@ def _add_apply(commands: Any) -> None:
     apply.add_argument(
         "--no-trigger",
         action="store_true",
-        help="write the state only: run neither udevadm nor ip (under a --root other than /, each "
-        "runs only if DEVTAG_AGENT_UDEVADM / DEVTAG_AGENT_IP name the command)",
+        help="write the state only: no udevadm trigger, no altnames (under a --root other than /, each "
+        "happens only if DEVTAG_AGENT_UDEVADM / DEVTAG_AGENT_IP name the command, split on whitespace)",
     )
     apply.add_argument("--json", action="store_true", help="print a JSON report of what was done")
     apply.add_argument(

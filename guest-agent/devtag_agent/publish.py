@@ -1,22 +1,26 @@
 """Make udev and the kernel pick up a new state: trigger, settle, altnames.
 
-The only processes the agent starts are here: one ``udevadm trigger
+The only process the agent starts here is one ``udevadm trigger
 --action=change --settle`` for exactly the devices whose state changed (and
-their partitions), and one ``ip link property`` per alternative name added or
-removed.  Nothing runs per udev event.
+their partitions).  Alternative names are added and removed over rtnetlink in
+the agent's own process (:mod:`.rtnetlink`: under TCG an ``ip link property``
+process per altname cost the first boot more than the netlink messages).
+Nothing runs per udev event.
 
 Tests and image builders never poke the host's udev: with ``--root`` other
-than ``/`` nothing is run unless the commands are given explicitly through
-``DEVTAG_AGENT_UDEVADM`` / ``DEVTAG_AGENT_IP`` (the tests point them at a
-recording fake), and ``--no-trigger`` turns it all off.
+than ``/`` nothing is run or changed unless the commands are given explicitly
+through ``DEVTAG_AGENT_UDEVADM`` / ``DEVTAG_AGENT_IP`` (the tests point them
+at a recording fake; ``DEVTAG_AGENT_IP`` is then run as ``ip`` would be, on
+any root), and ``--no-trigger`` turns it all off.  Their values are split on
+whitespace (``str.split()``, no shell quoting: ``shlex`` would import ``re``
+on every boot), so a command's path cannot contain spaces.
 """
 
 from __future__ import annotations
 
 import os
-import shlex
 
-from . import spawn
+from . import rtnetlink, spawn
 from .agentlog import log
 
 TYPE_CHECKING = False  # typing is for the type checker only: importing it costs every run (docs/agent.md, "Boot cost")
@@ -32,12 +36,15 @@ class PublishError(RuntimeError):
 
 
 class Publisher:
-    """Runs udevadm and ip, or nothing.
+    """Runs udevadm and changes altnames, or nothing.
 
-    On the running system (root ``/``) both run unless disabled.  Under another
-    root each runs only if its command is given explicitly
-    (``DEVTAG_AGENT_UDEVADM``, ``DEVTAG_AGENT_IP``): the interface and device
-    names of a fake tree must never reach the host's udev or network stack.
+    On the running system (root ``/``) both happen unless disabled: udevadm
+    as a process, altnames over rtnetlink.  Under another root each happens
+    only if its command is given explicitly (``DEVTAG_AGENT_UDEVADM``,
+    ``DEVTAG_AGENT_IP``): the interface and device names of a fake tree must
+    never reach the host's udev or network stack.  With ``DEVTAG_AGENT_IP``
+    set, altnames go through that command (``ip link property ...``) on every
+    root, ``/`` included.
     """
 
     def __init__(self, enabled: bool, root: str = "/") -> None:
@@ -49,19 +56,30 @@ class Publisher:
         if self.trigger_enabled and on_host and not udevadm and not os.path.exists("/run/udev/control"):
             log.warning("udevd is not running (no /run/udev/control): state written, no devices triggered")
             self.trigger_enabled = False
-        self.udevadm = shlex.split(udevadm) if udevadm else ["udevadm"]
-        self.ip = shlex.split(ip) if ip else ["ip"]
+        self.udevadm = udevadm.split() if udevadm else ["udevadm"]
+        self.ip: Optional[List[str]] = ip.split() if ip else None  # None: rtnetlink, in-process
         if enabled and not on_host and not (self.trigger_enabled and self.altnames_enabled):
             log.info("--root %s is not the running system: not running udevadm/ip unless configured", root)
 
     def _run(self, argv: Sequence[str], timeout: float) -> Optional[str]:
-        log.debug("running %s", " ".join(shlex.quote(a) for a in argv))
+        log.debug("running %s", " ".join(argv))
         try:
             done = spawn.run(argv, timeout=timeout)
         except OSError as exc:  # cannot start, or spawn.CommandTimeout
             return str(exc)
         if done.returncode != 0:
             return (done.stderr or done.stdout).strip() or f"exit status {done.returncode}"
+        return None
+
+    @staticmethod
+    def _change_altname(action: str, ifname: str, name: str, timeout: float) -> Optional[str]:
+        log.debug("rtnetlink: %s altname %s on %s", action, name, ifname)
+        try:
+            rtnetlink.change_altname(action, ifname, name, timeout)
+        except OSError as exc:  # the kernel's errno, no such interface, no answer in time
+            return exc.strerror or str(exc)
+        except ValueError as exc:  # a name that cannot be sent
+            return str(exc)
         return None
 
     def trigger(self, syspaths: List[str], timeout: float = 60.0) -> None:
@@ -74,10 +92,13 @@ class Publisher:
             raise PublishError(f"udevadm trigger failed: {error}")
 
     def altname(self, action: str, ifname: str, name: str) -> bool:
-        """``ip link property add|del dev IF altname NAME``; False (logged) on failure."""
+        """``ip link property add|del dev IF altname NAME``, or its rtnetlink request; False (logged) on failure."""
         if not self.altnames_enabled:
             return True
-        error = self._run([*self.ip, "link", "property", action, "dev", ifname, "altname", name], 10.0)
+        if self.ip is None:
+            error = self._change_altname(action, ifname, name, 10.0)
+        else:
+            error = self._run([*self.ip, "link", "property", action, "dev", ifname, "altname", name], 10.0)
         if error:
             log.warning("could not %s altname %s on %s: %s", action, name, ifname, error)
             return False
