@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 
-from . import rtnetlink, spawn
+from . import spawn
 from .agentlog import log
 
 TYPE_CHECKING = False  # typing is for the type checker only: importing it costs every run (docs/agent.md, "Boot cost")
@@ -73,6 +73,8 @@ class Publisher:
 
     @staticmethod
     def _change_altname(action: str, ifname: str, name: str, timeout: float) -> Optional[str]:
+        from . import rtnetlink  # here, not at the top: only a run that changes altnames needs _socket
+
         log.debug("rtnetlink: %s altname %s on %s", action, name, ifname)
         try:
             rtnetlink.change_altname(action, ifname, name, timeout)

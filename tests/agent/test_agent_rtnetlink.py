@@ -9,6 +9,7 @@ lo altname abcde`` (captured with strace).
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -127,6 +128,11 @@ def test_request_layout_for_every_padding(length):
 def test_unknown_action_is_refused():
     with pytest.raises(ValueError, match="unknown altname action 'set'"):
         rtnetlink.altname_request("set", 1, b"x", 1)
+
+
+def test_errno_values_are_the_errno_modules():
+    """rtnetlink.py spells them out rather than import errno on the boot path."""
+    assert (rtnetlink._ENODEV, rtnetlink._EPROTO, rtnetlink._ETIMEDOUT) == (errno.ENODEV, errno.EPROTO, errno.ETIMEDOUT)
 
 
 # --- the kernel's answers ----------------------------------------------------------------------------
@@ -357,11 +363,12 @@ logging.getLogger("devtag_agent").addHandler(logging.StreamHandler(stream))
 steps = [publisher.ip, publisher.altname("add", "lo", "nfvfunc1"), publisher.altname("add", "lo", "nfvfunc1")]
 steps += [publisher.altname("del", "lo", "nfvfunc1"), publisher.altname("add", "eth9", "x")]
 os.environ["PATH"] = "/usr/sbin:/usr/bin:/sbin:/bin"
+steps.append(sorted(m for m in ("socket", "devtag_agent.rtnetlink") if m in sys.modules))
 print(json.dumps([steps, altnames(), stream.getvalue().splitlines()]))
 """
     )
     steps, names, warnings = result
-    assert steps == [None, True, False, True, False]
+    assert steps == [None, True, False, True, False, ["devtag_agent.rtnetlink"]]  # and not socket
     assert names == []
     assert warnings == [
         "could not add altname nfvfunc1 on lo: File exists",
@@ -370,6 +377,15 @@ print(json.dumps([steps, altnames(), stream.getvalue().splitlines()]))
 
 
 # --- the Publisher's choice, on the host without touching its network ----------------------------------
+
+
+def test_the_agent_imports_rtnetlink_only_to_change_an_altname():
+    """A run that changes no altname (hot-plug of a disk, a second pass) does not pay for _socket."""
+    watched = ("socket", "_socket", "devtag_agent.rtnetlink")
+    probe = f"import sys, devtag_agent.cli; print(sorted(m for m in {watched!r} if m in sys.modules))"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [AGENT_PATH, os.environ.get("PYTHONPATH")])))
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True)
+    assert done.stdout.split() == ["[]"], done.stdout
 
 
 def test_publisher_on_root_uses_rtnetlink_without_devtag_agent_ip(monkeypatch, caplog):
