@@ -28,10 +28,9 @@ Examples: ``squid cache`` -> ``squid\\x20cache``; ``../etc`` ->
 
 from __future__ import annotations
 
-import re
 import unicodedata
 
-from .shapes import is_altname_text, part_suffix_start
+from .shapes import is_altname_text, is_kernel_like_ifname, part_suffix_start
 
 TYPE_CHECKING = False  # typing is for the type checker only: importing it costs every run (docs/agent.md, "Boot cost")
 if TYPE_CHECKING:
@@ -42,7 +41,7 @@ __all__ = ["MAX_LINK_NAME_BYTES", "altname_for", "decode", "encode_key", "encode
 _ALNUM = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"  # ASCII: string.ascii_letters + digits
 _NAME_SAFE = frozenset(_ALNUM + "#+-.:=@_")
 _KEY_SAFE = frozenset(_ALNUM + "+-.:@_")
-_ESCAPE = r"\\x([0-9a-fA-F]{2})"  # decode() only: compiled by re on first use, not on apply
+_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 # A file name is at most 255 bytes; keep room for "-part" and a partition number.
 MAX_LINK_NAME_BYTES = 240
 
@@ -87,10 +86,16 @@ def decode(text: str) -> str:
         return text
     out = bytearray()
     position = 0
-    for match in re.finditer(_ESCAPE, text):
-        out += text[position : match.start()].encode("utf-8", "surrogatepass")
-        out.append(int(match.group(1), 16))
-        position = match.end()
+    escape = text.find("\\x")
+    while escape >= 0:  # each "\\x" and two hex digits is one byte (re.finditer(r"\\x([0-9a-fA-F]{2})"))
+        digits = text[escape + 2 : escape + 4]
+        if len(digits) == 2 and digits[0] in _HEX_DIGITS and digits[1] in _HEX_DIGITS:
+            out += text[position:escape].encode("utf-8", "surrogatepass")
+            out.append(int(digits, 16))
+            position = escape + 4
+            escape = text.find("\\x", position)
+        else:
+            escape = text.find("\\x", escape + 1)
     out += text[position:].encode("utf-8", "surrogatepass")
     return out.decode("utf-8", "surrogatepass")
 
@@ -101,15 +106,6 @@ def link_name(tag: str) -> Optional[str]:
     return name if len(name.encode("utf-8")) <= MAX_LINK_NAME_BYTES else None
 
 
-# Names the kernel or udev's predictable naming may hand out later: an altname
-# taking one of them would make a future interface rename fail.
-# Compiled by re on first use: only for tags that pass the character check.
-_KERNEL_LIKE = (
-    r"((eth|wlan|wwan|usb|ib|bond|team|br|veth|tap|tun|vlan|dummy|sit|gre|can|vcan|ppp|wg|virbr|docker)[0-9]+"
-    r"|(en|wl|ww|ib|sl)([opsbacvdiPuf][0-9]|x[0-9a-f]).*|lo)\Z"
-)
-
-
 def altname_for(tag: str) -> Optional[str]:
     """The tag itself if it can be an interface alternative name, else None.
 
@@ -118,6 +114,8 @@ def altname_for(tag: str) -> Optional[str]:
     out (``eth1``, ``wlan0``, ``br0``, ``ens3``, ``enp0s3``, ``enx525400...``),
     which a later device could need.
     """
-    if not is_altname_text(tag) or tag in (".", "..") or re.match(_KERNEL_LIKE, tag):
+    # A name the kernel or udev's predictable naming may hand out later: an
+    # altname taking it would make a future interface rename fail.
+    if not is_altname_text(tag) or tag in (".", "..") or is_kernel_like_ifname(tag):
         return None
     return tag

@@ -21,10 +21,9 @@ Each result says which of these ways found the device (``via``).
 from __future__ import annotations
 
 import os
-import re
 import stat
 
-from .shapes import is_pci_address
+from .shapes import is_pci_address, udev_mangled_serial
 from .sysfs import Device, System, real_path
 
 TYPE_CHECKING = False  # typing is for the type checker only: importing it costs every run (docs/agent.md, "Boot cost")
@@ -247,7 +246,7 @@ class Resolver:
             return exact, "serial"
         raw = serial.encode("utf-8")
         truncated = raw[:VIRTIO_BLK_SERIAL_BYTES]
-        mangled = re.sub(r"\s", "_", serial.strip())
+        mangled = udev_mangled_serial(serial)
         loose = []
         how = "serial_truncated"
         for disk in self.disks():

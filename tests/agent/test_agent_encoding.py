@@ -129,3 +129,30 @@ def test_altnames_skip_kernel_like_names():
     assert altname_for("fast-cache") == "fast-cache"
     for kernel_like in ("eth0", "wlan1", "br0", "ens3", "enp0s3", "enx525400123456", "lo", "a b", "x/y", "x:y"):
         assert altname_for(kernel_like) is None, kernel_like
+
+
+def _decode_by_re(text: str) -> str:
+    """decode() as written with re before the boot run stopped importing it: the reference."""
+    out = bytearray()
+    position = 0
+    for match in re.finditer(r"\\x([0-9a-fA-F]{2})", text):
+        out += text[position : match.start()].encode("utf-8", "surrogatepass")
+        out.append(int(match.group(1), 16))
+        position = match.end()
+    out += text[position:].encode("utf-8", "surrogatepass")
+    return out.decode("utf-8", "surrogatepass")
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet="\\x0123456789abcdefABCDEFgé", max_size=20))
+def test_decode_reads_escapes_as_the_regular_expression_did(text):
+    """Escapes next to escapes, half escapes, upper-case hex, bytes that only form UTF-8 together."""
+    try:
+        expected = _decode_by_re(text)
+    except UnicodeDecodeError:
+        expected = None
+    try:
+        got = decode(text)
+    except UnicodeDecodeError:
+        got = None
+    assert got == expected, text

@@ -23,6 +23,10 @@ PATTERNS = {
     "is_nvme_namespace": r"nvme[0-9]+n[0-9]+\Z",
     "is_devnum": r"[0-9]+:[0-9]+\Z",
     "is_altname_text": r"[A-Za-z0-9_.@+=-]{1,127}\Z",
+    "is_kernel_like_ifname": (
+        r"((eth|wlan|wwan|usb|ib|bond|team|br|veth|tap|tun|vlan|dummy|sit|gre|can|vcan|ppp|wg|virbr|docker)[0-9]+"
+        r"|(en|wl|ww|ib|sl)([opsbacvdiPuf][0-9]|x[0-9a-f]).*|lo)\Z"
+    ),
 }
 
 EDGES: List[str] = [
@@ -70,6 +74,30 @@ EDGES: List[str] = [
     "tag\n",
     "é",
     "x=y+z@w.v_u-t",
+    "lo",
+    "lo0",
+    "eth",
+    "eth0x",
+    "wlan1",
+    "wl",
+    "wlp2s0",
+    "enx525400123456",
+    "enxg",
+    "enX0",
+    "enP1p0s3",
+    "ib0",
+    "ibp1s0",
+    "en",
+    "ens",
+    "ens\n",
+    "ens3\n",
+    "enp0s3\nx",
+    "ens٣",
+    "docker0",
+    "virbr10",
+    "teamA",
+    "mgmt",
+    "ethernet0",
 ]
 
 
@@ -96,3 +124,28 @@ def test_random_text(text: str) -> None:
 def test_part_suffix(tag: str) -> None:
     found = re.search(r"-part[0-9]+\Z", tag)
     assert shapes.part_suffix_start(tag) == (found.start() if found else -1)
+
+
+@settings(max_examples=600, deadline=None)
+@given(
+    st.sampled_from(["", "eth", "wlan", "br", "tap", "docker", "en", "wl", "ww", "ib", "sl", "lo", "vcan"]),
+    st.text(alphabet="0123456789abcfxopsPuvdiX\n٣_-", max_size=8),
+)
+def test_kernel_like_names(prefix: str, rest: str) -> None:
+    """Names built from the prefixes the pattern knows, so that every branch of it is reached."""
+    text = prefix + rest
+    assert shapes.is_kernel_like_ifname(text) == bool(re.match(PATTERNS["is_kernel_like_ifname"], text)), text
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(max_size=24))
+def test_udev_mangled_serial_is_the_whitespace_substitution(serial: str) -> None:
+    assert shapes.udev_mangled_serial(serial) == re.sub(r"\s", "_", serial.strip())
+
+
+def test_udev_mangled_serial_on_every_whitespace_character() -> None:
+    """``\\s`` and ``str.isspace`` agree on every code point (both ask the same Unicode table)."""
+    blanks = "".join(chr(code) for code in range(0x110000) if re.match(r"\s", chr(code)))
+    assert blanks == "".join(chr(code) for code in range(0x110000) if chr(code).isspace())
+    serial = "a" + blanks + "b"
+    assert shapes.udev_mangled_serial(serial) == "a" + "_" * len(blanks) + "b" == re.sub(r"\s", "_", serial.strip())
