@@ -13,10 +13,7 @@ Python 3.9 with only the standard library and ``jsonschema``.
 
 from __future__ import annotations
 
-import functools
-import json
 import os
-import re
 
 # Neither pathlib nor typing at run time: the guest agent imports this module on
 # every boot run, where each costs more than the interpreter's start under TCG
@@ -36,6 +33,7 @@ __all__ = [
     "pattern_keyword",
     "python_pattern",
     "reference_validator",
+    "schema_text",
     "validator_class",
 ]
 
@@ -68,25 +66,41 @@ def python_pattern(pattern: str) -> str:
     return "".join(out)
 
 
-@functools.cache
-def _schema_text() -> str:
-    with open(SCHEMA_PATH, encoding="utf-8") as handle:
-        return handle.read()
+# Neither functools (its cache) nor json at the top: each imports more modules,
+# on every boot run of the guest agent (docs/agent.md, "Boot cost").
+_text: List[str] = []  # the file's text, once read
+_validators: List[Any] = []  # reference_validator's, once built
+
+
+def schema_text() -> str:
+    """The schema file's text, read once per process.
+
+    The guest agent parses it with its own JSON reader (devtag_agent.jsoncodec)
+    and never calls :func:`load_schema`: that would import ``json``, and with it
+    ``re``, on every boot run.
+    """
+    if not _text:
+        with open(SCHEMA_PATH, encoding="utf-8") as handle:
+            _text.append(handle.read())
+    return _text[0]
 
 
 def load_schema() -> Dict[str, Any]:
     """Return a fresh copy of the schema document (callers may mutate it)."""
-    return json.loads(_schema_text())
+    import json  # the host's and jsonschema's path: the agent parses schema_text() itself
+
+    return json.loads(schema_text())
 
 
-@functools.cache
 def reference_validator() -> Any:
     """A ``jsonschema`` validator for the schema, built once per process.
 
     Uses the 2020-12 validator where the installed ``jsonschema`` has it and
     draft 7 otherwise; the schema means the same under both (see module doc).
     """
-    return validator_class()(load_schema())
+    if not _validators:
+        _validators.append(validator_class()(load_schema()))
+    return _validators[0]
 
 
 def validator_class() -> Any:
@@ -103,6 +117,8 @@ _compiled: Dict[str, Any] = {}
 
 def pattern_keyword(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[Any]:
     """jsonschema's ``pattern`` keyword with ECMA-262's ``$`` (see :func:`python_pattern`)."""
+    import re  # only with jsonschema (host, or a later schema's fallback): not on the agent's boot run
+
     import jsonschema
 
     if not isinstance(instance, str):

@@ -7,9 +7,9 @@ tagged, what was skipped and why, and which devices were re-triggered.
 
 from __future__ import annotations
 
-import json
 import time
 
+from . import jsoncodec
 from .agentlog import log
 from .encoding import altname_for
 from .publish import Publisher
@@ -130,7 +130,9 @@ def _same_outcome(
     if old_index is None or old_db != new_db:
         return False
     old_records = [{k: v for k, v in r.items() if k != "altnames"} for r in old_index.get("devices", [])]
-    new_records = json.loads(json.dumps([tagged[key] for key in sorted(tagged)]))  # as stored: tuples are lists
+    new_records = jsoncodec.loads(
+        jsoncodec.dumps([tagged[key] for key in sorted(tagged)])
+    )  # as stored: tuples are lists
     if old_records != new_records:
         return False  # e.g. an interface renamed since, or another entry matched the device
     return all(old_index.get(key) == getattr(report, key) for key in ("unmatched", "ignored", "invalid"))

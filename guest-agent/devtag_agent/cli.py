@@ -17,15 +17,13 @@ Verbs and exit status:
 
 from __future__ import annotations
 
-import json
 import os
-import shlex
 import sys
 import time
 
 import devtag_schema
 
-from . import spawn
+from . import jsoncodec, spawn
 from .agentlog import DEBUG, ERROR, INFO, WARNING, log
 from .apply import apply_document, prune
 from .check import check_published
@@ -68,7 +66,7 @@ def _start_if_unpublished(system: System, unit: str) -> None:
         log.info("nothing published; --root %s is not the running system: not starting %s", system.root, unit)
         return
     log.info("nothing published: starting %s", unit)
-    argv = [*(shlex.split(systemctl) if systemctl else ["systemctl"]), "--no-block", "start", unit]
+    argv = [*(systemctl.split() if systemctl else ["systemctl"]), "--no-block", "start", unit]
     try:
         done = spawn.run(argv, timeout=30)
     except OSError as exc:  # cannot start, or spawn.CommandTimeout
@@ -160,7 +158,7 @@ def _apply(args: Any) -> int:
         time.sleep(pause)
         pause = min(pause * 2, 2.0)
     if args.json:
-        json.dump(report.to_dict(), sys.stdout, indent=2, ensure_ascii=True)
+        sys.stdout.write(jsoncodec.dumps(report.to_dict(), indent=2))
         sys.stdout.write("\n")
     if report.unchanged:
         return 0
@@ -207,7 +205,7 @@ def _device_path(system: System, given: str) -> str:
 def _show(devices: list, as_json: bool, with_tags: bool) -> None:
     """Print devices; tags appear \\xNN-encoded as udev shows them (JSON: \\u escapes), never raw."""
     if as_json:
-        json.dump([d.to_dict() for d in devices], sys.stdout, indent=2, ensure_ascii=True)
+        sys.stdout.write(jsoncodec.dumps([d.to_dict() for d in devices], indent=2))
         sys.stdout.write("\n")
         return
     for device in devices:

@@ -27,15 +27,14 @@ metadata service is asked.
 
 from __future__ import annotations
 
-import base64
 import binascii
-import json
 import os
 import stat
+import sys
 import time
 import zlib
 
-from . import spawn
+from . import jsoncodec, spawn
 from .agentlog import INFO, WARNING, log
 from .sysfs import System
 
@@ -103,7 +102,7 @@ def load_json(data: bytes, where: str) -> Any:
     except UnicodeDecodeError as exc:
         raise CorruptSourceError(f"{where}: not UTF-8: {exc}") from None
     try:
-        document = json.loads(text)
+        document = jsoncodec.loads(text)
     except ValueError as exc:
         raise CorruptSourceError(f"{where}: not JSON: {exc}") from None
     except RecursionError:
@@ -351,6 +350,26 @@ def _bounded_body(response: Any) -> bytes:
     return b"".join(chunks)
 
 
+_BASE64_ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+
+
+def _strict_base64(data: bytes) -> bytes:
+    """``base64.b64decode(data, validate=True)``, on each Python exactly what it does there.
+
+    Not the ``base64`` module: it imports ``re``, a cost on every boot run
+    (docs/agent.md, "Boot cost").  From 3.11 ``b64decode`` hands ``validate``
+    to binascii's strict mode; before, it checked the standard alphabet followed
+    by at most two ``=`` with a regular expression, then decoded leniently.
+    Raises ``binascii.Error``.
+    """
+    if sys.version_info >= (3, 11):
+        return binascii.a2b_base64(data, strict_mode=True)
+    body = data.rstrip(b"=")
+    if len(data) - len(body) > 2 or body.translate(None, _BASE64_ALPHABET):
+        raise binascii.Error("Non-base64 digit found")
+    return binascii.a2b_base64(data)
+
+
 def decode_fw_cfg(data: bytes) -> Dict[str, Any]:
     """The document in a devtag fw_cfg payload (bounded: no decompression bombs)."""
     if len(data) > _MAX_FW_CFG_BYTES:
@@ -358,7 +377,7 @@ def decode_fw_cfg(data: bytes) -> Dict[str, Any]:
     if not data.startswith(FW_CFG_PAYLOAD_PREFIX):
         raise CorruptSourceError("fwcfg: not a devtag payload")
     try:
-        compressed = base64.b64decode(data[len(FW_CFG_PAYLOAD_PREFIX) :].strip(), validate=True)
+        compressed = _strict_base64(data[len(FW_CFG_PAYLOAD_PREFIX) :].strip())
         raw = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(compressed, _MAX_DOCUMENT_BYTES + 1)
     except (binascii.Error, zlib.error) as exc:
         raise CorruptSourceError(f"fwcfg: corrupt payload: {exc}") from None

@@ -25,18 +25,17 @@ tags only appear encoded inside the files (see :mod:`devtag_agent.encoding`).
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
-import json
 import os
 import time
 
+from . import jsoncodec
 from .encoding import encode_key, encode_name, link_name
 from .sysfs import System
 
 TYPE_CHECKING = False  # typing is for the type checker only: importing it costs every run (docs/agent.md, "Boot cost")
 if TYPE_CHECKING:
-    from typing import Any, Dict, Iterator, List, Optional
+    from typing import Any, Dict, List, Optional
 
 __all__ = ["STATE_DIR", "Database", "db_file_text"]
 
@@ -89,6 +88,48 @@ def _memory_backed(path: str) -> bool:
     return fstype in ("tmpfs", "ramfs")
 
 
+def _unlink_if_there(path: str) -> None:
+    """``os.unlink`` that ignores every ``OSError`` (leftovers of a generation: the next apply retries).
+
+    Not ``contextlib.suppress``: contextlib imports collections and functools,
+    a cost on every boot run (docs/agent.md, "Boot cost").
+    """
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+class _ApplyLock:
+    """``with``: hold ``DIR/lock`` (flock), waiting up to ``timeout`` seconds for a concurrent apply."""
+
+    def __init__(self, directory: str, timeout: float) -> None:
+        self.directory = directory
+        self.timeout = timeout
+        self.fd = -1
+
+    def __enter__(self) -> None:
+        os.makedirs(self.directory, mode=0o755, exist_ok=True)
+        fd = os.open(os.path.join(self.directory, "lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        try:
+            deadline = time.monotonic() + self.timeout
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"another devtag-agent holds {self.directory}/lock") from None
+                    time.sleep(0.05)
+        except BaseException:
+            os.close(fd)
+            raise
+        self.fd = fd
+
+    def __exit__(self, *exc_info: object) -> None:
+        os.close(self.fd)  # closing the descriptor releases the flock
+
+
 def _write_file(path: str, data: bytes, sync: bool) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     try:
@@ -119,30 +160,15 @@ class Database:
         """Create the state directory (the hot-plug rule's "the agent has run this boot")."""
         os.makedirs(self.dir, mode=0o755, exist_ok=True)
 
-    @contextlib.contextmanager
-    def locked(self, timeout: float = 60.0) -> Iterator[None]:
-        """Hold the apply lock (waits for a concurrent apply, up to ``timeout``)."""
-        os.makedirs(self.dir, mode=0o755, exist_ok=True)
-        fd = os.open(os.path.join(self.dir, "lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-        try:
-            deadline = time.monotonic() + timeout
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() > deadline:
-                        raise TimeoutError(f"another devtag-agent holds {self.dir}/lock") from None
-                    time.sleep(0.05)
-            yield
-        finally:
-            os.close(fd)
+    def locked(self, timeout: float = 60.0) -> _ApplyLock:
+        """``with database.locked():`` hold the apply lock (waits for a concurrent apply, up to ``timeout``)."""
+        return _ApplyLock(self.dir, timeout)
 
     def read_index(self) -> Optional[Dict[str, Any]]:
         """The current ``devices.json``, or None if the agent has not run."""
         try:
             with open(os.path.join(self.current, "devices.json"), encoding="utf-8") as handle:
-                return json.load(handle)
+                return jsoncodec.loads(handle.read())
         except FileNotFoundError:
             return None
 
@@ -174,7 +200,8 @@ class Database:
             if position == 0:
                 _crash_point("db-file")
         _fsync_dir(os.path.join(generation, "db"), sync)
-        payload = json.dumps(index, indent=1, sort_keys=True, ensure_ascii=True).encode("ascii")
+        # One line, keys sorted, ASCII: the C encoder's output (jsoncodec); `devtag-agent list` is for reading.
+        payload = (jsoncodec.dumps(index, sort_keys=True, compact=True) + "\n").encode("ascii")
         half = len(payload) // 2
         fd = os.open(os.path.join(generation, "devices.json"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
@@ -188,8 +215,7 @@ class Database:
         _fsync_dir(generation, sync)
         _crash_point("before-swap")
         link = os.path.join(self.dir, f".current-{os.getpid()}")
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(link)
+        _unlink_if_there(link)
         os.symlink(name, link)
         os.replace(link, self.current)
         _fsync_dir(self.dir, sync)
@@ -204,8 +230,7 @@ class Database:
             if entry.startswith("gen-") and entry != keep:
                 _remove_tree(path)
             elif entry.startswith(".current-"):
-                with contextlib.suppress(OSError):
-                    os.unlink(path)
+                _unlink_if_there(path)
 
 
 def _remove_tree(path: str) -> None:
@@ -216,13 +241,13 @@ def _remove_tree(path: str) -> None:
     are removed, never followed.
     """
     if os.path.islink(path):
-        with contextlib.suppress(OSError):
-            os.unlink(path)
+        _unlink_if_there(path)
         return
     for directory, subdirectories, files in os.walk(path, topdown=False):
         links = [name for name in subdirectories if os.path.islink(os.path.join(directory, name))]
         for name in files + links:
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join(directory, name))
-        with contextlib.suppress(OSError):
+            _unlink_if_there(os.path.join(directory, name))
+        try:
             os.rmdir(directory)
+        except OSError:
+            pass

@@ -17,11 +17,9 @@ check that both give the same answer on generated documents.
 
 from __future__ import annotations
 
-import json
-import re
-
 import devtag_schema
 
+from . import jsoncodec
 from .schema_patterns import CHECKS
 
 TYPE_CHECKING = False  # typing is for the type checker only: importing it costs every run (docs/agent.md, "Boot cost")
@@ -91,11 +89,13 @@ def _pattern_check(pattern: str) -> Callable[[str], bool]:
     check = CHECKS.get(pattern)
     if check is not None:
         return check
+    import re  # only a later schema's own patterns: re's import is what schema_patterns.py saves every boot run
+
     return re.compile(devtag_schema.python_pattern(pattern)).search  # type: ignore[return-value]
 
 
 def _json_key(value: Any) -> str:
-    return json.dumps(value, sort_keys=True)
+    return jsoncodec.dumps(value, sort_keys=True)
 
 
 class _Evaluator:
@@ -164,6 +164,18 @@ class _Evaluator:
 
 
 _checker: Optional[EntryChecker] = None
+_schema: Optional[Dict[str, Any]] = None
+
+
+def _shared_schema() -> Dict[str, Any]:
+    """The schema, parsed once per process by jsoncodec (``devtag_schema.load_schema`` imports ``json``).
+
+    Shared, so read-only: nothing here changes it.
+    """
+    global _schema
+    if _schema is None:
+        _schema = jsoncodec.loads(devtag_schema.schema_text())
+    return _schema
 
 
 def entry_checker() -> EntryChecker:
@@ -171,7 +183,7 @@ def entry_checker() -> EntryChecker:
     global _checker
     if _checker is not None:
         return _checker
-    schema = devtag_schema.load_schema()
+    schema = _shared_schema()
     if _uses_only_known(schema):
         evaluator = _Evaluator(schema)
         device = schema["$defs"]["device"]
@@ -191,7 +203,7 @@ def entry_checker() -> EntryChecker:
 
 def tags_per_device_limit() -> int:
     """The schema's ``maxItems`` of one entry's tags: also the most one device carries in all."""
-    return int(devtag_schema.load_schema()["$defs"]["device"]["properties"]["tags"].get("maxItems", 64))
+    return int(_shared_schema()["$defs"]["device"]["properties"]["tags"].get("maxItems", 64))
 
 
 def split_document(document: Any) -> Tuple[List[Tuple[int, Dict[str, Any]]], List[str]]:
@@ -207,7 +219,7 @@ def split_document(document: Any) -> Tuple[List[Tuple[int, Dict[str, Any]]], Lis
     if not isinstance(devices, list):
         raise ValueError("'devices' is not a list")
     problems: List[str] = []
-    limit = devtag_schema.load_schema()["properties"]["devices"].get("maxItems", 4096)
+    limit = _shared_schema()["properties"]["devices"].get("maxItems", 4096)
     if len(devices) > limit:
         problems.append(f"devices: {len(devices)} entries, only the first {limit} are used")
         devices = devices[:limit]
