@@ -13,12 +13,15 @@ directory.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import sysconfig
+import tempfile
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Iterator, List, Set
+from typing import Dict, Iterator, List, Set
 
 import pytest
 
@@ -48,10 +51,6 @@ NOT_ON_THE_BOOT_PATH = {
     "threading": "through logging and subprocess",
     "signal": "through subprocess: spawn.py takes the three signal numbers from the built-in _signal",
     "json": "json.decoder/scanner/encoder import re: jsoncodec.py calls the same C codec (_json) directly",
-    "re": "enum, functools, collections: shapes.py checks the agent's shapes, schema_patterns.py the schema's",
-    "enum": "through re",
-    "functools": "through re, contextlib and devtag_schema's cache",
-    "collections": "through re and contextlib",
     "contextlib": "collections, functools: state.py's lock is a small class, its unlinks try/except",
     "shlex": "imports re: the DEVTAG_AGENT_* command variables are split on whitespace",
     "base64": "imports re for validate=True: sources.py checks the alphabet and calls binascii",
@@ -62,24 +61,50 @@ NOT_ON_THE_UNITS_PATH = {
     "argparse": "unit_argv.py reads the units' command lines",
     "gettext": "argparse's messages",
     "devtag_agent.cli_parser": "argparse's parser",
+    "re": "enum, functools, collections (argparse imports it): shapes.py, schema_patterns.py use string methods",
+    "enum": "through re",
+    "functools": "through re, contextlib and devtag_schema's cache",
+    "collections": "through re and contextlib",
 }
 
 
+def _plain_interpreter_env(tmp: Path) -> Dict[str, str]:
+    """An environment in which ``python -S`` finds the agent, the schema and the installed libraries.
+
+    ``-S``: no site module, so no ``.pth`` file runs (an editable install's finder imports re,
+    contextlib and pathlib before any script, which would hide them from the comparison); the
+    checkout's packages and the interpreter's site-packages come through PYTHONPATH instead.
+    """
+    site = tmp / "site"
+    site.mkdir(exist_ok=True)
+    for name, target in (("devtag_agent", REPO / "guest-agent" / "devtag_agent"), ("devtag_schema", REPO / "schema")):
+        if not (site / name).exists():
+            (site / name).symlink_to(target)
+    paths = [str(site), sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+
+
 def imported(argv: List[str], **kw) -> Set[str]:
-    """The modules a fresh interpreter running ``argv`` imports (``-X importtime``), beyond ``-c pass``'s."""
+    """The modules a fresh interpreter running ``argv`` imports (``-X importtime``), beyond ``-c pass``'s.
 
-    def names(args: List[str]) -> Set[str]:
-        done = subprocess.run(
-            [sys.executable, "-X", "importtime", *args], capture_output=True, text=True, check=False, **kw
-        )
-        assert done.returncode in (0, 4), done.stderr[-3000:]
-        return {
-            line.split("|")[-1].strip()
-            for line in done.stderr.splitlines()
-            if line.startswith("import time:") and "self [us]" not in line
-        }
+    Both run with ``-S`` in :func:`_plain_interpreter_env`, as the packaged script runs on a
+    guest: without a venv's ``.pth`` files.
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        env = _plain_interpreter_env(Path(tmp))
+        return _names([str(SCRIPT), *argv], env, **kw) - _names(["-c", "pass"], env, **kw)
 
-    return names([str(SCRIPT), *argv]) - names(["-c", "pass"])
+
+def _names(args: List[str], env: Dict[str, str], **kw) -> Set[str]:
+    done = subprocess.run(
+        [sys.executable, "-S", "-X", "importtime", *args], capture_output=True, text=True, check=False, env=env, **kw
+    )
+    assert done.returncode in (0, 4), done.stderr[-3000:]
+    return {
+        line.split("|")[-1].strip()
+        for line in done.stderr.splitlines()
+        if line.startswith("import time:") and "self [us]" not in line
+    }
 
 
 @pytest.fixture
