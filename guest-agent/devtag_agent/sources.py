@@ -243,22 +243,27 @@ _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
 _CONFIG_DRIVE_FSTYPES = ("iso9660", "vfat")
 
 
+_LIBC: List[Tuple[Any, Any]] = []  # _libc()'s answer, once made
+
+
 def _libc() -> Tuple[Any, Any]:
     """libc's mount(2) and umount2(2) through ctypes, imported here: only the config drive needs it.
 
     mount(8) and umount(8) are two processes (libmount, libblkid, SELinux
     libraries loaded, mountinfo parsed) for what two system calls do: 0.5-0.9 s
     of the boot run under TCG, against ~0.05 s for importing ctypes
-    (docs/agent.md, "Boot cost").
+    (docs/agent.md, "Boot cost").  Made once per process: mount and unmount share it.
     """
-    import ctypes  # here, not at the top: only the config drive source needs it
+    if not _LIBC:
+        import ctypes  # here, not at the top: only the config drive source needs it
 
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
-    libc.mount.restype = ctypes.c_int
-    libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
-    libc.umount2.restype = ctypes.c_int
-    return libc, ctypes.get_errno
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
+        libc.mount.restype = ctypes.c_int
+        libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
+        libc.umount2.restype = ctypes.c_int
+        _LIBC.append((libc, ctypes.get_errno))
+    return _LIBC[0]
 
 
 def _mount_read_only(device: str, mountpoint: str) -> bool:
