@@ -394,7 +394,8 @@ def test_guest_finds_every_device_by_tag_via_the_metadata_service(
 # (link down; each its own QEMU user network, so nothing could leave them
 # anyway).  nic1 sits on the root bus at 00:10.0 (enp0s16), which sorts before
 # the metadata NIC (enp0s30): cloud-init's local stage picks nic1 for its
-# ephemeral DHCP and gets no lease (dhclient's 60 s), so neither it nor the
+# ephemeral DHCP and gets no lease (within 10 s: the image's dhclient.conf caps
+# that NIC's timeout, guest_image.UNCONNECTED_NIC_DHCP), so neither it nor the
 # agent's first pass finds the metadata.  The network stage reaches it through
 # enp0s30 (ifupdown brings it up; OpenStack's datasource is told on the kernel
 # command line to wait for it there, instead of its default single try).
@@ -402,7 +403,7 @@ UNCONNECTED = "<link state='down'/>"
 LOCAL_STAGE_NIC = "<address type='pci' domain='0x0000' bus='0x00' slot='0x10' function='0x0'/>"
 METADATA_ONLY_NICS = {"nic1": LOCAL_STAGE_NIC + UNCONNECTED, "nic2": UNCONNECTED, "plain": UNCONNECTED}
 PORT_80_WAIT = float(os.environ.get("DEVTAG_E2E_PORT_80_WAIT", "0"))  # seconds to wait for 127.0.0.1:80
-LOCAL_STAGE_DHCP_SECONDS = 60  # dhclient's default timeout, on the unconnected NIC
+LOCAL_STAGE_DHCP_SECONDS = 60  # allowance for the local stage's DHCP on the unconnected NIC (10 s, or 60 uncapped)
 CLOUD_INIT_WAITS = "cc:" + urllib.parse.quote("datasource: {OpenStack: {max_wait: 180, timeout: 5}}") + " end_cc"
 
 
