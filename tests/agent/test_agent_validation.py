@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import devtag_schema
-from devtag_agent.validation import _uses_only_known, entry_checker, split_document
+from devtag_agent.validation import _Evaluator, _uses_only_known, entry_checker, split_document
 
 SCHEMA = devtag_schema.load_schema()
 ENTRY_SCHEMA = {"$defs": SCHEMA["$defs"], "$ref": "#/$defs/device"}
@@ -70,9 +70,24 @@ def test_the_schema_uses_only_keywords_the_agent_evaluates():
     assert _uses_only_known(SCHEMA)
 
 
+EVALUATOR = _Evaluator(SCHEMA)
+DEVICE = SCHEMA["$defs"]["device"]
+
+
+def assert_valid_agrees_with_errors(entry):
+    """The boolean fast path (valid) and the messages (errors) must give one answer: a check returns
+    [] when valid() says yes, errors() when it says no, so an entry they disagree on would be
+    accepted with nothing said, or rejected without a reason."""
+    messages = EVALUATOR.errors(entry, DEVICE, "e")
+    assert EVALUATOR.valid(entry, DEVICE) == (messages == []), (entry, messages)
+    if messages:
+        assert entry_checker()(entry, "e") == messages
+
+
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(entries(), scalars))
 def test_agent_evaluator_agrees_with_jsonschema(entry):
+    assert_valid_agrees_with_errors(entry)
     ours = not entry_checker()(entry, "e")
     for validator in VALIDATORS:
         assert ours == validator.is_valid(entry), (validator.__class__.__name__, entry)
@@ -90,7 +105,8 @@ def test_bad_entries_are_skipped_and_the_rest_kept():
 EDGES = [-1, 0, 1.0, 1.5, 4095, 4096, 65535, 65536, True, None, "", "none", [], {}, ["a", "a"], ["ok"], [1],
          ["x" * 60], ["x" * 61], ["a,b"], ["tag\u0085"], "0000:00:03.0", "0000:00:20.0", "1:0:2:3", "0:1", "2:0",
          "0:1.2", "1", "eth0", "/dev/sda", "/dev/../etc", "00:01.2/00.0", "52:54:00:DE:00:01", "nic", "disk", "x" * 257,
-         {"type": "scsi", "index": -1}, {"type": "scsi", "index": 1}]  # fmt: skip
+         {"type": "scsi", "index": -1}, {"type": "scsi", "index": 1}, [f"t{n}" for n in range(64)],
+         [f"t{n}" for n in range(65)]]  # fmt: skip
 
 
 def test_agent_evaluator_agrees_with_jsonschema_on_every_single_field_edit():
@@ -110,5 +126,6 @@ def test_agent_evaluator_agrees_with_jsonschema_on_every_single_field_edit():
                     ours = not check(entry, "e")
                     for validator in VALIDATORS:
                         assert ours == validator.is_valid(entry), (validator.__class__.__name__, entry)
+                    assert_valid_agrees_with_errors(entry)
                     compared += 1
     assert compared > 5000
