@@ -507,6 +507,24 @@ def unusable_pyc():
     return problems
 
 
+def lever_probes(repeat=3):
+    """What two levers the agent does not pull would save, mid-boot (docs/agent.md, "Seventh round").
+
+    ``site``: ``python3 -c pass`` against ``python3 -S -c pass`` (the site
+    module: sys.path set-up, .pth files, sitecustomize), alternating so that
+    the boot's changing load weighs on both alike; ``udevadm``: ``udevadm
+    --version``, the process start a trigger from the agent's own process
+    would save (udev's work for the events stays).  Lists of timed_runs.
+    """
+    probes = {"python_pass": [], "python_no_site": []}
+    for round_ in range(repeat):
+        pairs = [("python_pass", ("python3", "-c", "pass")), ("python_no_site", ("python3", "-S", "-c", "pass"))]
+        for name, command in pairs if round_ % 2 == 0 else pairs[::-1]:
+            probes[name] += timed_runs(*command, repeat=1)
+    probes["udevadm_version"] = timed_runs("udevadm", "--version", repeat=repeat)
+    return probes
+
+
 def mid_boot_floor():
     """The floor measured mid-boot, right after the boot run, before the network (devtag-e2e-floor.service).
 
@@ -539,6 +557,7 @@ def mid_boot_floor():
         figures["sandbox"] = mid_boot_sandbox(unit_sandbox())
     except OSError as exc:  # the unit file unreadable: the report is still written
         figures["sandbox"] = {"setup": None, "error": f"unit file: {exc}"}
+    figures["levers"] = lever_probes()
     figures["finished"] = time.monotonic()
     with open(FLOOR_FILE + ".partial", "w") as out_file:
         json.dump(figures, out_file)

@@ -19,13 +19,14 @@ from typing import Any, Dict, List
 import pytest
 
 from .guest_report import (
+    lever_probes,
     mid_boot_sandbox,
     sandbox_probe_commands,
     sandboxed_same_boot,
     timed_probe,
     unit_sandbox,
 )
-from .test_releases import boot_cost_figures, boot_cost_line
+from .test_releases import boot_cost_figures, boot_cost_line, lever_text
 
 REPO = Path(__file__).resolve().parents[2]
 UNIT = REPO / "packaging/systemd/devtag-agent.service"
@@ -275,3 +276,21 @@ def test_the_boot_cost_line_says_why_the_sandboxed_ratio_is_missing() -> None:
     report = report_of(mid_floor())
     del report["boot_cost"]["sandboxed_same_boot"]  # a report of a guest image built before it
     assert "boot run / sandboxed mid-boot floor = n/a (not in the report)" in boot_cost_line(13, report)
+
+
+def test_the_lever_probes_time_real_commands_and_the_line_prints_what_they_would_save() -> None:
+    levers = lever_probes(repeat=2)
+    assert {name: len(runs) for name, runs in levers.items()} == {
+        "python_pass": 2,
+        "python_no_site": 2,
+        "udevadm_version": 2,
+    }
+    assert all(wall > 0 and cpu >= 0 for runs in levers.values() for wall, cpu in runs)
+    text = lever_text({"python_pass": [[0.2, 0.1], [0.15, 0.1]], "python_no_site": [[0.11, 0.1]],
+                       "udevadm_version": [[0.05, 0.04], [0.03, 0.02]]})  # fmt: skip
+    assert text == (
+        "; levers not pulled, mid-boot: site +0.040 s (python3 -c pass 0.150 s, -S 0.110 s), udevadm --version 0.030 s"
+    )
+    report = report_of(mid_floor(levers=levers))
+    assert "; levers not pulled, mid-boot: site " in boot_cost_line(12, report)
+    assert lever_text(None) == "" and lever_text({"python_pass": [[0.1, 0.1]]}) == ""  # older images: nothing

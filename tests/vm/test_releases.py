@@ -218,6 +218,7 @@ def boot_cost_line(version: int, report: Dict[str, Any]) -> str:
                 f" (apply again + trigger) / floor = {f['after_mid']:.2f}"
             )
         line += f" (guest load {' '.join(cost_of(report).get('mid_boot_floor', {}).get('load_average', []))})"
+    line += lever_text(cost_of(report).get("mid_boot_floor", {}).get("levers"))
     phases = cost_of(report).get("agent_phases")
     if phases:
         line += f"; boot run's unit: pre {phases['pre']:.2f} s, main {phases['main']:.2f} s"
@@ -242,6 +243,20 @@ def boot_cost_line(version: int, report: Dict[str, Any]) -> str:
     return line + (
         f"; load average: guest {' '.join(f.get('load_average', []))}, host"
         f" {' '.join(f'{load:.1f}' for load in os.getloadavg())}"
+    )
+
+
+def lever_text(levers: Optional[Dict[str, Any]]) -> str:
+    """The boot-cost line's part for guest_report.lever_probes: what the levers not pulled would save."""
+    if not levers:
+        return ""
+    fastest = {name: min(run[0] for run in runs) for name, runs in levers.items() if runs}
+    if not {"python_pass", "python_no_site", "udevadm_version"} <= fastest.keys():
+        return ""
+    return (
+        f"; levers not pulled, mid-boot: site {fastest['python_pass'] - fastest['python_no_site']:+.3f} s"
+        f" (python3 -c pass {fastest['python_pass']:.3f} s, -S {fastest['python_no_site']:.3f} s),"
+        f" udevadm --version {fastest['udevadm_version']:.3f} s"
     )
 
 
