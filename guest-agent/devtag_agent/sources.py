@@ -9,10 +9,13 @@
   hot-plug path asks the metadata service first.
 * ``configdrive``: the block device labelled ``config-2``/``CONFIG-2`` (iso9660
   or vfat; found through ``/dev/disk/by-label``, udev's database, or by reading
-  the labels when udev has not processed the devices yet), mounted read-only
-  in a private temporary directory just long enough to read
-  ``openstack/latest/meta_data.json``, then unmounted.  (Under a test
-  root, a *directory* standing in for the device is read directly.)
+  the labels when udev has not processed the devices yet).  An iso9660 drive
+  is read in-process (iso9660.py: ``openstack/latest/meta_data.json`` from
+  the directory records, by ``pread`` of the device, nothing mounted); a vfat
+  drive, or an ISO using what that reader does not read, is mounted read-only
+  in a private temporary directory just long enough to read the file, then
+  unmounted.  (Under a test root, a *directory* standing in for the device is
+  read directly, and an image *file* by the in-process reader.)
 * ``metadata``: ``http://169.254.169.254/openstack/latest/meta_data.json``,
   three tries within 10 s, never through a proxy from the environment.
 * ``instance-data``: cloud-init's ``/run/cloud-init/instance-data.json``,
@@ -34,7 +37,7 @@ import sys
 import time
 import zlib
 
-from . import jsoncodec, spawn
+from . import iso9660, jsoncodec, spawn
 from .agentlog import INFO, WARNING, log
 from .sysfs import System
 
@@ -217,6 +220,12 @@ def read_config_drive(system: System) -> Dict[str, Any]:
             return _parse(read_bounded(path), "configdrive")
         except OSError as exc:
             raise SourceError(f"configdrive: {exc}") from None
+    try:
+        return _parse(_read_iso9660(device, real), "configdrive")
+    except iso9660.NotIso9660:
+        pass  # vfat: mounted below
+    except iso9660.UnsupportedIso as exc:
+        log.info("configdrive: %s: %s; mounting it instead", device, exc)
     if system.root != "/":
         raise SourceError("configdrive: will not mount a device of another root")
     mountpoint = _private_directory("devtag-configdrive-")
@@ -236,6 +245,30 @@ def read_config_drive(system: System) -> Dict[str, Any]:
             os.rmdir(mountpoint)
         except OSError:
             log.warning("configdrive: could not remove %s (still mounted?)", mountpoint)
+
+
+def _read_iso9660(device: str, real: str) -> bytes:
+    """meta_data.json read from the ISO 9660 image ``real`` by ``pread``, nothing mounted (iso9660.py says why).
+
+    Raises iso9660's NotIso9660 and UnsupportedIso for the caller to mount
+    instead, SourceError when the image has no such file or cannot be read,
+    CorruptSourceError when it is malformed.
+    """
+    try:
+        fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # probe_label's flags: a drive without a disc
+    except OSError as exc:
+        raise SourceError(f"configdrive: {exc}") from None
+    try:
+        return iso9660.read_file(lambda offset, size: os.pread(fd, size, offset), _META_DATA, _MAX_DOCUMENT_BYTES)
+    except iso9660.FileNotInIso as exc:
+        # The words the mount path gave: "[Errno 2] No such file or directory: '<mount point>/openstack/...'".
+        raise SourceError(f"configdrive: {OSError(exc.errno, exc.strerror, device + ':/' + _META_DATA)}") from None
+    except iso9660.CorruptIso as exc:
+        raise CorruptSourceError(f"configdrive: {device}: corrupt ISO 9660 image: {exc}") from None
+    except OSError as exc:
+        raise SourceError(f"configdrive: {device}: {exc}") from None
+    finally:
+        os.close(fd)
 
 
 # mount(2) flags (linux/mount.h): the config drive is hostile input, mounted read-only, nosuid, nodev, noexec.

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import tempfile
 from pathlib import Path
 from typing import Dict, Iterable, Optional
 
@@ -130,5 +132,55 @@ class FakeMachine:
         self.write("/configdrive/openstack/latest/meta_data.json", json.dumps(document))
         self.link("/dev/disk/by-label/" + label, "/configdrive")
 
+    def config_drive_image(self, image: bytes, label: str = "config-2") -> Path:
+        """The config drive as an image file (ISO 9660, vfat, anything) that the by-label link points to."""
+        path = self.p("/configdrive.img")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(image)
+        self.link("/dev/disk/by-label/" + label, "/configdrive.img")
+        return path
+
+    def config_drive_iso(self, document: dict, label: str = "config-2") -> Path:
+        """The config drive as Nova writes it: ``genisoimage`` with nova/virt/configdrive.py's flags."""
+        return self.config_drive_image(
+            nova_iso({"openstack/latest/meta_data.json": json.dumps(document).encode()}), label
+        )
+
     def instance_data(self, document: dict) -> None:
         self.write("/run/cloud-init/instance-data.json", json.dumps({"ds": {"meta_data": document}}))
+
+
+# nova/virt/configdrive.py ConfigDriveBuilder._make_iso9660 (the volume label comes after -V).
+NOVA_GENISOIMAGE_FLAGS = (
+    "-ldots",
+    "-allow-lowercase",
+    "-allow-multidot",
+    "-l",
+    "-publisher",
+    "devtag",
+    "-quiet",
+    "-J",
+    "-r",
+)
+
+
+def write_tree(directory: Path, files: Dict[str, bytes]) -> None:
+    for name, content in files.items():
+        path = directory / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content)
+
+
+def make_iso(files: Dict[str, bytes], command: Iterable[str], label: str = "config-2") -> bytes:
+    """The image a writer makes of ``files``: ``command`` is its argv up to (not including) ``-o OUT -V LABEL DIR``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = Path(tmp) / "tree"
+        tree.mkdir()
+        write_tree(tree, files)
+        out = Path(tmp) / "out.iso"
+        subprocess.run([*command, "-o", str(out), "-V", label, str(tree)], check=True, capture_output=True)
+        return out.read_bytes()
+
+
+def nova_iso(files: Dict[str, bytes], label: str = "config-2") -> bytes:
+    return make_iso(files, ["genisoimage", *NOVA_GENISOIMAGE_FLAGS], label)
