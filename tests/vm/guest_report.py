@@ -137,6 +137,7 @@ NOT_ON_THE_BOOT_PATH = (
     "pathlib",
     "shutil",
     "tempfile",
+    "ctypes",
     "logging",
     "traceback",
     "subprocess",
