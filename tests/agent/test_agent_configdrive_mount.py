@@ -1,9 +1,12 @@
-"""The config drive is mounted by mount(2) with mount(8)'s options, and falls back to mount(8).
+"""A vfat config drive (or an ISO that iso9660.py leaves to the kernel) is mounted by mount(2) with mount(8)'s
+options, and falls back to mount(8).
 
-The real mount runs in the VM tests (tests/vm: every boot and "apply again"
-read the config drive through it on Debian 11, 12 and 13); here, what needs
-no block device: the flags, and that anything mount(2) cannot take (an image
-file needs a loop device) is left to mount(8) without mounting anything.
+The VM tests' drives are ISO 9660 images, which the agent reads in-process
+since issue 17's seventh round (test_agent_iso9660.py): the real mount ran in
+every VM boot before that, and runs in none now.  Here, what needs no block
+device: the flags, and that anything mount(2) cannot take (an image file needs
+a loop device) is left to mount(8) without mounting anything; that a vfat or
+unsupported ISO drive reaches this path is in test_agent_iso9660.py.
 """
 
 from __future__ import annotations
