@@ -162,6 +162,48 @@ def test_pycdlib_images_and_pycdlibs_reader_agree(level: int, tmp_path: Path) ->
         reader.close()
 
 
+_NAME = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_-", min_size=1, max_size=40)
+_TREES = st.dictionaries(
+    st.lists(_NAME, min_size=1, max_size=3).map(tuple), st.binary(max_size=5000), min_size=1, max_size=12
+)
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(tree=_TREES, rock_ridge=st.booleans(), joliet=st.booleans())
+def test_generated_pycdlib_trees_read_back(tree: Dict[Tuple[str, ...], bytes], rock_ridge: bool, joliet: bool) -> None:
+    """Random names and contents, with Rock Ridge, Joliet, both or neither: each file reads back by the name
+    isofs would show (Rock Ridge's, else Joliet's, else the ISO name in lower case)."""
+    pycdlib = pytest.importorskip("pycdlib")
+    directories = {path[:depth] for path in tree for depth in range(1, len(path))}
+    files = {path: content for path, content in tree.items() if path not in directories}
+    iso = pycdlib.PyCdlib()
+    iso.new(interchange_level=3, joliet=3 if joliet else None, rock_ridge="1.09" if rock_ridge else None)
+    iso_names: Dict[Tuple[str, ...], str] = {(): ""}
+    for index, directory in enumerate(sorted(directories, key=len)):
+        iso_names[directory] = f"{iso_names[directory[:-1]]}/D{index}"
+        iso.add_directory(
+            iso_names[directory],
+            rr_name=directory[-1] if rock_ridge else None,
+            joliet_path="/" + "/".join(directory) if joliet else None,
+        )
+    for index, (path, content) in enumerate(sorted(files.items())):
+        iso_names[path] = f"{iso_names[path[:-1]]}/F{index}.DAT;1"
+        iso.add_fp(
+            io.BytesIO(content),
+            len(content),
+            iso_names[path],
+            rr_name=path[-1] if rock_ridge else None,
+            joliet_path="/" + "/".join(path) if joliet else None,
+        )
+    out = io.BytesIO()
+    iso.write_fp(out)
+    iso.close()
+    image = out.getvalue()
+    for path, content in files.items():
+        shown = "/".join(path) if rock_ridge or joliet else iso_names[path].lower().replace(";1", "")
+        assert read(image, shown) == content, (path, shown)
+
+
 def test_the_hosts_own_writer_reads_back() -> None:
     build_iso = pytest.importorskip("devtag_host.configdrive.iso").build_iso
     files = _tree()
