@@ -644,6 +644,53 @@ def watch():
             port.flush()
 
 
+def configdrive_readers():
+    """Every file of the config drive read by the agent's in-process reader and through the kernel.
+
+    The agent reads an ISO 9660 drive itself (devtag_agent/iso9660.py) and
+    mounts only what that reader does not read (vfat): here the kernel's
+    isofs, through the agent's own mount path (sources._mount_read_only,
+    mount(2) as the vfat fallback does it), gives the reference bytes, and the
+    reader must give the same for each file under the mount point.
+    ``mismatched`` lists the files that differ (or that the reader refused).
+    """
+    from devtag_agent import iso9660, sources, sysfs
+
+    device = sources._config_drive_device(sysfs.System("/"))
+    if device is None:
+        return {"error": "no config drive"}
+    real = os.path.realpath(device)
+    mountpoint = sources._private_directory("devtag-e2e-iso-")
+    figures = {"device": real, "files": 0, "mismatched": [], "mounted_by_syscall": False}
+    try:
+        figures["mounted_by_syscall"] = sources._mount_read_only(real, mountpoint)
+        if not figures["mounted_by_syscall"]:
+            figures["error"] = "mount(2) did not mount the drive"
+            return figures
+        fd = os.open(real, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            for directory, _, names in os.walk(mountpoint):
+                for name in names:
+                    path = os.path.join(directory, name)
+                    relative = os.path.relpath(path, mountpoint)
+                    with open(path, "rb") as handle:
+                        kernel = handle.read()
+                    try:
+                        ours = iso9660.read_file(lambda at, size: os.pread(fd, size, at), relative, 16 << 20)
+                    except iso9660.IsoError as exc:
+                        ours = repr(exc).encode()
+                    figures["files"] += 1
+                    if ours != kernel:
+                        figures["mismatched"].append(relative)
+        finally:
+            os.close(fd)
+    finally:
+        if figures["mounted_by_syscall"]:
+            figures["unmounted_by_syscall"] = sources._unmount(mountpoint)
+        os.rmdir(mountpoint)
+    return figures
+
+
 def main():
     report = {"boot_id": open("/proc/sys/kernel/random/boot_id").read().strip()}
     code, out, err = run("devtag-agent", "list", "--json")
@@ -690,6 +737,8 @@ def main():
         open(MARKER, "w").close()
     if "devtag_e2e_timing" in cmdline:
         report["boot_cost"] = boot_cost(devices, report["source"])
+        # After the timings, so that they stay comparable with the rounds before.
+        report["configdrive_readers"] = configdrive_readers()
     with open("/dev/ttyS1", "w") as port:
         port.write("DEVTAG-E2E-REPORT " + json.dumps(report) + "\n")
         port.flush()

@@ -316,6 +316,7 @@ def test_release_resolves_tags_configures_nics_hot_plugs_and_reboots(
         check_report(first)
         assert first["source"] == "configdrive", first["journal"]
         assert first["fw_cfg_loaded"], "qemu_fw_cfg not loaded (the package's modules-load.d file)"
+        check_configdrive_readers(first)
         check_nics_by_tag(first)
         check_udev_verify(first, version)
         check_network_stage_order(first, version)
@@ -332,6 +333,17 @@ def test_release_resolves_tags_configures_nics_hot_plugs_and_reboots(
         if domain.isActive():
             domain.destroy()
         domain.undefine()
+
+
+def check_configdrive_readers(report: Dict[str, Any]) -> None:
+    """The agent's ISO 9660 reader read each file of the drive as the kernel did (guest_report.configdrive_readers).
+
+    The agent's mount(2) path (now only a vfat drive's) mounted and unmounted
+    the drive in a real kernel too.
+    """
+    readers = report["configdrive_readers"]
+    assert readers.get("mounted_by_syscall") and readers.get("unmounted_by_syscall"), readers
+    assert readers["files"] >= 5 and readers["mismatched"] == [], readers
 
 
 def hot_plug_through_the_metadata_service(connection: Any, domain: Any, directory: Path) -> None:
