@@ -185,7 +185,9 @@ def _apply(args: Any) -> int:
 def _triggered_text(count: int, publisher: object, args: Any) -> str:
     """What happened to the changed devices: re-triggered, or why not (no udevadm ran)."""
     if getattr(publisher, "trigger_enabled", False):
-        return f"{count} device(s) re-triggered"
+        seconds = getattr(publisher, "trigger_seconds", None)
+        settled = f" (udev settled them in {seconds:.2f} s)" if count and seconds is not None else ""
+        return f"{count} device(s) re-triggered{settled}"
     if args.no_trigger:
         why = "--no-trigger"
     elif args.root != "/":

@@ -167,6 +167,22 @@ def test_under_a_root_the_summary_says_nothing_was_triggered(vm, monkeypatch, ca
     assert "0 changed device(s) not re-triggered (--no-trigger): state written only" in capsys.readouterr().err
 
 
+def test_the_summary_says_how_long_udev_took_to_settle_the_triggered_devices(vm, monkeypatch, capsys, tmp_path):
+    machine, _ = vm
+    slow = tmp_path / "slow-udevadm"
+    slow.write_text("#!/bin/sh\nsleep 0.3\n")
+    slow.chmod(0o755)
+    monkeypatch.setenv("DEVTAG_AGENT_UDEVADM", str(slow))
+    monkeypatch.setenv("DEVTAG_AGENT_IP", "true")
+    assert run_cli("--root", str(machine.root), "-v", "apply", "--source", "configdrive") == 0
+    [summary] = [line for line in capsys.readouterr().err.splitlines() if "applied configdrive:" in line]
+    settled = summary.split("device(s) re-triggered (udev settled them in ", 1)[1]
+    assert settled.endswith(" s)") and 0.3 <= float(settled[: -len(" s)")]) < 10, summary
+    # Nothing changed, nothing triggered: no settle to speak of.
+    assert run_cli("--root", str(machine.root), "-v", "apply", "--source", "configdrive") == 0
+    assert "udev settled" not in capsys.readouterr().err
+
+
 def test_failed_trigger_is_exit_3(vm, recorder, monkeypatch):
     machine, _ = vm
     monkeypatch.setenv("DEVTAG_AGENT_UDEVADM", "false")
