@@ -26,7 +26,7 @@ from .guest_report import (
     timed_probe,
     unit_sandbox,
 )
-from .test_releases import boot_cost_figures, boot_cost_line, lever_text
+from .test_releases import boot_cost_figures, boot_cost_line, lever_text, settled_seconds
 
 REPO = Path(__file__).resolve().parents[2]
 UNIT = REPO / "packaging/systemd/devtag-agent.service"
@@ -294,3 +294,34 @@ def test_the_lever_probes_time_real_commands_and_the_line_prints_what_they_would
     report = report_of(mid_floor(levers=levers))
     assert "; levers not pulled, mid-boot: site " in boot_cost_line(12, report)
     assert lever_text(None) == "" and lever_text({"python_pass": [[0.1, 0.1]]}) == ""  # older images: nothing
+
+
+SUMMARY = (
+    "[   36.9] e2e devtag-agent[370]: devtag-agent: INFO: applied configdrive: 10 device(s) tagged, 0 entries"
+    " unmatched, 0 invalid, 10 device(s) re-triggered (udev settled them in 1.20 s)"
+)
+
+
+def test_the_same_run_floor_takes_the_boot_runs_own_trigger_from_the_agents_summary() -> None:
+    report = report_of(mid_floor())
+    report["journal"] = "[   35.4] e2e systemd[1]: Starting devtag-agent.service...\n" + SUMMARY + "\n"
+    figures = boot_cost_figures(report)
+    assert figures["boot_trigger"] == pytest.approx(1.2)
+    assert figures["same_run_floor"] == pytest.approx(0.5 + 0.4 + 1.2)  # setup + fastest -c pass + the trigger
+    assert figures["same_run"] == pytest.approx(3.0 / 2.1)
+    assert figures["agent_own"] == pytest.approx(0.9)
+    line = boot_cost_line(12, report)
+    assert (
+        "boot run's own trigger 1.20 s, boot run / same-run floor (sandbox setup + python3 -c pass + that trigger)"
+        " = 1.43 (the agent adds +0.90 s)" in line
+    )
+
+
+def test_no_summary_or_no_setup_gives_no_same_run_ratio() -> None:
+    assert settled_seconds("") is None
+    assert settled_seconds(SUMMARY.replace(" (udev settled them in 1.20 s)", "")) is None  # an agent before it
+    assert settled_seconds(SUMMARY.replace("1.20", "x")) is None
+    report = report_of(mid_floor(setup=None))
+    report["journal"] = SUMMARY
+    assert "same_run" not in boot_cost_figures(report)
+    assert "same-run floor" not in boot_cost_line(12, report_of(mid_floor()))  # no journal in the report
