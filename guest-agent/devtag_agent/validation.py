@@ -103,6 +103,13 @@ class _Evaluator:
         self.schema = schema
         self._patterns: Dict[str, Callable[[str], bool]] = {}
 
+    def _matcher(self, pattern: str) -> Callable[[str], bool]:
+        """The check for ``pattern``, made once per evaluator (_pattern_check)."""
+        matches = self._patterns.get(pattern)
+        if matches is None:
+            matches = self._patterns[pattern] = _pattern_check(pattern)
+        return matches
+
     def _resolve(self, ref: str) -> Any:
         node: Any = self.schema
         for part in ref.lstrip("#").strip("/").split("/"):
@@ -130,12 +137,8 @@ class _Evaluator:
             if "maxLength" in schema and len(value) > schema["maxLength"]:
                 out.append(f"{where}: {value!r:.80} is too long")
             pattern = schema.get("pattern")
-            if pattern is not None:
-                matches = self._patterns.get(pattern)
-                if matches is None:
-                    matches = self._patterns[pattern] = _pattern_check(pattern)
-                if not matches(value):
-                    out.append(f"{where}: {value!r:.80} does not match {pattern!r}")
+            if pattern is not None and not self._matcher(pattern)(value):
+                out.append(f"{where}: {value!r:.80} does not match {pattern!r}")
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             if "minimum" in schema and value < schema["minimum"]:
                 out.append(f"{where}: {value!r} is less than {schema['minimum']}")
@@ -192,12 +195,8 @@ class _Evaluator:
             if "maxLength" in schema and len(value) > schema["maxLength"]:
                 return False
             pattern = schema.get("pattern")
-            if pattern is not None:
-                matches = self._patterns.get(pattern)
-                if matches is None:
-                    matches = self._patterns[pattern] = _pattern_check(pattern)
-                if not matches(value):
-                    return False
+            if pattern is not None and not self._matcher(pattern)(value):
+                return False
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             if "minimum" in schema and value < schema["minimum"]:
                 return False
