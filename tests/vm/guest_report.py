@@ -654,6 +654,7 @@ def configdrive_readers():
     reader must give the same for each file under the mount point.
     ``mismatched`` lists the files that differ (or that the reader refused).
     """
+    # Imported here: the report's other modes (--watch, and --mid-boot-floor, which times the boot) need no agent.
     from devtag_agent import iso9660, sources, sysfs
 
     device = sources._config_drive_device(sysfs.System("/"))
