@@ -50,6 +50,7 @@ setup(
         "test": [
             "pytest>=8",
             "pytest-timeout>=2.3",
+            "pytest-xdist>=3.5",  # `pytest -n 2`: the QEMU tests on one core, the rest on the other
             "hypothesis>=6.100",
             "httpx>=0.27",
             "ruff==0.17.5",

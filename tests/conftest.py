@@ -17,6 +17,17 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
+# Tests that run QEMU (a guest OS, or domains on libvirt) share one xdist worker, in collection
+# order as in a plain run; the other worker takes everything else meanwhile (`pytest -n 2`).
+QEMU_MARKERS = ("vm", "libvirt")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(items: list) -> None:
+    for item in items:
+        if any(item.get_closest_marker(name) for name in QEMU_MARKERS):
+            item.add_marker(pytest.mark.xdist_group("qemu"))
+
 
 def _libvirt_available() -> bool:
     try:

@@ -101,6 +101,8 @@ def test_agent_test_suite_on_python39(py39):
         "-q",
         "-p",
         "no:cacheprovider",
+        "-o",
+        "addopts=",  # the project's addopts name xdist's options; this Python has no xdist
         "--confcutdir",
         str(REPO / "tests" / "agent"),
         "-k",
