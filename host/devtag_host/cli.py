@@ -94,7 +94,12 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def connect_option(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument("-c", "--connect", metavar="URI", help="libvirt URI (default: embedded QEMU driver)")
+        sub.add_argument(
+            "-c",
+            "--connect",
+            metavar="URI",
+            help="libvirt URI (default: $DEVTAG_LIBVIRT_URI, else devtag's embedded QEMU driver)",
+        )
 
     tag = commands.add_parser(
         "tag",

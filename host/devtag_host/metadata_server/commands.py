@@ -33,7 +33,12 @@ def register(commands: Any) -> None:
         epilog=serve_exit_status("libvirt unreachable, ..."),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    server.add_argument("-c", "--connect", metavar="URI", help="libvirt URI (default: embedded QEMU driver)")
+    server.add_argument(
+        "-c",
+        "--connect",
+        metavar="URI",
+        help="libvirt URI (default: $DEVTAG_LIBVIRT_URI, else devtag's embedded QEMU driver)",
+    )
     server.add_argument(
         "--listen",
         metavar="ADDR:PORT",
