@@ -278,7 +278,8 @@ def _cmd_demo(args: argparse.Namespace) -> None:
         try:
             handle.create()
         except Exception as exc:  # libvirt.libvirtError
-            raise RuntimeFailure(f"cannot start the example domain: {exc}") from None
+            reason = virt.qemu_cannot_start(connection.getURI()) or str(exc)
+            raise RuntimeFailure(f"cannot start the example domain: {reason}") from None
         try:
             _print_document(devices_document(virt.read_domain(handle)))
         finally:
