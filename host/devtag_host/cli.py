@@ -78,6 +78,9 @@ exit status: 0 success, 2 bad input (also: untag of a tag the device does not
 carry), 1 runtime failure (also: the embedded root is held by another process),
 3 refused (no host fits, a rebuild refused, a volume still attached; for
 metadata-server / placement serve: cannot listen, see their --help)
+
+guides: /usr/share/doc/devtag-host (installed by the package; docs/ in the
+source): install.md, host.md, configuration.md, troubleshooting.md, ...
 """
 
 
