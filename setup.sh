@@ -20,7 +20,7 @@ done
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
 
-# Why each system package is here: README.md, "Dependencies".
+# Why each system package is here: CONTRIBUTING.md, "Dependencies".
 apt_packages=(
     python3 python3-venv python3-dev gcc pkg-config      # virtualenv; build libvirt-python
     libvirt-dev libvirt-daemon-driver-qemu               # libvirt, embedded QEMU driver (no daemon)

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Write a man page (roff) from an argparse parser, so the page says exactly
-what ``--help`` says: every command, option and exit status.
+what ``--help`` says: every command, option and exit status; then the
+ENVIRONMENT, FILES, EXIT STATUS and SEE ALSO sections of :data:`PAGES`
+(tests/packages/test_manpage.py checks the environment variables against the code).
 
     packaging/manpage.py MODULE:FUNCTION PROG OUTPUT.1
 
@@ -15,7 +17,85 @@ import argparse
 import importlib
 import re
 import sys
-from typing import List
+from typing import Dict, List, Sequence, Tuple, Union
+
+Entries = Sequence[Tuple[str, str]]
+Section = Union[Entries, str]
+
+_HOST_DOCS = "/usr/share/doc/devtag-host"
+_AGENT_DOCS = "/usr/share/doc/devtag-agent"
+
+# The sections --help has no place for, per program: (term, text) entries or prose.
+PAGES: Dict[str, Dict[str, Section]] = {
+    "devtag-host": {
+        "ENVIRONMENT": [
+            ("DEVTAG_LIBVIRT_URI", "libvirt URI when --connect is not given (default: the embedded QEMU driver)"),
+            (
+                "DEVTAG_STATE_DIR",
+                "state directory: embedded libvirt root, databases, volumes "
+                "(default: /var/lib/devtag for root, else $XDG_DATA_HOME/devtag)",
+            ),
+            ("DEVTAG_LOCK_DIR", "lock files (default: /run/lock/devtag for root, else $XDG_RUNTIME_DIR/devtag-UID)"),
+            ("DEVTAG_PLACEMENT_DB", "placement database URL, as --db of placement serve and db-sync"),
+            ("DEVTAG_PLACEMENT_TOKEN_FILE", "token file of the placement application under uvicorn --factory"),
+            ("DEVTAG_PLACEMENT_HEAD_TIMEOUT", "as --request-head-timeout of placement serve (seconds)"),
+            ("DEVTAG_PLACEMENT_URL", "placement endpoint of schedule, rebuild-check and placement report"),
+            ("DEVTAG_IMAGE_METADATA_PREFILTER", "1/true/yes/on: as --image-metadata-prefilter (default: off)"),
+            ("DEVTAG_ATTACH_DB", "attachment store URL, as --db of the attach commands"),
+            ("DEVTAG_HOST", "this host's name in attachment records, as --host (default: the host name)"),
+            ("DEVTAG_STORAGE_URI", "libvirt storage driver holding the volume pool (default: chosen from --connect)"),
+            ("DEVTAG_STORAGE_USER", "user of the private storage daemon (default: libvirt-qemu for root)"),
+            ("DEVTAG_ATTACH_SECRETS_DIR", "display passwords of shelved domains (default: STATE_DIR/secrets)"),
+        ],
+        "FILES": [
+            (
+                "/var/lib/devtag/",
+                "root's state directory: libvirt/ (embedded root), placement.sqlite, attach.sqlite, "
+                "volumes/, nbd-volumes/",
+            ),
+            ("~/.local/share/devtag/", "the same for other users"),
+            ("/run/lock/devtag/", "root's lock files"),
+            ("/lib/systemd/system/devtag-metadata-server.service", "the metadata service (not enabled)"),
+            ("/lib/systemd/system/devtag-placement.service", "the placement service (not enabled)"),
+            (f"{_HOST_DOCS}/", "the guides: README.md, install.md, host.md, configuration.md, troubleshooting.md, ..."),
+        ],
+        "EXIT STATUS": [
+            ("0", "success"),
+            ("1", "runtime failure (libvirt, a database or a file system; the embedded root held by another process)"),
+            ("2", "bad input (unknown domain or device, invalid tag or file); one line on standard error"),
+            ("3", "refused (no host fits, a rebuild refused, a volume still attached; a server cannot listen)"),
+            ("143, 130", "metadata-server and placement serve stopped by SIGTERM or SIGINT (a clean stop)"),
+        ],
+        "SEE ALSO": f"devtag-agent(1), virsh(1), libvirtd(8); the guides in {_HOST_DOCS}/ "
+        "(install.md, host.md, configuration.md, troubleshooting.md, placement.md, attach.md).",
+    },
+    "devtag-agent": {
+        "ENVIRONMENT": [
+            ("DEVTAG_AGENT_METADATA_URL", "the metadata service, as apply --metadata-url"),
+            ("DEVTAG_AGENT_UDEVADM", "under a --root other than /: the command run instead of udevadm"),
+            ("DEVTAG_AGENT_IP", "a command that sets altnames instead of rtnetlink"),
+            ("DEVTAG_AGENT_SYSTEMCTL", "under a --root other than /: the command --start-if-unpublished runs"),
+        ],
+        "FILES": [
+            ("/run/devtag/", "the state: current (a link to the generation in use), its devices.json and db/"),
+            ("/usr/lib/udev/rules.d/70-devtag.rules", "the static rule that publishes the state"),
+            ("/dev/disk/by-tag/", "a link per tag of each tagged disk (and partition)"),
+            ("/lib/systemd/system/devtag-agent.service", "the boot pass (and -network, -hotplug@ beside it)"),
+            ("/sys/firmware/qemu_fw_cfg/by_name/opt/org.devtag/devices/raw", "the fw_cfg source"),
+            ("/run/cloud-init/instance-data.json", "cloud-init's copy of the metadata, a source"),
+            (f"{_AGENT_DOCS}/agent.md", "the guide"),
+        ],
+        "EXIT STATUS": [
+            ("0", "success"),
+            ("1", "nothing matches (lookup, list), no usable metadata (apply), problems found (check)"),
+            ("2", "usage error, or an unreadable document (validate)"),
+            ("3", "system error"),
+            ("4", "apply: published, but some tagged entries resolved to no device (logged as unmatched)"),
+        ],
+        "SEE ALSO": f"udev(7), udevadm(8), systemd.network(5), cloud-init(1), devtag-host(1); the guide "
+        f"{_AGENT_DOCS}/agent.md.",
+    },
+}
 
 
 def roff(text: str) -> str:
@@ -98,7 +178,18 @@ def manpage(parser: argparse.ArgumentParser, prog: str, version: str) -> str:
         lines += [".SH COMMANDS", *_commands(parser, prog)]
     if parser.epilog:
         lines += [".SH NOTES", *_text(parser.epilog, _raw(parser))]
+    for title, section in PAGES.get(prog, {}).items():
+        lines += [f".SH {title}", *_section(section)]
     return "\n".join(lines) + "\n"
+
+
+def _section(section: Section) -> List[str]:
+    if isinstance(section, str):
+        return [".PP", roff(section)]
+    lines = []
+    for term, text in section:
+        lines += [".TP", f"\\fB{roff(term)}\\fR", roff(text)]
+    return lines
 
 
 def main(argv: List[str]) -> int:

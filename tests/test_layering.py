@@ -1,6 +1,6 @@
 """The host package's layering, written down once and enforced on the source.
 
-Data flows one way (README, "Architecture"): libvirt's domain XML -> the device
+Data flows one way (CONTRIBUTING.md, "Architecture"): libvirt's domain XML -> the device
 model and the addresses the guest sees -> the documents (``metadata/``) -> the
 transports (``configdrive/``, ``metadata_server/``, ``fwcfg/``) -> the agent.
 Around it: the Placement service (``placement/``), the compute node that
@@ -299,7 +299,7 @@ def test_the_shipped_package_holds_no_test_support() -> None:
     assert support <= KNOWN_TEST_SUPPORT, "test support lives in tests/support/"
 
 
-# Errors (README "Architecture"): the placement objects raise the domain exceptions of
+# Errors (CONTRIBUTING.md, "Architecture"): the placement objects raise the domain exceptions of
 # placement/exception.py; only the handler layer (errors.RULES, errors.mapped, app.py) knows HTTP.
 PLACEMENT_HTTP_MODULES = {"devtag_host.placement.errors", "devtag_host.placement.web", "devtag_host.placement.app"}
 

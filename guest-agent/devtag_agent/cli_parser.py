@@ -25,7 +25,8 @@ how tags reach applications:
     disks: /dev/disk/by-tag/<encoded tag> and /dev/disk/by-tag/<encoded tag>-part<N>
     NICs: the tag as interface altname when it is a valid, non-kernel-like name
   Encoding: characters other than [A-Za-z0-9#+-.:=@_] and printable non-ASCII
-  become \\xNN per UTF-8 byte (udev's *_ENC convention); see docs/agent.md.
+  become \\xNN per UTF-8 byte (udev's *_ENC convention); see the guide
+  /usr/share/doc/devtag-agent/agent.md (docs/agent.md in the source).
 
 examples:
   devtag-agent apply                      # at boot: config drive, metadata service, cloud-init

@@ -78,6 +78,9 @@ exit status: 0 success, 2 bad input (also: untag of a tag the device does not
 carry), 1 runtime failure (also: the embedded root is held by another process),
 3 refused (no host fits, a rebuild refused, a volume still attached; for
 metadata-server / placement serve: cannot listen, see their --help)
+
+guides: /usr/share/doc/devtag-host (installed by the package; docs/ in the
+source): install.md, host.md, configuration.md, troubleshooting.md, ...
 """
 
 
@@ -94,7 +97,12 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def connect_option(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument("-c", "--connect", metavar="URI", help="libvirt URI (default: embedded QEMU driver)")
+        sub.add_argument(
+            "-c",
+            "--connect",
+            metavar="URI",
+            help="libvirt URI (default: $DEVTAG_LIBVIRT_URI, else devtag's embedded QEMU driver)",
+        )
 
     tag = commands.add_parser(
         "tag",
@@ -273,7 +281,8 @@ def _cmd_demo(args: argparse.Namespace) -> None:
         try:
             handle.create()
         except Exception as exc:  # libvirt.libvirtError
-            raise RuntimeFailure(f"cannot start the example domain: {exc}") from None
+            reason = virt.qemu_cannot_start(connection.getURI()) or str(exc)
+            raise RuntimeFailure(f"cannot start the example domain: {reason}") from None
         try:
             _print_document(devices_document(virt.read_domain(handle)))
         finally:

@@ -21,6 +21,15 @@ VERSION = f"placement {MICROVERSION[0]}.{MICROVERSION[1]}"  # the OpenStack-API-
 _VERSION_TEXT = re.compile(r"^([0-9]{1,4})\.([0-9]{1,4})\Z")
 # Placement's no-keystone convention: any token is accepted by a server without a token file.
 NOAUTH_TOKEN = "admin"  # noqa: S105 - not a secret
+# Where devtag's callers find the service unless told: the default address of `placement serve`.
+URL_ENV = "DEVTAG_PLACEMENT_URL"
+DEFAULT_URL = "http://127.0.0.1:8778"
+URL_HELP = f"the placement service (default: ${URL_ENV}, else {DEFAULT_URL})"
+
+
+def service_url(given: Optional[str]) -> str:
+    """``--placement-url``, else ``$DEVTAG_PLACEMENT_URL``, else the default address of ``placement serve``."""
+    return given or os.environ.get(URL_ENV) or DEFAULT_URL
 
 
 def client_token(token_file: Optional[str]) -> str:

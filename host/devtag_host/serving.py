@@ -17,12 +17,20 @@ from .inputs import ListenAddress
 
 log = logging.getLogger(__name__)
 
-SERVE_EXIT_STATUS = """\
+
+def serve_exit_status(runtime_failures: str) -> str:
+    """The exit statuses of a server's ``--help`` (``runtime_failures``: what makes it fail at run time).
+
+    uvicorn closes the connections on SIGTERM or SIGINT and then re-raises the
+    signal, so the process ends by that signal (128 + its number in a shell);
+    systemd counts that as a clean stop."""
+    return f"""\
 exit status:
-  0  stopped by SIGTERM or SIGINT (after closing its connections)
-  1  runtime failure (libvirt or the database unreachable, ...)
-  2  bad input (--listen not ADDR:PORT or its interface unknown, unreadable or empty secret/token file, ...)
-  3  cannot listen on ADDR:PORT (address in use, not permitted, not on this host)
+  143  stopped by SIGTERM (130: SIGINT), after closing its connections: the process
+       ends by the signal, which systemd counts as a clean stop
+  1    runtime failure ({runtime_failures})
+  2    bad input (--listen not ADDR:PORT or its interface unknown, unreadable or empty secret/token file, ...)
+  3    cannot listen on ADDR:PORT (address in use, not permitted, not on this host)
 """
 
 

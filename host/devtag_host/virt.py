@@ -83,32 +83,49 @@ def expand_uri(uri: str) -> str:
 def prepare_embedded_root(root: Path) -> None:
     """Create the root and a qemu.conf that sends QEMU's output to log files.
 
-    An existing qemu.conf is left alone: it is the operator's.  As root, the
-    driver runs QEMU as libvirt-qemu (unless qemu.conf names another ``user``):
-    a root that user cannot enter fails at the first domain start with a raw
-    permission error on master-key.aes, so this says why in one warning (tags
-    and documents of defined domains still work there).
+    An existing qemu.conf is left alone: it is the operator's.
     """
     conf = root / "etc" / "qemu.conf"
     if not conf.exists():
         conf.parent.mkdir(parents=True, exist_ok=True)
         conf.write_text(_EMBEDDED_QEMU_CONF, encoding="utf-8")
-    if os.geteuid() != 0 or _QEMU_USER_SETTING.search(conf.read_text(encoding="utf-8", errors="replace")):
-        return
+
+
+def qemu_cannot_start(uri: str) -> Optional[str]:
+    """Why no domain of the embedded root of ``uri`` can start, else None.
+
+    As root, the embedded driver runs QEMU as libvirt-qemu (unless qemu.conf
+    names another ``user``): a root that user cannot enter fails at the first
+    domain start with a raw permission error on master-key.aes.  Only what
+    starts QEMU asks (tags and documents of defined domains work there).
+    """
+    root = embedded_root(uri)
+    if root is None or os.geteuid() != 0:
+        return None
+    conf = root / "etc" / "qemu.conf"
+    if conf.exists() and _QEMU_USER_SETTING.search(conf.read_text(encoding="utf-8", errors="replace")):
+        return None
     try:
         qemu_user = pwd.getpwnam(QEMU_USER)
     except KeyError:
-        return
-    closed = first_closed_directory(root.resolve(), qemu_user.pw_uid, qemu_user.pw_gid)
-    if closed is not None:
-        log.warning(
-            "QEMU runs as %s and cannot enter %s: domains of the embedded root %s will not start; "
-            "use a root below directories it may enter (root's default: %s)",
-            QEMU_USER,
-            closed,
-            root,
-            SYSTEM_STATE_DIR / "libvirt",
-        )
+        return None
+    existing = root.resolve()
+    while not existing.exists():  # not created yet: what exists of the way to it
+        existing = existing.parent
+    closed = first_closed_directory(existing, qemu_user.pw_uid, qemu_user.pw_gid)
+    if closed is None:
+        return None
+    return (
+        f"QEMU runs as {QEMU_USER} and cannot enter {closed}: domains of the embedded root {root} cannot start; "
+        f"use a root below directories it may enter (root's default: {SYSTEM_STATE_DIR / 'libvirt'})"
+    )
+
+
+def warn_if_qemu_cannot_start(connection: Any) -> None:
+    """Before starting a domain on ``connection``: the one warning :func:`qemu_cannot_start` gives."""
+    problem = qemu_cannot_start(connection.getURI())
+    if problem is not None:
+        log.warning("%s", problem)
 
 
 def first_closed_directory(path: Path, uid: int, gid: int) -> Optional[Path]:

@@ -1,8 +1,8 @@
-"""The boot path imports only what it needs (issue 17, "Boot cost").
+"""The boot path imports only what it needs.
 
 Under TCG every module the boot unit imports costs tens of milliseconds, and
 the agent's share of the boot is compared with the interpreter's own start
-(docs/agent.md, "Boot cost").  These tests run the command the unit runs
+(docs/benchmarks.md, "Guest agent").  These tests run the command the unit runs
 (``guest-agent/devtag-agent``, the script the packages install as
 /usr/bin/devtag-agent) in a fresh interpreter with ``-X importtime`` and
 compare what it imported with what ``python -c pass`` imports.  They run on
@@ -126,7 +126,7 @@ def test_boot_run_from_an_iso_config_drive_imports_nothing_it_does_not_need(tmp_
     """The drive as Nova writes it (an ISO image file here): read in-process, so no ctypes for mount(2).
 
     Fails on the old code, which could only mount a drive that is not a directory (and refuses to in a test root);
-    on a guest that mount imported ctypes and called CDLL(None): ~13 M instructions (docs/agent.md, "Boot cost")."""
+    on a guest that mount imported ctypes and called CDLL(None): ~13 M instructions."""
     machine, document = scenario.build(tmp_path / "root")
     machine.config_drive_iso(document)
     modules = imported(["--root", str(machine.root), "apply", "--source", "configdrive", "--no-trigger"])

@@ -1,7 +1,7 @@
 """The agent builds only the parser of the verb being run, and reads exactly as the whole parser.
 
 Each subparser costs gettext's look-ups of argparse's messages, tens of
-milliseconds under TCG on every boot (docs/agent.md, "Boot cost"), so
+milliseconds under TCG on every boot (docs/benchmarks.md, "Guest agent"), so
 :func:`cli.main` builds the verbs :func:`cli_parser.verbs_to_build` names.  These
 tests check that help, usage errors, exit codes and parsed values are those
 of the whole parser for command lines of every shape.

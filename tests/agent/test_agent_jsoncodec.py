@@ -1,7 +1,7 @@
 """devtag_agent.jsoncodec gives what ``json.loads`` / ``json.dumps`` give, without importing ``json``.
 
 The boot run reads the config drive's document and the state's index and writes
-the new index through it (docs/agent.md, "Boot cost"); these tests compare it
+the new index through it (docs/benchmarks.md, "Guest agent"); these tests compare it
 with the ``json`` package on generated values, on generated texts (valid or
 not: the error must be json's own ``ValueError`` with json's message) and on
 hand-picked edge cases.  They run on the test interpreter and, through

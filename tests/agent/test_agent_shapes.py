@@ -1,6 +1,6 @@
 """devtag_agent.shapes answers exactly what the regular expressions it replaces answer.
 
-The boot run no longer compiles these patterns (docs/agent.md, "Boot cost");
+The boot run no longer compiles these patterns (docs/benchmarks.md, "Guest agent");
 each check is compared with ``re`` on crafted edge cases (non-ASCII digits,
 trailing newlines, empty parts, upper-case hex) and on random text drawn from
 the characters that matter.

@@ -2,7 +2,7 @@
 
 cli.main reads ``[-q|-v|-vv] [--root DIR] apply [--source S] [--start-if-unpublished UNIT]
 [--wait-for-device SYSPATH] [--second-pass] [--no-trigger]`` with unit_argv.parse_unit_argv
-(argparse, gettext and the parser cost every boot under TCG: docs/agent.md, "Boot cost"); every
+(argparse, gettext and the parser cost every boot under TCG: docs/benchmarks.md, "Guest agent"); every
 other command line goes through argparse.  These tests hold the fast path to argparse's values on
 every shape it accepts, and check it hands over everything else.
 """

@@ -64,16 +64,42 @@ def test_tilde_in_an_embedded_root_is_expanded(monkeypatch: pytest.MonkeyPatch) 
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="QEMU runs as libvirt-qemu only when the driver runs as root")
-def test_a_root_qemu_cannot_enter_is_named_in_one_warning(open_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_root_qemu_cannot_enter_is_named_only_where_qemu_starts(
+    open_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     pwd.getpwnam(virt.QEMU_USER)
     closed = open_dir / "private"
     closed.mkdir(mode=0o700)
+    assert virt.qemu_cannot_start(f"qemu:///embed?root={open_dir / 'fine'}") is None
+    problem = virt.qemu_cannot_start(f"qemu:///embed?root={closed / 'libvirt'}")
+    assert problem is not None and f"cannot enter {closed}:" in problem
+    assert virt.qemu_cannot_start("qemu:///system") is None
     with caplog.at_level(logging.WARNING, logger="devtag_host.virt"):
-        virt.prepare_embedded_root(open_dir / "fine")
-        assert caplog.records == []
-        virt.prepare_embedded_root(closed / "libvirt")
-    [record] = caplog.records
-    assert f"cannot enter {closed}:" in record.getMessage()
+        virt.prepare_embedded_root(closed / "libvirt")  # what every command opening the root does
+    assert caplog.records == []
+
+
+@pytest.mark.libvirt
+@pytest.mark.skipif(os.geteuid() != 0, reason="QEMU runs as libvirt-qemu only when the driver runs as root")
+def test_commands_that_start_no_qemu_print_no_qemu_warning(open_dir: Path) -> None:
+    """``devices`` and ``demo`` on a root QEMU cannot enter: no word about QEMU; ``demo --start``
+    fails in one line that names the directory."""
+    closed = open_dir / "private"
+    closed.mkdir(mode=0o700)
+    uri = f"qemu:///embed?root={closed / 'libvirt'}"
+    done = subprocess.run([*DEVTAG_HOST, "demo", "--connect", uri], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stderr) == (0, ""), done.stderr
+    done = subprocess.run(
+        [*DEVTAG_HOST, "devices", "--connect", uri, "devtag-demo"], capture_output=True, text=True, timeout=60
+    )
+    assert (done.returncode, done.stderr) == (0, ""), done.stderr
+    done = subprocess.run(
+        [*DEVTAG_HOST, "demo", "--start", "--connect", uri], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("devtag-host: error: cannot start the example domain: QEMU runs as libvirt-qemu ")
+    assert f"cannot enter {closed}:" in done.stderr
 
 
 @pytest.mark.libvirt

@@ -1,11 +1,12 @@
-"""The README's quick start, run as written, on a real libvirt daemon (issue 16).
+"""The README's quick start, run as written, on a real libvirt daemon.
 
 The commands are read from README.md ("Quick start: tag a device and see it
 served"), so the documentation and this test cannot drift apart.  Only what
 must differ on a test machine is substituted: the libvirt URI (a throw-away
 session libvirtd this test starts, not the machine's qemu:///system), the
-secret's path and the port.  The apt-get line is skipped (the package is
-there).  Each command is run in one bash, in order, the metadata server in the
+secret's path and the port.  The apt-get line is skipped (the packages are
+there), and so is the line that activates the checkout's .venv (this
+interpreter's bin directory is on PATH already).  Each command is run in one bash, in order, the metadata server in the
 background as the README has it; the served document must show the tag, and,
 after the README's untag, no longer show it.
 """
@@ -55,6 +56,9 @@ def readme_commands() -> List[str]:
 def test_readme_commands_are_found() -> None:
     commands = readme_commands()
     assert any(c.startswith("devtag-host metadata-server") for c in commands)
+    # A developer checkout's commands are in .venv/bin, not on PATH: the quick start says so.
+    activate = next(i for i, c in enumerate(commands) if c.startswith("source .venv/bin/activate"))
+    assert activate < next(i for i, c in enumerate(commands) if c.startswith("devtag-host "))
     assert any(c.startswith("curl ") for c in commands)
     assert commands[-1].startswith("devtag-host untag")
 
@@ -91,7 +95,7 @@ def test_the_readme_quick_start_runs_as_written(home: Path) -> None:
             script.append("umask 000")
         curl = ""
         for command in readme_commands():
-            if command.startswith("apt-get install"):
+            if command.startswith(("apt-get install", "source .venv/bin/activate")):
                 continue
             command = command.replace("qemu:///system", host.uri)
             command = command.replace("/tmp/secret", str(secret)).replace("127.0.0.1:8775", f"127.0.0.1:{port}")

@@ -4,6 +4,7 @@ line and exit status 3 when the address is taken, every exit status in --help.""
 from __future__ import annotations
 
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -87,11 +88,62 @@ def test_metadata_server_says_what_it_serves() -> None:
     shutil.rmtree(root, ignore_errors=True)
 
 
-@pytest.mark.parametrize("verb", [["metadata-server"], ["placement", "serve"]])
-def test_help_lists_every_exit_status(verb: List[str]) -> None:
+def _verb_help(verb: List[str]) -> str:
     parser = build_parser()
     for name in verb:
         parser = next(a for a in parser._actions if a.dest in ("command", "placement_command")).choices[name]
-    text = parser.format_help()
-    for status in ("0  stopped by SIGTERM", "1  runtime failure", "2  bad input", "3  cannot listen"):
+    return parser.format_help()
+
+
+@pytest.mark.parametrize("verb", [["metadata-server"], ["placement", "serve"]])
+def test_help_lists_every_exit_status(verb: List[str]) -> None:
+    text = _verb_help(verb)
+    statuses = ("143  stopped by SIGTERM (130: SIGINT)", "1    runtime failure", "2    bad input", "3    cannot listen")
+    for status in statuses:
         assert status in text
+    assert "0  stopped" not in text
+
+
+def test_placement_serve_help_does_not_mention_libvirt() -> None:
+    assert "libvirt" not in _verb_help(["placement", "serve"])
+    assert "libvirt" in _verb_help(["metadata-server"])
+
+
+def test_placement_help_names_the_microversions_served() -> None:
+    from devtag_host.placement.microversion import max_version_string, min_version_string
+
+    text = _verb_help(["placement"])
+    assert f"API microversions {min_version_string()} to {max_version_string()})" in text
+    assert max_version_string() == "1.39"
+
+
+@pytest.mark.parametrize(
+    ("verb", "options"),
+    [
+        (["placement", "serve"], ["--db", "sqlite:///{tmp}/p.sqlite"]),
+        (["metadata-server"], ["--connect", "test:///default"]),
+    ],
+)
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+def test_a_server_stopped_by_a_signal_ends_by_it_as_its_help_says(
+    verb: List[str], options: List[str], stop: signal.Signals, tmp_path: Path
+) -> None:
+    """After its start line (it serves), the signal: the process ends with the status
+    --help states, 143 or 130 in a shell (by the signal, or exit(130) for SIGINT)."""
+    port = free_port()
+    command = [*DEVTAG_HOST, *verb, *[o.format(tmp=tmp_path) for o in options], "--listen", f"127.0.0.1:{port}"]
+    server = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    try:
+        assert server.stderr is not None
+        assert "INFO: " in server.stderr.readline()
+        server.send_signal(stop)
+        _, rest = server.communicate(timeout=30)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    shell_status = 128 - server.returncode if server.returncode < 0 else server.returncode
+    assert shell_status == 128 + stop, rest
+    assert "Traceback" not in rest
+    documented = {signal.SIGTERM: "143  stopped by SIGTERM", signal.SIGINT: "(130: SIGINT)"}
+    assert documented[stop] in _verb_help(verb)

@@ -20,7 +20,7 @@ BOOT_COST_PROPERTY = "boot_cost"  # user_properties key of test_releases' boot-c
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """The boot-cost lines of test_releases at the end of every run's output, without -s.
 
-    So a CI log records each release's figures (README, "Boot cost per release")
+    So a CI log records each release's figures (docs/benchmarks.md, "Guest agent")
     even when pytest captured the tests' output.
     """
     lines = [

@@ -1,7 +1,7 @@
 """Build a Debian image with diskimage-builder and packaging/dib/devtag-agent (test_image).
 
 ``disk-image-create debian-minimal vm devtag-agent devtag-e2e-report``: what
-an operator builds (README "Bake it into your image"), a partitioned disk
+an operator builds (docs/install.md, "Baking the agent into an image"), a partitioned disk
 with GRUB in its MBR, booted by the test with its own boot loader.
 
 ``vm`` partitions the image on a loop device and maps the partitions with

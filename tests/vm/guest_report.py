@@ -325,7 +325,7 @@ def unit_sandbox(path="/lib/systemd/system/devtag-agent.service"):
 def sandbox_cost(breakdown=False):
     """``systemd-run --wait /bin/true`` (fastest wall of 3) with the boot unit's sandbox, none, and
     ``SystemCallFilter=`` alone (most of it); with ``breakdown`` also the seccomp settings, the
-    rest, and ``ProtectSystem=`` alone (the fifth round's breakdown, docs/agent.md: 24 systemd-runs
+    rest, and ``ProtectSystem=`` alone (24 systemd-runs
     instead of 12, 5-10 s more per release, so not in every run)."""
     settings = unit_sandbox()
     seccomp = [line for line in settings if line.split("=", 1)[0] in SECCOMP_SETTINGS]
@@ -509,7 +509,7 @@ def unusable_pyc():
 
 
 def lever_probes(repeat=3):
-    """What two levers the agent does not pull would save, mid-boot (docs/agent.md, "Seventh round").
+    """What two levers the agent does not pull would save, mid-boot.
 
     ``site``: ``python3 -c pass`` against ``python3 -S -c pass`` (the site
     module: sys.path set-up, .pth files, sitecustomize), alternating so that
@@ -553,7 +553,7 @@ def mid_boot_floor():
         source = None
     if source in ("fwcfg", "configdrive", "instance-data"):
         figures["agent_again"] = timed_runs("/usr/bin/devtag-agent", "-q", "apply", "--source", source)
-    # After the floor's own commands, so that their figures stay comparable with the rounds before.
+    # After the floor's own commands, so that their figures stay comparable with earlier runs.
     try:
         figures["sandbox"] = mid_boot_sandbox(unit_sandbox())
     except OSError as exc:  # the unit file unreadable: the report is still written
@@ -738,7 +738,7 @@ def main():
         open(MARKER, "w").close()
     if "devtag_e2e_timing" in cmdline:
         report["boot_cost"] = boot_cost(devices, report["source"])
-        # After the timings, so that they stay comparable with the rounds before.
+        # After the timings, so that they stay comparable with earlier runs.
         report["configdrive_readers"] = configdrive_readers()
     with open("/dev/ttyS1", "w") as port:
         port.write("DEVTAG-E2E-REPORT " + json.dumps(report) + "\n")

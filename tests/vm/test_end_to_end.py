@@ -241,7 +241,7 @@ def assert_udev_carries(report: Dict[str, Any], syspath: str, tag: str) -> None:
 
 
 def report_timings(path: str, boot_seconds: float, report: Dict[str, Any]) -> None:
-    """Print the boot-to-tags-ready figures (recorded in the README)."""
+    """Print the boot-to-tags-ready figures (recorded in docs/benchmarks.md)."""
     agent = report["agent_unit"]
     started, finished = (
         int(agent[key]) / 1e6 for key in ("ExecMainStartTimestampMonotonic", "ExecMainExitTimestampMonotonic")

@@ -15,7 +15,7 @@ that single boot:
   (systemd >= 253: Debian 13);
 - the boot cost: kernel start to tags ready, the agent's share, and the floor
   it is compared with (guest_report.boot_cost, boot_cost_figures), printed
-  for the README; and that the boot run imports none of the modules it must
+  for docs/benchmarks.md; and that the boot run imports none of the modules it must
   not (requests, pyudev, jsonschema, dataclasses, typing, ...) on the
   release's own Python;
 - a tagged disk hot-plugged through the attach flow gets its /dev/disk/by-tag
@@ -211,7 +211,7 @@ def settled_seconds(journal: str) -> Optional[float]:
 
 
 def boot_cost_line(version: int, report: Dict[str, Any]) -> str:
-    """One line for the README's boot-cost table (boot_cost_figures)."""
+    """One line for the boot-cost table of docs/benchmarks.md (boot_cost_figures)."""
     f = boot_cost_figures(report)
     python, jsonschema, pyudev = report["release"]["python_jsonschema_pyudev"]
     udev = report["release"]["udev"]

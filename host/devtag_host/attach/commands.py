@@ -19,6 +19,7 @@ import argparse
 from typing import Any
 
 DETACH_TIMEOUT_EXIT = 3
+_DOMAIN_HELP = "the domain's name, UUID or id"
 VERBS = "devtag_host.attach.verbs"
 
 _STORE_HELP = """\
@@ -32,8 +33,9 @@ storage pool in <state dir>/volumes; 'nbd' volumes are exported by qemu-nbd.
 
 _MOVE_HELP = """\
 Every host involved uses the same attachment store (--db; PostgreSQL when the
-hosts are different machines).  docs/attach-migration.md describes the order
-of the steps, rollback and reconcile.
+hosts are different machines).  The guide attach-migration.md (in
+/usr/share/doc/devtag-host, or docs/ of the source) describes the order of the
+steps, rollback and reconcile.
 """
 
 
@@ -53,7 +55,12 @@ def _verb(
     sub = _parser(parent, name, help_text, (description or help_text) + "\n\n" + (_MOVE_HELP if moves else _STORE_HELP))
     if libvirt:
         where = "this host's libvirt" if moves else "libvirt URI"
-        sub.add_argument("-c", "--connect", metavar="URI", help=f"{where} (default: embedded QEMU driver)")
+        sub.add_argument(
+            "-c",
+            "--connect",
+            metavar="URI",
+            help=f"{where} (default: $DEVTAG_LIBVIRT_URI, else devtag's embedded QEMU driver)",
+        )
     sub.add_argument("--db", metavar="URL", help="attachment store (sqlite:///FILE or postgresql://...)")
     name_help = "this host's name" if moves else "this host's name in connectors"
     sub.add_argument("--host", metavar="NAME", help=f"{name_help} (default: $DEVTAG_HOST, hostname)")
@@ -80,15 +87,17 @@ def _timeout(sub: argparse.ArgumentParser) -> None:
 def register(commands: argparse._SubParsersAction) -> None:
     verbs = _group(commands, "volume", "create, list, show and delete volumes", "volume_command")
     create = _verb(verbs, "create", "create a volume", "cmd_volume_create")
-    create.add_argument("name", metavar="NAME")
+    create.add_argument("name", metavar="NAME", help="the volume's name (unique; the file is named by its id)")
     create.add_argument("--size", required=True, metavar="SIZE", help="bytes, or with K/M/G/T (binary) suffix")
     create.add_argument("--backend", metavar="B", default="pool", help="pool (default) or nbd")
     create.add_argument("--multiattach", action="store_true", help="may be attached to several instances")
     listing = _verb(verbs, "list", "list volumes with status and attachments", "cmd_volume_list")
     listing.add_argument("--json", action="store_true", help="print JSON")
-    _verb(verbs, "show", "show one volume as JSON", "cmd_volume_show").add_argument("name", metavar="NAME")
+    _verb(verbs, "show", "show one volume as JSON", "cmd_volume_show").add_argument(
+        "name", metavar="NAME", help="the volume's name or id"
+    )
     delete = _verb(verbs, "delete", "delete a volume (refused while attached)", "cmd_volume_delete")
-    delete.add_argument("name", metavar="NAME")
+    delete.add_argument("name", metavar="NAME", help="the volume's name or id")
 
     attach = _verb(
         commands,
@@ -98,10 +107,15 @@ def register(commands: argparse._SubParsersAction) -> None:
         description="Attach VOLUME to DOMAIN (running: live and persistent config) with a ua- alias, "
         "record the guest address and the tag.  Any failure rolls every step back.",
     )
-    attach.add_argument("domain", metavar="DOMAIN")
-    attach.add_argument("volume", metavar="VOLUME")
+    attach.add_argument("domain", metavar="DOMAIN", help=_DOMAIN_HELP)
+    attach.add_argument("volume", metavar="VOLUME", help="the volume's name or id (devtag-host volume list)")
     attach.add_argument("--tag", metavar="T", help="role tag (unique per domain and device type)")
-    attach.add_argument("--bus", default="virtio", choices=("virtio", "scsi", "usb", "sata"))
+    attach.add_argument(
+        "--bus",
+        default="virtio",
+        choices=("virtio", "scsi", "usb", "sata"),
+        help="the disk's bus in the guest (default: virtio)",
+    )
 
     detach = _verb(
         commands,
@@ -112,12 +126,12 @@ def register(commands: argparse._SubParsersAction) -> None:
         "for it to release the device.  If it does not within --timeout, the volume stays attached "
         f"(in-use) and the exit status is {DETACH_TIMEOUT_EXIT}.",
     )
-    detach.add_argument("domain", metavar="DOMAIN")
-    detach.add_argument("volume", metavar="VOLUME")
+    detach.add_argument("domain", metavar="DOMAIN", help=_DOMAIN_HELP)
+    detach.add_argument("volume", metavar="VOLUME", help="the volume's name or id")
     _timeout(detach)
 
     nic = _verb(commands, "attach-interface", "hot-plug a tagged NIC", "cmd_attach_interface")
-    nic.add_argument("domain", metavar="DOMAIN")
+    nic.add_argument("domain", metavar="DOMAIN", help=_DOMAIN_HELP)
     where = nic.add_mutually_exclusive_group(required=True)
     where.add_argument("--network", metavar="N", help="a libvirt network")
     where.add_argument("--bridge", metavar="B", help="a host bridge")
@@ -133,8 +147,8 @@ def register(commands: argparse._SubParsersAction) -> None:
         "cmd_detach_interface",
         description=f"Unplug the NIC with MAC from DOMAIN; exit status {DETACH_TIMEOUT_EXIT} if the guest keeps it.",
     )
-    unplug.add_argument("domain", metavar="DOMAIN")
-    unplug.add_argument("mac", metavar="MAC")
+    unplug.add_argument("domain", metavar="DOMAIN", help=_DOMAIN_HELP)
+    unplug.add_argument("mac", metavar="MAC", help="the NIC's MAC address")
     _timeout(unplug)
 
     verbs = _group(commands, "attachments", "list, check and reconcile attachments", "attachments_command")
@@ -144,7 +158,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         "finish operations a crash interrupted",
         "cmd_reconcile",
         description="Compare the journal, the store, the domains' XML and the backends; roll each open "
-        "operation forward or back (docs/attach.md), then clean up what no operation explains.",
+        "operation forward or back (the guide attach.md), then clean up what no operation explains.",
     )
     reconcile.add_argument("--json", action="store_true", help="print JSON")
     reconcile.add_argument(
@@ -152,7 +166,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         action="append",
         default=[],
         metavar="NAME=URI",
-        help="another host's libvirt, to finish a live migration to it (repeatable; docs/attach-migration.md)",
+        help="another host's libvirt, to finish a live migration to it (repeatable; see the guide attach-migration.md)",
     )
     check = _verb(verbs, "check", "check the invariants (exit 1 if any is violated)", "cmd_check")
     check.add_argument("--domain", action="append", metavar="NAME", help="only these domains (repeatable)")
@@ -167,7 +181,7 @@ def _register_moves(commands: argparse._SubParsersAction) -> None:
     migrate = verb(
         "live-migrate", "live-migrate a domain and its volume attachments to another host", "cmd_live_migrate"
     )
-    migrate.add_argument("domain", metavar="DOMAIN")
+    migrate.add_argument("domain", metavar="DOMAIN", help="a running domain on this host")
     migrate.add_argument("--to", required=True, metavar="NAME=URI", help="the destination host's name and libvirt URI")
     migrate.add_argument("--migrate-uri", metavar="URI", help="where the memory goes, e.g. tcp://10.0.0.2:49152")
     migrate.add_argument("--listen-address", metavar="ADDR", help="address the destination QEMU listens on")
@@ -181,13 +195,13 @@ def _register_moves(commands: argparse._SubParsersAction) -> None:
     verb("recover-evacuated", "on a host that is back: destroy the instances evacuated from it", "cmd_recover")
 
     shelve = verb("shelve-offload", "power off and undefine a domain; its volumes stay reserved for it", "cmd_shelve")
-    shelve.add_argument("domain", metavar="DOMAIN")
+    shelve.add_argument("domain", metavar="DOMAIN", help=_DOMAIN_HELP)
 
     unshelve = verb("unshelve", "define and start a shelved instance here, reconnecting its volumes", "cmd_unshelve")
-    unshelve.add_argument("instance", metavar="UUID")
+    unshelve.add_argument("instance", metavar="UUID", help="the instance's UUID, as shelve-offload printed it")
     unshelve.add_argument("--no-start", action="store_true", help="define the domain but do not start it")
 
     swap = verb("swap-volume", "copy a volume into another under the running guest and switch to it", "cmd_swap")
-    swap.add_argument("domain", metavar="DOMAIN")
-    swap.add_argument("old", metavar="OLD_VOLUME")
-    swap.add_argument("new", metavar="NEW_VOLUME")
+    swap.add_argument("domain", metavar="DOMAIN", help="a running domain")
+    swap.add_argument("old", metavar="OLD_VOLUME", help="the attached volume (name or id)")
+    swap.add_argument("new", metavar="NEW_VOLUME", help="an available volume of the same size (name or id)")

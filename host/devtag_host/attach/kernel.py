@@ -237,6 +237,7 @@ class Host:
         handle = self.connection.defineXML(definition)
         operation.step("start")
         if start:
+            virt.warn_if_qemu_cannot_start(self.connection)
             handle.create()
         return handle
 

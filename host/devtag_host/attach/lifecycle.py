@@ -234,6 +234,7 @@ def finish_shelve_offload(host: Host, rows: List[JournalRecord]) -> str:
             host.reconnect(old)
         host.store.delete_attachment(volume.shelved_attachment)
     if handle is not None and plan.detail.get("running") and not handle.isActive():
+        virt.warn_if_qemu_cannot_start(host.connection)
         handle.create()
     display_secrets.forget(plan.instance_uuid or "")
     return "rolled-back"

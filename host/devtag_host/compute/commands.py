@@ -10,7 +10,7 @@ import uuid as uuidlib
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..errors import InputError, RuntimeFailure
-from ..placement_client import PlacementClient, client_token
+from ..placement_client import URL_HELP, PlacementClient, client_token, service_url
 from .devices import parse_device_spec
 from .host_capabilities import DEFAULT_MACHINE_TYPES
 from .host_facts import GIB, pool_gb, read_host
@@ -34,18 +34,33 @@ def register(verbs: argparse._SubParsersAction) -> None:
         "With --shared-pool/--shared-path and --aggregate, also keep a sharing DISK_GB "
         "provider up to date. Runs once, or every --interval seconds.",
     )
-    sub.add_argument("-c", "--connect", metavar="URI", help="libvirt URI (default: embedded QEMU driver)")
-    sub.add_argument("--placement-url", required=True, metavar="URL")
+    sub.add_argument(
+        "-c",
+        "--connect",
+        metavar="URI",
+        help="libvirt URI (default: $DEVTAG_LIBVIRT_URI, else devtag's embedded QEMU driver)",
+    )
+    sub.add_argument("--placement-url", metavar="URL", help=URL_HELP)
     sub.add_argument("--token-file", metavar="FILE", help="X-Auth-Token from FILE (default: 'admin')")
     sub.add_argument("--name", help="provider name (default: the host name)")
     sub.add_argument("--storage-pool", metavar="POOL", help="libvirt storage pool for DISK_GB")
     sub.add_argument("--disk-path", metavar="DIR", help="file system for DISK_GB (when there is no pool)")
-    sub.add_argument("--cpu-allocation-ratio", type=float, default=16.0)
-    sub.add_argument("--ram-allocation-ratio", type=float, default=1.5)
-    sub.add_argument("--disk-allocation-ratio", type=float, default=1.0)
-    sub.add_argument("--reserved-vcpus", type=int, default=0)
-    sub.add_argument("--reserved-memory-mb", type=int, default=512)
-    sub.add_argument("--reserved-disk-gb", type=int, default=0)
+    for kind, default, what in (("cpu", 16.0, "VCPU"), ("ram", 1.5, "MEMORY_MB"), ("disk", 1.0, "DISK_GB")):
+        sub.add_argument(
+            f"--{kind}-allocation-ratio",
+            type=float,
+            default=default,
+            metavar="RATIO",
+            help=f"{what} allocation ratio (default: {default}, as Nova)",
+        )
+    for name, default, what in (("vcpus", 0, "VCPU"), ("memory-mb", 512, "MEMORY_MB"), ("disk-gb", 0, "DISK_GB")):
+        sub.add_argument(
+            f"--reserved-{name}",
+            type=int,
+            default=default,
+            metavar="N",
+            help=f"{what} reserved for the host (default: {default})",
+        )
     sub.add_argument("--trait", action="append", default=[], help="an extra trait to set (repeatable)")
     sub.add_argument(
         "--pci-device",
@@ -99,7 +114,7 @@ def _cmd_report(args: argparse.Namespace) -> None:
         pci_specs=tuple(parse_device_spec(text) for text in args.pci_device),
     )
     args.machine_types = parse_machine_types(args.machine_type)
-    client = PlacementClient(args.placement_url, token)
+    client = PlacementClient(service_url(args.placement_url), token)
     while True:
         try:
             _report_once(client, settings, args)

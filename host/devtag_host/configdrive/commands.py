@@ -27,7 +27,12 @@ def register(commands: Any) -> None:
         "document, built in-process, reproducibly, atomically (at most 64 MiB).",
         epilog="example: devtag-host configdrive web1 -o web1-config.iso --user-data cloud.yaml --smbios --attach",
     )
-    configdrive.add_argument("-c", "--connect", metavar="URI", help="libvirt URI (default: embedded QEMU driver)")
+    configdrive.add_argument(
+        "-c",
+        "--connect",
+        metavar="URI",
+        help="libvirt URI (default: $DEVTAG_LIBVIRT_URI, else devtag's embedded QEMU driver)",
+    )
     configdrive.add_argument("domain", metavar="DOMAIN", help="domain name, UUID or id")
     configdrive.add_argument("-o", "--output", metavar="FILE.iso", required=True, help="where to write the image")
     configdrive.add_argument("--user-data", metavar="FILE", help="user data (cloud-config, script, ...)")

@@ -18,7 +18,12 @@ def register(commands: Any) -> None:
         "or config drive. It takes effect at the domain's next boot and is refreshed by 'devtag-host tag/untag'. "
         "Without --enable/--disable, print whether it is on.",
     )
-    fwcfg.add_argument("-c", "--connect", metavar="URI", help="libvirt URI (default: embedded QEMU driver)")
+    fwcfg.add_argument(
+        "-c",
+        "--connect",
+        metavar="URI",
+        help="libvirt URI (default: $DEVTAG_LIBVIRT_URI, else devtag's embedded QEMU driver)",
+    )
     fwcfg.add_argument("domain", metavar="DOMAIN", help="domain name, UUID or id")
     switch = fwcfg.add_mutually_exclusive_group()
     switch.add_argument("--enable", action="store_true", help="add (or refresh) the fw_cfg entry")

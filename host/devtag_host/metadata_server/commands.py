@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 from ..errors import InputError, RuntimeFailure
 from ..inputs import parse_listens, read_file
-from ..serving import SERVE_EXIT_STATUS, announce, listening_sockets
+from ..serving import announce, listening_sockets, serve_exit_status
 from .instance_data import instance_data_reader
 
 DEFAULT_LISTEN = "127.0.0.1:8775"
@@ -30,10 +30,15 @@ def register(commands: Any) -> None:
         "(DHCP lease / neighbour table -> MAC) or, with --proxy-shared-secret-file, by Nova's signed "
         "X-Instance-ID headers. Follows libvirt domain events. Logs one start line (address, how instances "
         "are identified, domains on the connection); access log: JSON lines on standard error.",
-        epilog=SERVE_EXIT_STATUS,
+        epilog=serve_exit_status("libvirt unreachable, ..."),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    server.add_argument("-c", "--connect", metavar="URI", help="libvirt URI (default: embedded QEMU driver)")
+    server.add_argument(
+        "-c",
+        "--connect",
+        metavar="URI",
+        help="libvirt URI (default: $DEVTAG_LIBVIRT_URI, else devtag's embedded QEMU driver)",
+    )
     server.add_argument(
         "--listen",
         metavar="ADDR:PORT",

@@ -10,14 +10,15 @@ import os
 from ..compute import commands as compute_commands
 from ..errors import InputError, RuntimeFailure
 from ..inputs import ListenAddress, parse_listen
-from ..serving import SERVE_EXIT_STATUS, announce, listening_socket
+from ..serving import announce, listening_socket, serve_exit_status
+from .microversion import max_version_string, min_version_string
 
 log = logging.getLogger(__name__)
 DEFAULT_LISTEN = "127.0.0.1:8778"
 DEFAULT_HEAD_TIMEOUT = 10.0
 
-_DESCRIPTION = """\
-An OpenStack-Placement-compatible service (API microversions 1.0-1.17).
+_DESCRIPTION = f"""\
+An OpenStack-Placement-compatible service (API microversions {min_version_string()} to {max_version_string()}).
 
 Without --db, the database is $DEVTAG_PLACEMENT_DB, else the SQLite file
 placement.sqlite in devtag's state directory: /var/lib/devtag for root,
@@ -48,7 +49,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         "serve",
         help="serve the placement API (uvicorn)",
         description="Serve the placement API. Logs one start line (address, database, workers, authentication).",
-        epilog=SERVE_EXIT_STATUS,
+        epilog=serve_exit_status("the database unreachable or its schema not upgradable, ..."),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     serve.add_argument(

@@ -4,20 +4,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import uuid as uuidlib
 from typing import Any, Callable, Optional, Tuple, TypeVar
 
 from ..errors import InputError
-from ..placement_client import PlacementClient, client_token, parse_version
+from ..placement_client import DEFAULT_URL, URL_ENV, PlacementClient, client_token, parse_version, service_url
 from .client import NEWEST_MICROVERSION, OLDEST_MICROVERSION, check_instance_rebuild, schedule, summary
 from .errors import NoValidHost
 from .prefilter import ENVIRONMENT_VARIABLE, setting_from_environment
 from .request import Image, build_request, flavor_from_json, image_from_json, query_path, trait_group
 
-PLACEMENT_URL_ENV = "DEVTAG_PLACEMENT_URL"
-DEFAULT_PLACEMENT_URL = "http://127.0.0.1:8778"
+PLACEMENT_URL_ENV = URL_ENV
+DEFAULT_PLACEMENT_URL = DEFAULT_URL
 MAX_JSON_BYTES = 1024 * 1024
 T = TypeVar("T")
 
@@ -129,7 +128,12 @@ def _placement_options(parser: argparse.ArgumentParser) -> None:
         default=None,
         help=f"require the traits of the image's device-model properties (default: ${ENVIRONMENT_VARIABLE}, else off)",
     )
-    prefilter.add_argument("--no-image-metadata-prefilter", dest="prefilter", action="store_false")
+    prefilter.add_argument(
+        "--no-image-metadata-prefilter",
+        dest="prefilter",
+        action="store_false",
+        help=f"do not (whatever ${ENVIRONMENT_VARIABLE} says)",
+    )
 
 
 def _positive(text: str) -> int:
@@ -180,8 +184,7 @@ def prefilter_enabled(flag: Optional[bool]) -> bool:
 
 def _client(args: argparse.Namespace) -> Any:
 
-    url = args.placement_url or os.environ.get(PLACEMENT_URL_ENV) or DEFAULT_PLACEMENT_URL
-    return PlacementClient(url, client_token(args.token_file))
+    return PlacementClient(service_url(args.placement_url), client_token(args.token_file))
 
 
 def _cmd_schedule(args: argparse.Namespace) -> None:
