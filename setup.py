@@ -78,7 +78,7 @@ setup(
     scripts=["guest-agent/devtag-agent"],
     entry_points={
         "console_scripts": [
-            "devtag-host=devtag_host.cli:main",
+            "devtag-host=devtag_host.entry:main",
         ]
     },
     classifiers=[

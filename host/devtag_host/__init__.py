@@ -12,34 +12,21 @@ Both list what Nova would publish (tagged disks, tagged or VLAN NICs);
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import TYPE_CHECKING, Any
 
-from .metadata import devices_document, parse_domain_xml
+if TYPE_CHECKING:
+    from .api import devices_for_domain, devices_from_xml
 
 __version__ = "0.1.0"
 
 __all__ = ["__version__", "devices_for_domain", "devices_from_xml"]
 
 
-def devices_from_xml(xml: str | bytes, *, all_devices: bool = False) -> Dict[str, Any]:
-    """The schema-valid ``{"devices": [...]}`` document of a domain XML document."""
-    return devices_document(parse_domain_xml(xml), all_devices=all_devices)
+def __getattr__(name: str) -> Any:
+    """The API's functions, loaded on first use: importing the package needs none of
+    the host extra's libraries, so ``devtag-host`` can name a missing one (entry.py)."""
+    if name in ("devices_for_domain", "devices_from_xml"):
+        from . import api
 
-
-def devices_for_domain(
-    name: str, *, uri: Optional[str] = None, connection: Any = None, all_devices: bool = False
-) -> Dict[str, Any]:
-    """The devices document of a domain on a libvirt connection (live XML if running).
-
-    Pass an open ``connection`` to reuse it; otherwise ``uri`` (default: the
-    embedded driver or ``$DEVTAG_LIBVIRT_URI``) is opened and closed.
-    """
-    from . import virt
-
-    own = connection is None
-    connection = connection or virt.open_connection(uri)
-    try:
-        return devices_document(virt.read_domain(virt.lookup_domain(connection, name)), all_devices=all_devices)
-    finally:
-        if own:
-            connection.close()
+        return getattr(api, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -17,6 +17,7 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from . import __version__
 from .errors import DevtagError, InputError, Refused, RuntimeFailure
+from .extras import missing_extra
 from .inputs import key_value_pairs
 from .metadata import (
     DeviceSelectionError,
@@ -299,9 +300,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         handler = _handler(args.handler)
     except ModuleNotFoundError as exc:  # e.g. an attach verb on a host without python3-libvirt
-        return _fail(args, f"{args.command} needs the Python module {exc.name!r}, which is not installed", 1)
+        message = missing_extra(exc, args.command)
+        return _fail(args, message or f"{args.command} needs the Python module {exc.name!r}, which is not installed", 1)
     try:
         handler(args)
+    except ModuleNotFoundError as exc:  # a verb's own heavy dependency (uvicorn, Alembic, ...), loaded as it runs
+        message = missing_extra(exc, args.command)
+        if message is None:
+            raise
+        return _fail(args, message, 1)
     except DevtagError as exc:
         return _fail(args, str(exc), exit_status(exc))
     except _INPUT_ERRORS as exc:

@@ -92,8 +92,9 @@ def test_the_man_page_is_written_without_libvirt(without_libvirt: Dict[str, str]
 def test_a_verb_that_needs_libvirt_says_so_in_one_line(without_libvirt: Dict[str, str]) -> None:
     result = run(without_libvirt, "-m", "devtag_host.cli", "attach-volume", "web1", "vol1")
     assert result.returncode == 1
-    assert (
-        result.stderr == "devtag-host: error: attach-volume needs the Python module 'libvirt', which is not installed\n"
+    assert result.stderr == (
+        "devtag-host: error: attach-volume needs the Python module 'libvirt', which is not installed: "
+        "install python3-libvirt (Debian) or libvirt-python (pip install 'devtag[host]')\n"
     )
 
 

@@ -47,7 +47,7 @@ def check_invariants(host: Host, *, domains: Optional[Iterable[str]] = None, all
             problems.append(f"volume {volume.name} is {volume.lifecycle}")
         elif not volume.location or not host.backend(volume.backend).volume_exists(volume.location):
             problems.append(f"volume {volume.name}: its storage is missing")
-        settled = (model.AVAILABLE, model.IN_USE)
+        settled = (model.AVAILABLE, model.IN_USE, model.CREATING, model.DELETING)  # the last two: named above
         if volume.status not in settled and not allow_open and not all(a.shelved for a in volume.attachments):
             problems.append(f"volume {volume.name} is {volume.status}")
         if not volume.multiattach and len({a.instance_uuid for a in volume.attachments}) > 1:

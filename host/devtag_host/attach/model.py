@@ -90,7 +90,7 @@ class Volume:
     multiattach: bool
     location: Optional[str]  # where the backend keeps it (a path, a pool volume name)
     lifecycle: str
-    status: str  # derived from the attachments, see volume_status()
+    status: str  # derived from the lifecycle and the attachments, see volume_status()
     attachments: tuple = ()  # Attachment records, oldest first
 
 
@@ -191,8 +191,11 @@ def still_shelved(ends: Iterable[JournalRecord]) -> Dict[str, str]:
     return shelved
 
 
-def volume_status(attachments: Iterable[Attachment]) -> str:
-    """The volume's status from its attachments (``in-use`` wins, then detaching, ...)."""
+def volume_status(attachments: Iterable[Attachment], lifecycle: str = READY) -> str:
+    """The volume's status: ``creating`` or ``deleting`` while its storage is, else from its
+    attachments (``in-use`` wins, then detaching, ...), as Cinder shows one status."""
+    if lifecycle != READY:
+        return lifecycle
     states = {a.status for a in attachments}
     if states & {ATTACHED, ERROR_DETACHING}:
         return IN_USE

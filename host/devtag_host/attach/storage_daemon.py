@@ -26,7 +26,7 @@ from typing import List, Optional
 
 import libvirt
 
-from ..virt import embedded_root
+from ..virt import embedded_root, first_closed_directory
 
 STORAGE_URI_ENV = "DEVTAG_STORAGE_URI"
 STORAGE_USER_ENV = "DEVTAG_STORAGE_USER"
@@ -84,11 +84,21 @@ class StorageDaemon:
             time.sleep(0.05)
 
     def _prepare(self) -> None:
+        entry = pwd.getpwnam(self.user) if self.user and os.geteuid() == 0 else None
+        if entry is not None:  # libvirtd would exit at start, its log saying only "Permission denied"
+            existing = self.base.resolve()
+            while not existing.exists():
+                existing = existing.parent
+            closed = first_closed_directory(existing, entry.pw_uid, entry.pw_gid)
+            if closed is not None and closed != self.base.resolve():  # base itself is made 0711 below
+                raise StorageDaemonError(
+                    f"the storage daemon runs as {self.user} and cannot enter {closed}: put devtag's state "
+                    f"directory ($DEVTAG_STATE_DIR, now {self.base.parent}) below directories {self.user} may enter"
+                )
         self.base.mkdir(parents=True, exist_ok=True)
         for name in ("r", "config", "cache", "data", "home"):
             (self.base / name).mkdir(exist_ok=True)
-        if self.user and os.geteuid() == 0:
-            entry = pwd.getpwnam(self.user)
+        if entry is not None:
             for name in ("r", "config", "cache", "data", "home"):
                 _chown_tree(self.base / name, entry.pw_uid, entry.pw_gid)
             self.base.chmod(0o711)
@@ -134,8 +144,10 @@ class StorageDaemon:
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if process.poll() is not None:
-                tail = (self.base / "libvirtd.log").read_text(errors="replace")[-600:]
-                raise StorageDaemonError(f"the storage daemon exited at start: {tail}")
+                log_file = self.base / "libvirtd.log"
+                raise StorageDaemonError(
+                    f"the storage daemon exited at start: {_last_error(log_file)} (log: {log_file})"
+                )
             if self._answers():
                 return
             time.sleep(0.05)
@@ -146,6 +158,14 @@ class StorageDaemon:
             return int((self.base / "r" / "pid").read_text().strip())
         except (OSError, ValueError):
             return None
+
+
+def _last_error(log_file: Path) -> str:
+    """The message of the last ``error :`` line of libvirtd's log (one line for the user), else its last line."""
+    lines = log_file.read_text(errors="replace")[-4096:].splitlines()
+    errors = [line.split(" error : ", 1)[1] for line in lines if " error : " in line]
+    last = (errors or [line for line in lines if line.strip()] or ["no message"])[-1]
+    return last.split(" : ", 1)[-1].strip()  # without libvirt's "function:line" prefix
 
 
 def _alive(pid: int) -> bool:

@@ -446,7 +446,8 @@ def _read_volume(conn: Connection, ref: str) -> Volume:
 
 
 def _volume(row: Row, attached: Sequence[Attachment]) -> Volume:
-    return _record(Volume, row, status=model.volume_status(attached), attachments=tuple(attached))
+    status = model.volume_status(attached, row.lifecycle)
+    return _record(Volume, row, status=status, attachments=tuple(attached))
 
 
 def _read_attachment(conn: Connection, attachment_id: str) -> Attachment:

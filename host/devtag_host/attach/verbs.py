@@ -119,8 +119,7 @@ def cmd_volume_list(args: argparse.Namespace) -> None:
     rows: List[List[str]] = [["NAME", "ID", "BACKEND", "SIZE", "STATUS", "ATTACHMENTS"]]
     for volume in volumes:
         attached = ", ".join(f"{a.instance_uuid}@{a.host or '-'} {a.status}" for a in volume.attachments)
-        status = volume.status if volume.lifecycle == "ready" else volume.lifecycle
-        rows.append([volume.name, volume.id, volume.backend, str(volume.size_bytes), status, attached or "-"])
+        rows.append([volume.name, volume.id, volume.backend, str(volume.size_bytes), volume.status, attached or "-"])
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1])

@@ -103,6 +103,8 @@ class PoolBackend:
         return str(self.directory / volume_id)
 
     def delete_volume(self, location: str) -> None:
+        if not os.path.lexists(location):  # never created (or gone): nothing to ask the pool, which may be down
+            return
         volume = self._lookup(location)
         if volume is None:
             return
