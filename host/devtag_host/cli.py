@@ -106,22 +106,27 @@ def build_parser() -> argparse.ArgumentParser:
 
     tag = commands.add_parser(
         "tag",
-        help="add tags to a NIC or disk",
-        description="Add TAGs to the NIC or disk DEVICE of DOMAIN. The tags are stored in the domain's "
-        "<metadata> (live and persistent definitions), keyed by MAC, disk serial, ua- alias or target dev.",
+        help="add tags to a NIC, disk or virtiofs share",
+        description="Add TAGs to the NIC, disk or virtiofs share DEVICE of DOMAIN. The tags are stored in the "
+        "domain's <metadata> (live and persistent definitions), keyed by MAC, disk serial, ua- alias, target dev "
+        "or a share's mount tag.",
     )
     connect_option(tag)
     tag.add_argument("domain", metavar="DOMAIN", help="domain name, UUID or id")
-    tag.add_argument("device", metavar="DEVICE", help="NIC MAC, disk target (sdb), disk serial or alias")
+    tag.add_argument(
+        "device", metavar="DEVICE", help="NIC MAC, disk target (sdb), disk serial, share mount tag or alias"
+    )
     tag.add_argument("tags", metavar="TAG", nargs="+", help="1-60 characters, no ',' or '/' or control characters")
     tag.set_defaults(handler=_cmd_tag)
 
     untag = commands.add_parser(
-        "untag", help="remove tags from a NIC or disk", description="Remove TAGs (all tags if none given)."
+        "untag", help="remove tags from a NIC, disk or share", description="Remove TAGs (all tags if none given)."
     )
     connect_option(untag)
     untag.add_argument("domain", metavar="DOMAIN", help="domain name, UUID or id")
-    untag.add_argument("device", metavar="DEVICE", help="NIC MAC, disk target (sdb), disk serial or alias")
+    untag.add_argument(
+        "device", metavar="DEVICE", help="NIC MAC, disk target (sdb), disk serial, share mount tag or alias"
+    )
     untag.add_argument("tags", metavar="TAG", nargs="*", help="tags to remove (default: all)")
     untag.set_defaults(handler=_cmd_untag)
 

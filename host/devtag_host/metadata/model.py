@@ -91,11 +91,19 @@ class Disk:
 
 
 @dataclass(frozen=True)
+class Share:
+    """A virtiofs ``<filesystem>``: the guest mounts it by its mount tag (``<target dir=>``)."""
+
+    mount_tag: str
+    alias: Optional[str]
+
+
+@dataclass(frozen=True)
 class TagEntry:
     """Tags that the devtag ``<metadata>`` element gives one device identity."""
 
-    kind: str  # 'nic' or 'disk'
-    key: str  # 'mac', 'serial', 'alias' or 'target'
+    kind: str  # 'nic', 'disk' or 'share'
+    key: str  # 'mac', 'serial', 'alias' or 'target' (a share's mount tag)
     value: str
     tags: Tuple[str, ...]
 
@@ -110,4 +118,5 @@ class Domain:
     controllers: Tuple[Controller, ...] = ()
     nics: Tuple[Nic, ...] = ()
     disks: Tuple[Disk, ...] = ()
+    shares: Tuple[Share, ...] = ()
     tag_entries: Tuple[TagEntry, ...] = field(default=())
