@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
 from dataclasses import replace
 from pathlib import Path
@@ -224,3 +225,107 @@ def test_devices_on_the_command_line_tags_a_share(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     entries = share_entries(json.loads(result.stdout))
     assert [(e["share_id"], e["tags"]) for e in entries] == [("projects", ["src"]), ("logs", ["audit"]), ("cache", [])]
+
+
+LIVE_XML = """<domain type='qemu'><name>{name}</name><uuid>{uuid}</uuid><memory unit='MiB'>128</memory>
+  <memoryBacking><source type='memfd'/><access mode='shared'/></memoryBacking>
+  <os><type arch='x86_64' machine='q35'>hvm</type></os><devices>
+  <controller type='pci' index='0' model='pcie-root'/>
+  {root_ports}
+  <interface type='user'><mac address='{mac}'/><model type='virtio'/></interface>
+  <filesystem type='mount' accessmode='passthrough'><driver type='virtiofs'/>
+    <binary path='/usr/lib/qemu/virtiofsd'/><source dir='{source}'/><target dir='projects'/></filesystem>
+  <filesystem type='mount' accessmode='passthrough'><driver type='virtiofs'/>
+    <binary path='/usr/lib/qemu/virtiofsd'/><source dir='{source}'/><target dir='logs'/>
+    <alias name='ua-logs'/></filesystem>
+</devices></domain>"""
+HOT_SHARE = """<filesystem type='mount' accessmode='passthrough'><driver type='virtiofs'/>
+  <binary path='/usr/lib/qemu/virtiofsd'/><source dir='{source}'/><target dir='hot'/>
+  <alias name='ua-hot-share'/></filesystem>"""
+SHARE_VERSIONS = ("2025-04-04", "latest")
+
+
+def shares_of(document: Dict[str, Any]) -> List[Any]:
+    return [(e["share_id"], e["tag"], e["tags"]) for e in share_entries(document)]
+
+
+def qemu_mount_tag(handle: Any, alias: str) -> str:
+    """The mount tag QEMU gave the guest's vhost-user-fs device (its config space)."""
+    import libvirt_qemu
+
+    command = {"execute": "qom-get", "arguments": {"path": f"/machine/peripheral/{alias}", "property": "tag"}}
+    return str(json.loads(libvirt_qemu.qemuMonitorCommand(handle, json.dumps(command), 0))["return"])
+
+
+@pytest.mark.libvirt
+@pytest.mark.timeout(600)
+def test_shares_of_a_real_domain_on_every_transport_and_hot_attached(
+    libvirt_conn: Any, libvirt_uri: str, define_domain: Any, image_dir: Path, tmp_path: Path
+) -> None:
+    """libvirt 9 defines, starts (TCG, QEMU's virtiofsd) and hot-attaches virtiofs shares;
+    tagged by mount tag through the CLI, each transport publishes them as Nova's share entries."""
+    import httpx
+    import libvirt
+
+    from devtag_host import devices_for_domain
+    from devtag_host.cli import main
+    from devtag_host.configdrive import write_config_drive_for_domain
+    from devtag_host.fwcfg.domain import entry_text
+    from devtag_host.metadata_server import MetadataService
+
+    from ..metadata_server.metadata_server_samples import loopback_is
+
+    source = image_dir / "share"
+    source.mkdir()
+    source.chmod(0o755)
+    name, mac = "shares-live", "52:54:00:30:00:11"
+    ports = "".join(f"<controller type='pci' index='{i}' model='pcie-root-port'/>" for i in range(1, 7))
+    xml = LIVE_XML.format(name=name, uuid=UUID[:-4] + "0011", mac=mac, source=source, root_ports=ports)
+    handle = define_domain(xml)
+    assert main(["tag", "--connect", libvirt_uri, name, "projects", "src", "build"]) == 0
+    assert main(["tag", "--connect", libvirt_uri, name, "ua-logs", "audit"]) == 0
+    expected = [("projects", "projects", ["src", "build"]), ("logs", "logs", ["audit"])]
+    assert shares_of(devices_for_domain(name, connection=libvirt_conn)) == expected
+
+    iso = tmp_path / "cd.iso"
+    write_config_drive_for_domain(name, iso, connection=libvirt_conn)
+    for version in ("2018-08-27", "2020-10-14", *SHARE_VERSIONS):
+        command = ["isoinfo", "-R", "-i", str(iso), "-x", f"/openstack/{version}/meta_data.json"]
+        meta = json.loads(subprocess.run(command, capture_output=True, check=True).stdout)
+        assert shares_of(meta) == (expected if version in SHARE_VERSIONS else []), version
+
+    assert main(["fwcfg", "--connect", libvirt_uri, name, "--enable"]) == 0
+    carried = decode_payload(entry_text(ET.fromstring(handle.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))))
+    assert shares_of(carried) == expected
+    assert main(["fwcfg", "--connect", libvirt_uri, name, "--disable"]) == 0
+
+    handle.create()
+    assert qemu_mount_tag(handle, "fs0") == "projects" and qemu_mount_tag(handle, "ua-logs") == "logs"
+    service = MetadataService(libvirt_conn, addresses=loopback_is(mac))
+    service.start_in_thread()
+    try:
+        base = f"http://127.0.0.1:{service._server.port}/openstack"
+
+        def served(version: str = "latest") -> List[Any]:
+            return shares_of(httpx.get(f"{base}/{version}/meta_data.json").json())
+
+        assert served("2025-04-04") == served() == expected and served("2018-08-27") == []
+        flags = libvirt.VIR_DOMAIN_AFFECT_LIVE | libvirt.VIR_DOMAIN_AFFECT_CONFIG
+        handle.attachDeviceFlags(HOT_SHARE.format(source=source), flags)
+        assert qemu_mount_tag(handle, "ua-hot-share") == "hot"
+        assert wait_for(lambda: served() == [*expected, ("hot", "hot", [])]), served()
+        assert main(["tag", "--connect", libvirt_uri, name, "hot", "scratch"]) == 0
+        assert wait_for(lambda: served()[-1] == ("hot", "hot", ["scratch"])), served()
+        inactive = ET.fromstring(handle.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
+        assert [t.get("dir") for t in inactive.iterfind("devices/filesystem/target")] == ["projects", "logs", "hot"]
+    finally:
+        service.stop()
+
+
+def wait_for(condition: Any, seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.1)
+    return bool(condition())
