@@ -2,7 +2,7 @@
 
 The document is Nova-compatible (``type``, ``bus``, ``address``, ``mac``,
 ``serial``, ``vlan``, ``vf_trusted``, ``share_id``, ``tag``, ``tags``) plus devtag's additions
-(``pci_path``, ``controller``), and is validated against the shared schema
+(``pci_path``, ``controller``, ``acpi_index``), and is validated against the shared schema
 before anyone sees it.
 
 What is published follows Nova's libvirt driver (``_build_device_metadata``):
@@ -71,6 +71,8 @@ def device_entries(domain: Domain) -> List[Dict[str, Any]]:
             if device.vlan is not None:
                 entry["vlan"] = device.vlan
             entry["vf_trusted"] = bool(device.trusted)
+            if device.acpi_index is not None:
+                entry["acpi_index"] = device.acpi_index
             if location.bus == "none" and device.guest_name and _SAFE_DEV_NAME.match(device.guest_name):
                 entry["devname"] = device.guest_name
         else:

@@ -45,6 +45,8 @@ MAX_XML_DEPTH = 256
 _NUMBER = re.compile(r"\A(0[xX][0-9a-fA-F]{1,8}|0[0-7]{0,11}|[1-9][0-9]{0,11})\Z")
 _DISK_DEVICES = frozenset({"disk", "cdrom", "lun"})
 _TAG_KEYS = {"nic": ("mac",), "disk": ("serial", "alias", "target"), "share": ("target",)}
+# The largest ACPI index udev names a NIC by (eno<N>; systemd's ONBOARD_14BIT_INDEX_MAX, QEMU's limit too).
+MAX_ACPI_INDEX = 16383
 # QEMU's vhost-user-fs-pci refuses a mount tag longer than the 36 bytes of virtio-fs's config space.
 MAX_MOUNT_TAG_BYTES = 36
 
@@ -214,6 +216,8 @@ def _read_interface(element: ET.Element, where: str) -> Nic:
     trust = element.get("trustGuestRxFilters")
     guest = element.find("guest")
     kind = element.get("type", "")
+    acpi = element.find("acpi")
+    acpi_index = _attr_number(acpi, "index", f"{where} <acpi>", 0xFFFFFFFF) if acpi is not None else 0
     return Nic(
         mac=mac,
         interface_type=kind,
@@ -223,6 +227,7 @@ def _read_interface(element: ET.Element, where: str) -> Nic:
         vlan=_attr_number(vlan_tag, "id", f"{where} <vlan><tag>", 4095) if vlan_tag is not None else None,
         trusted=(trust == "yes") if kind == "hostdev" else None,
         guest_name=guest.get("dev") if guest is not None else None,
+        acpi_index=acpi_index if 1 <= acpi_index <= MAX_ACPI_INDEX else None,
     )
 
 

@@ -77,6 +77,7 @@ class Nic:
     vlan: Optional[int] = None
     trusted: Optional[bool] = None  # SR-IOV VF trust, hostdev interfaces only
     guest_name: Optional[str] = None  # <guest dev=/> (containers)
+    acpi_index: Optional[int] = None  # <acpi index=/>, when the guest kernel can name the NIC eno<N> by it
 
 
 @dataclass(frozen=True)
