@@ -12,6 +12,8 @@ from typing import Any, Optional
 
 import pytest
 
+from devtag_host.fwcfg import decode_payload
+from devtag_host.fwcfg.domain import entry_text
 from devtag_host.metadata import devices_document, is_valid_document, parse_domain_xml
 from devtag_host.metadata.acpi_index import AcpiIndexError, set_acpi_index
 
@@ -117,10 +119,13 @@ def test_tag_with_acpi_index_on_a_real_domain(
     image.write_bytes(b"\0" * 65536)
     xml = XML.format(name=name, machine=machine, acpi_b="", acpi_disk="").replace("/x.img", str(image))
     handle = define_domain(xml)
+    assert main(["fwcfg", "--connect", libvirt_uri, name, "--enable"]) == 0
     assert main(["tag", "--connect", libvirt_uri, name, NIC_A, "mgmt", "--acpi-index", "3"]) == 0
-    assert capsys.readouterr().out == f"{name} {NIC_A}: mgmt (ACPI index 3)\n"
+    assert capsys.readouterr().out.endswith(f"{name} {NIC_A}: mgmt (ACPI index 3)\n")
     inactive = ET.fromstring(handle.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
     assert acpi_of(inactive, NIC_A) == "3"
+    carried = decode_payload(entry_text(inactive))["devices"]
+    assert [(e["mac"], e.get("acpi_index")) for e in carried] == [(NIC_A, 3)], "fw_cfg refreshed with the index"
     document = devices_for_domain(name, connection=libvirt_conn)
     assert [(e["mac"], e["tags"], e.get("acpi_index")) for e in document["devices"]] == [(NIC_A, ["mgmt"], 3)]
 
