@@ -145,7 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the devices metadata of a domain",
         description='Print {"devices": [...]}, validated against the devtag schema, for a domain on a '
         "libvirt connection or, with --xml, for a domain XML file (offline). As Nova, it lists the devices "
-        "the guest has a role to find: tagged disks, tagged NICs and NICs with a VLAN; --all lists every one.",
+        "the guest has a role to find: tagged disks, tagged NICs, NICs with a VLAN and every virtiofs share; "
+        "--all lists every one.",
     )
     connect_option(devices)
     devices.add_argument("domain", metavar="DOMAIN", nargs="?", help="domain name, UUID or id")
@@ -165,7 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
         dest="all_devices",
         action="store_true",
         help='list every NIC and disk, untagged ones with "tags": [] (default: what Nova publishes, '
-        "tagged devices and NICs with a VLAN)",
+        "tagged devices, NICs with a VLAN and shares)",
     )
     devices.set_defaults(handler=_cmd_devices)
 
