@@ -33,6 +33,8 @@ from .metadata import (
     remove_tags,
     tags_of,
 )
+from .metadata.acpi_index import check_acpi_index, set_acpi_index
+from .metadata.model import Nic
 from .serving import ListenError
 from .state import state_dir
 
@@ -107,22 +109,35 @@ def build_parser() -> argparse.ArgumentParser:
 
     tag = commands.add_parser(
         "tag",
-        help="add tags to a NIC or disk",
-        description="Add TAGs to the NIC or disk DEVICE of DOMAIN. The tags are stored in the domain's "
-        "<metadata> (live and persistent definitions), keyed by MAC, disk serial, ua- alias or target dev.",
+        help="add tags to a NIC, disk or virtiofs share",
+        description="Add TAGs to the NIC, disk or virtiofs share DEVICE of DOMAIN. The tags are stored in the "
+        "domain's <metadata> (live and persistent definitions), keyed by MAC, disk serial, ua- alias, target dev "
+        "or a share's mount tag.",
     )
     connect_option(tag)
     tag.add_argument("domain", metavar="DOMAIN", help="domain name, UUID or id")
-    tag.add_argument("device", metavar="DEVICE", help="NIC MAC, disk target (sdb), disk serial or alias")
+    tag.add_argument(
+        "device", metavar="DEVICE", help="NIC MAC, disk target (sdb), disk serial, share mount tag or alias"
+    )
     tag.add_argument("tags", metavar="TAG", nargs="+", help="1-60 characters, no ',' or '/' or control characters")
+    tag.add_argument(
+        "--acpi-index",
+        metavar="N",
+        type=int,
+        help="also give the NIC libvirt's <acpi index='N'/> (1-16383, unique in the domain), so the guest kernel "
+        "names it eno<N> from its first boot, before any agent runs; published as the entry's acpi_index. "
+        "Set in the persistent definition: a running domain gets it at its next boot",
+    )
     tag.set_defaults(handler=_cmd_tag)
 
     untag = commands.add_parser(
-        "untag", help="remove tags from a NIC or disk", description="Remove TAGs (all tags if none given)."
+        "untag", help="remove tags from a NIC, disk or share", description="Remove TAGs (all tags if none given)."
     )
     connect_option(untag)
     untag.add_argument("domain", metavar="DOMAIN", help="domain name, UUID or id")
-    untag.add_argument("device", metavar="DEVICE", help="NIC MAC, disk target (sdb), disk serial or alias")
+    untag.add_argument(
+        "device", metavar="DEVICE", help="NIC MAC, disk target (sdb), disk serial, share mount tag or alias"
+    )
     untag.add_argument("tags", metavar="TAG", nargs="*", help="tags to remove (default: all)")
     untag.set_defaults(handler=_cmd_untag)
 
@@ -131,7 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the devices metadata of a domain",
         description='Print {"devices": [...]}, validated against the devtag schema, for a domain on a '
         "libvirt connection or, with --xml, for a domain XML file (offline). As Nova, it lists the devices "
-        "the guest has a role to find: tagged disks, tagged NICs and NICs with a VLAN; --all lists every one.",
+        "the guest has a role to find: tagged disks, tagged NICs, NICs with a VLAN and every virtiofs share; "
+        "--all lists every one.",
     )
     connect_option(devices)
     devices.add_argument("domain", metavar="DOMAIN", nargs="?", help="domain name, UUID or id")
@@ -151,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
         dest="all_devices",
         action="store_true",
         help='list every NIC and disk, untagged ones with "tags": [] (default: what Nova publishes, '
-        "tagged devices and NICs with a VLAN)",
+        "tagged devices, NICs with a VLAN and shares)",
     )
     devices.set_defaults(handler=_cmd_devices)
 
@@ -183,24 +199,40 @@ def _connect(uri: Optional[str]) -> Any:
 
 
 def _cmd_tag(args: argparse.Namespace) -> None:
-    _change_tags(args, lambda domain: add_tags(domain, args.device, args.tags))
+    _change_tags(args, lambda domain: add_tags(domain, args.device, args.tags), acpi_index=args.acpi_index)
 
 
 def _cmd_untag(args: argparse.Namespace) -> None:
     _change_tags(args, lambda domain: remove_tags(domain, args.device, args.tags))
 
 
-def _change_tags(args: argparse.Namespace, change: Any) -> None:
+def _change_tags(args: argparse.Namespace, change: Any, acpi_index: Optional[int] = None) -> None:
+    if acpi_index is not None:
+        check_acpi_index(acpi_index)
     virt, connection = _connect(args.connect)
     try:
         domain = virt.lookup_domain(connection, args.domain)
+        note = ""
+        if acpi_index is not None:
+            _set_acpi_index(virt, domain, args.device, acpi_index, change)
+            note = f" (ACPI index {acpi_index}{', from the next boot' if domain.isActive() else ''})"
         virt.update_tags(domain, change)
         _refresh_fwcfg(domain)
         current = virt.read_domain(domain, inactive=not domain.isActive())
         tags = tags_of(current, find_device(current, args.device))
-        print(f"{current.name} {args.device}: {', '.join(tags) if tags else '(no tags)'}")
+        print(f"{current.name} {args.device}: {', '.join(tags) if tags else '(no tags)'}{note}")
     finally:
         connection.close()
+
+
+def _set_acpi_index(virt: Any, handle: Any, selector: str, index: int, change: Any) -> None:
+    """Set the NIC's ACPI index in the persistent definition, once its tags are known to be acceptable."""
+    persistent = virt.read_domain(handle, inactive=True)
+    change(persistent)  # a tag refused now changes nothing, the ACPI index included
+    device = find_device(persistent, selector)
+    if not isinstance(device, Nic) or not device.mac:
+        raise InputError(f"--acpi-index applies to a NIC; {selector!r} is not one")
+    virt.edit_persistent_definition(handle, lambda root: set_acpi_index(root, device.mac, index))
 
 
 def _refresh_fwcfg(handle: Any) -> None:

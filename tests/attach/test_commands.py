@@ -87,3 +87,31 @@ def test_interfaces_by_cli(run: Any, running_domain: Any) -> None:
     (nic,) = [row for row in json.loads(out) if row.get("nic")]
     assert nic["status"] == "attached" and nic["tag"] == "mgmt"
     assert run("attachments", "check")[0] == 0
+
+
+def test_an_interface_attached_with_an_acpi_index(run: Any, running_domain: Any, libvirt_conn: Any) -> None:
+    """QEMU gets the index the entry publishes, in the live and the persistent definition; a taken
+    or out-of-range index is refused before anything is attached."""
+    import libvirt_qemu
+
+    from devtag_host import devices_for_domain, virt
+
+    name, mac = running_domain.name(), "52:54:00:12:34:a1"
+    code, out, err = run("attach-interface", name, "--user", "--tag", "uplink", "--mac", mac, "--acpi-index", "12")
+    assert "NIC 52:54:00:12:34:a1 attached" in out
+    assert code == 0, err
+    (nic,) = [n for n in virt.read_domain(running_domain).nics if n.mac == mac]
+    command = {
+        "execute": "qom-get",
+        "arguments": {"path": f"/machine/peripheral/{nic.alias}", "property": "acpi-index"},
+    }
+    assert json.loads(libvirt_qemu.qemuMonitorCommand(running_domain, json.dumps(command), 0))["return"] == 12
+    assert [n.acpi_index for n in virt.read_domain(running_domain, inactive=True).nics if n.mac == mac] == [12]
+    (entry,) = devices_for_domain(name, connection=libvirt_conn)["devices"]
+    assert (entry["mac"], entry["tags"], entry["acpi_index"]) == (mac, ["uplink"], 12)
+    code, _, err = run("attach-interface", name, "--user", "--acpi-index", "12")
+    assert code == 2 and f"ACPI index 12 is already on the NIC {mac}" in err
+    code, _, err = run("attach-interface", name, "--user", "--acpi-index", "0")
+    assert code == 2 and "out of range" in err
+    assert len(virt.read_domain(running_domain).nics) == 1, "refused: nothing attached"
+    assert run("attachments", "check")[0] == 0

@@ -26,3 +26,18 @@ def web1(**fields: Any) -> Instance:
     domain = parse_domain_xml(DOMAIN_XML)
     domain = replace(domain, tag_entries=add_tags(domain, "52:54:00:12:34:01", ["nfvfunc1"]))
     return instance_from_domain(domain, **fields)
+
+
+SHARE_XML = DOMAIN_XML.replace(
+    "</devices>",
+    "<filesystem type='mount'><driver type='virtiofs'/><source dir='/srv/src'/><target dir='src'/></filesystem>"
+    "</devices>",
+)
+
+
+def web1_with_share(**fields: Any) -> Instance:
+    """web1 with a virtiofs share (mount tag ``src``) tagged ``sources``."""
+    domain = parse_domain_xml(SHARE_XML)
+    domain = replace(domain, tag_entries=add_tags(domain, "52:54:00:12:34:01", ["nfvfunc1"]))
+    domain = replace(domain, tag_entries=add_tags(domain, "src", ["sources"]))
+    return instance_from_domain(domain, **fields)

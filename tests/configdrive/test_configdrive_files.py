@@ -10,7 +10,7 @@ import pytest
 from devtag_host.configdrive import OPENSTACK_VERSIONS, Instance, instance_files, meta_data
 from devtag_host.metadata import InvalidDocumentError
 
-from .configdrive_samples import UUID, web1
+from .configdrive_samples import UUID, web1, web1_with_share
 
 
 def as_json(files: Dict[str, bytes], path: str) -> Any:
@@ -60,6 +60,24 @@ def test_older_versions_drop_what_nova_did_not_have_yet() -> None:
     assert "vf_trusted" not in meta_data(instance, "2017-02-22")["devices"][0]
     assert meta_data(instance, "2018-08-27")["devices"][0]["vf_trusted"] is False
     assert meta_data(instance, "latest")["devices"] == list(instance.devices)
+
+
+SHARE = {"type": "share", "share_id": "src", "tag": "src", "bus": "none", "address": "none", "tags": ["sources"]}
+
+
+def test_shares_are_listed_from_2025_04_04_as_nova_lists_them() -> None:
+    files = instance_files(web1_with_share())
+    assert OPENSTACK_VERSIONS[-3:] == ("2018-08-27", "2020-10-14", "2025-04-04"), "Nova's versions, newest last"
+    for version in ("2016-06-30", "2017-02-22", "2018-08-27", "2020-10-14"):
+        devices = as_json(files, f"openstack/{version}/meta_data.json")["devices"]
+        assert [d["type"] for d in devices] == ["nic"], f"no share in {version}"
+    for version in ("2025-04-04", "latest"):
+        devices = as_json(files, f"openstack/{version}/meta_data.json")["devices"]
+        assert [d["type"] for d in devices] == ["nic", "share"]
+        assert devices[1] == SHARE, version
+    assert as_json(files, "openstack/2025-04-04/meta_data.json") == as_json(files, "openstack/latest/meta_data.json")
+    assert "dedicated_cpus" not in as_json(files, "openstack/2020-10-14/meta_data.json")
+    assert "openstack/2025-04-04/vendor_data2.json" in files and "openstack/2025-04-04/network_data.json" in files
 
 
 def test_default_network_data_is_dhcp_on_each_nic() -> None:

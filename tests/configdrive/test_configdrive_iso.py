@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from devtag_host.configdrive import build_config_drive, instance_files, write_co
 from devtag_host.configdrive.iso import ImageTooLargeError, build_iso, write_atomically
 
 from .cloud_init_package import openstack_helpers
-from .configdrive_samples import UUID, web1
+from .configdrive_samples import UUID, web1, web1_with_share
 
 
 def tool(*command: str) -> str:
@@ -81,6 +82,23 @@ def test_cloud_init_config_drive_reader_returns_our_devices_unchanged(iso: Path,
     assert result["networkdata"]["links"][0]["ethernet_mac_address"] == "52:54:00:12:34:01"
     assert result["ec2-metadata"]["instance-id"] == UUID
     assert "2018-08-27" in openstack.ConfigDriveReader(str(tree))._fetch_available_versions()
+
+
+def test_shares_on_the_iso_by_version_and_cloud_init_still_reads_2018_08_27(tmp_path: Path) -> None:
+    iso = write_config_drive(web1_with_share(), tmp_path / "share.iso")
+
+    def devices(version: str) -> Any:
+        text = tool("isoinfo", "-R", "-i", str(iso), "-x", f"/openstack/{version}/meta_data.json")
+        return [(d["type"], d.get("tag")) for d in json.loads(text)["devices"]]
+
+    assert devices("2025-04-04") == devices("latest") == [("nic", None), ("share", "src")]
+    assert devices("2020-10-14") == devices("2018-08-27") == [("nic", None)]
+    tree = tmp_path / "tree"
+    tool("xorriso", "-osirrox", "on", "-indev", str(iso), "-extract", "/", str(tree))
+    openstack = openstack_helpers()
+    reader = openstack.ConfigDriveReader(str(tree))
+    assert reader._find_working_version() == "2018-08-27", "cloud-init's newest version, whatever the drive has"
+    assert [d["type"] for d in reader.read_v2()["metadata"]["devices"]] == ["nic"]
 
 
 def test_same_input_same_bytes_in_any_time_zone(tmp_path: Path) -> None:

@@ -60,7 +60,7 @@ def test_devices_from_stdin_compact(offline_xml: Path) -> None:
         (("devices", "--xml", "-"), "<!DOCTYPE d [<!ENTITY a 'b'>]><domain/>", "unsafe XML"),
         (("devices", "--xml", "/nonexistent.xml"), "", "cannot read /nonexistent.xml"),
         (("devices", "--xml", "-", "--tag", "sdb=a/b"), OFFLINE_XML, "',' and '/' are not allowed"),
-        (("devices", "--xml", "-", "--tag", "sdz=x"), OFFLINE_XML, "no NIC or disk"),
+        (("devices", "--xml", "-", "--tag", "sdz=x"), OFFLINE_XML, "no NIC, disk or share"),
         (("devices", "--xml", "-", "--tag", "novalue"), OFFLINE_XML, "expected DEVICE=TAG"),
         (("devices",), "", "name a DOMAIN or give --xml FILE"),
         (("devices", "dom", "--xml", "-"), OFFLINE_XML, "not both"),
@@ -118,7 +118,7 @@ def test_tag_untag_devices_on_embedded_libvirt(
     code, _, err = cli("tag", "cli-dom", "52:54:00:30:00:02", "nfvfunc1")
     assert code == 2 and "already on another nic" in err
     code, _, err = cli("tag", "cli-dom", "sdq", "x")
-    assert code == 2 and "no NIC or disk" in err
+    assert code == 2 and "no NIC, disk or share" in err
     code, _, err = cli("tag", "no-such-domain", "vdb", "x")
     assert code == 2 and "no domain named 'no-such-domain'" in err
 

@@ -109,9 +109,9 @@ def test_devices_are_named_by_mac_target_serial_or_alias() -> None:
         assert add_tags(domain, selector, ["a"])[0].value == "52:54:00:00:00:01"
     assert add_tags(domain, "vol-a", ["a"])[0].value == "vol-a"
     assert add_tags(domain, "ua-data", ["a"])[0].value == "ua-data"
-    with pytest.raises(DeviceSelectionError, match="no NIC or disk"):
+    with pytest.raises(DeviceSelectionError, match="no NIC, disk or share"):
         add_tags(domain, "sdz", ["a"])
-    with pytest.raises(DeviceSelectionError, match="no NIC or disk"):
+    with pytest.raises(DeviceSelectionError, match="no NIC, disk or share"):
         add_tags(domain, "hda", ["a"]), "the config drive is never tagged"
 
 

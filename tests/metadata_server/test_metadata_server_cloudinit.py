@@ -56,7 +56,7 @@ def test_http_serves_the_config_drive_bytes(directory: InstanceDirectory, serve:
             assert response.status_code == 200
             assert response.content == files[path]
             assert response.headers["content-type"] == "application/json"
-        assert client.get("/openstack").text.splitlines()[-2:] == ["2018-08-27", "latest"]
+        assert client.get("/openstack").text.splitlines()[-4:] == ["2018-08-27", "2020-10-14", "2025-04-04", "latest"]
         listing = client.get("/openstack/latest/").text.splitlines()
         assert listing == ["meta_data.json", "user_data", "vendor_data.json", "network_data.json", "vendor_data2.json"]
         assert client.get("/latest/user-data").content == b"#cloud-config\n"

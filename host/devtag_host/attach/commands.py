@@ -139,6 +139,13 @@ def register(commands: argparse._SubParsersAction) -> None:
     nic.add_argument("--model", default="virtio", help="virtio (default), e1000, e1000e, rtl8139")
     nic.add_argument("--tag", metavar="T", help="role tag (unique per domain and device type)")
     nic.add_argument("--mac", metavar="MAC", help="default: a free 52:54:00 address")
+    nic.add_argument(
+        "--acpi-index",
+        metavar="N",
+        type=int,
+        help="libvirt's <acpi index='N'/> (1-16383, no other NIC of the domain has it): the guest kernel names "
+        "the NIC eno<N>; with --mac, a NIC detached and attached again keeps its name",
+    )
 
     unplug = _verb(
         commands,

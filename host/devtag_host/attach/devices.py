@@ -15,6 +15,7 @@ from typing import Any, Dict, Iterable, List, Optional, Set, Tuple, Union
 from xml.etree import ElementTree as ET
 
 from ..metadata import TagError, check_tag, device_entries
+from ..metadata.acpi_index import AcpiIndexError, check_acpi_index
 from ..metadata.device_tags import TagIndex, kind_of, taggable_devices
 from ..metadata.model import Disk, Domain, Nic
 from .model import InvalidInput
@@ -52,6 +53,20 @@ def check_tag_is_free(domain: Domain, kind: str, tag: Optional[str], pending: It
             raise InvalidInput(f"tag {tag!r} is already on a {kind} of domain {domain.name!r}")
     if tag in set(pending):
         raise InvalidInput(f"tag {tag!r} is being attached to another {kind} of domain {domain.name!r}")
+
+
+def check_acpi_index_is_free(views: Iterable[Domain], index: Optional[int]) -> None:
+    """The ACPI index is in range and no NIC of any view of the domain has it."""
+    if index is None:
+        return
+    try:
+        check_acpi_index(index)
+    except AcpiIndexError as exc:
+        raise InvalidInput(str(exc)) from None
+    for view in views:
+        for nic in view.nics:
+            if nic.acpi_index == index:
+                raise InvalidInput(f"ACPI index {index} is already on the NIC {nic.mac} of domain {view.name!r}")
 
 
 def next_target(domains: Iterable[Domain], bus: str) -> str:
@@ -131,8 +146,12 @@ def interface_xml(
     bridge: Optional[str] = None,
     user: bool = False,
     model: str = "virtio",
+    acpi_index: Optional[int] = None,
 ) -> str:
-    """``<interface>`` on a libvirt network, a host bridge or QEMU's user-mode network (exactly one)."""
+    """``<interface>`` on a libvirt network, a host bridge or QEMU's user-mode network (exactly one).
+
+    ``acpi_index`` (checked by :func:`check_acpi_index_is_free`) names the NIC ``eno<N>`` in the guest.
+    """
     if sum((network is not None, bridge is not None, user)) != 1:
         raise InvalidInput("give exactly one of --network, --bridge or --user")
     if model not in NIC_MODELS:
@@ -151,6 +170,8 @@ def interface_xml(
     ET.SubElement(interface, "mac", address=mac)
     ET.SubElement(interface, "model", type=model)
     ET.SubElement(interface, "alias", name=alias)
+    if acpi_index is not None:
+        ET.SubElement(interface, "acpi", index=str(acpi_index))
     return ET.tostring(interface, encoding="unicode")
 
 

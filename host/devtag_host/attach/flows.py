@@ -164,6 +164,7 @@ class ComputeHost(Host):
         model_name: str = "virtio",
         tag: Optional[str] = None,
         mac: Optional[str] = None,
+        acpi_index: Optional[int] = None,
     ) -> InterfaceAttachment:
         guest = self.guest(domain)
         record_id = str(uuid.uuid4())
@@ -173,10 +174,17 @@ class ComputeHost(Host):
             views = guest.views()
             pending = [i.tag for i in self.store.interfaces(instance_uuid=guest.uuid) if i.tag]
             devices.check_tag_is_free(guest.current(), "nic", tag, pending)
+            devices.check_acpi_index_is_free(views.values(), acpi_index)
             taken = [n.mac for v in views.values() for n in v.nics if n.mac] + [i.mac for i in self.store.interfaces()]
             chosen = (mac or devices.random_mac(taken)).lower()
             xml = devices.interface_xml(
-                mac=chosen, alias=alias, network=network, bridge=bridge, user=user, model=model_name
+                mac=chosen,
+                alias=alias,
+                network=network,
+                bridge=bridge,
+                user=user,
+                model=model_name,
+                acpi_index=acpi_index,
             )
             operation.ids["mac"] = chosen
 

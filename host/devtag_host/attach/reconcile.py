@@ -369,7 +369,8 @@ def stale_tag_entries(
     for domain in views.values():
         present = set()
         for device in taggable_devices(domain):
-            for value in (getattr(device, "serial", None), device.alias, getattr(device, "mac", None)):
+            identities = ("serial", "alias", "mac", "mount_tag")
+            for value in (getattr(device, name, None) for name in identities):
                 if value:
                     present.add(value.lower())
         for entry in domain.tag_entries:

@@ -170,6 +170,7 @@ def cmd_attach_interface(args: argparse.Namespace) -> None:
             model_name=args.model,
             tag=args.tag,
             mac=args.mac,
+            acpi_index=args.acpi_index,
         )
     tag = f", tag {nic.tag}" if nic.tag else ""
     print(f"NIC {nic.mac} attached to {args.domain} at {nic.address} ({nic.model}{tag})")

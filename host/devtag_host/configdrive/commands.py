@@ -58,7 +58,8 @@ def register(commands: Any) -> None:
     configdrive.add_argument(
         "--all-devices",
         action="store_true",
-        help="list every NIC and disk in the devices document (default: as Nova, tagged ones and NICs with a VLAN)",
+        help="list every NIC and disk in the devices document "
+        "(default: as Nova, tagged ones, NICs with a VLAN and shares)",
     )
     configdrive.set_defaults(handler=_cmd_configdrive)
 

@@ -31,8 +31,8 @@ def register(commands: Any) -> None:
     fwcfg.add_argument(
         "--all-devices",
         action="store_true",
-        help="with --enable: list every NIC and disk, also in later refreshes (default: as Nova, tagged ones "
-        "and NICs with a VLAN)",
+        help="with --enable: list every NIC and disk, also in later refreshes (default: as Nova, tagged ones, "
+        "NICs with a VLAN and shares)",
     )
     fwcfg.set_defaults(handler=_cmd_fwcfg)
 

@@ -2,7 +2,7 @@
 
 Tags are stored in the domain's devtag ``<metadata>`` element keyed by a stable
 device identity -- the MAC of a NIC; the serial, else the ``ua-`` alias, else
-the target dev of a disk -- so they survive libvirtd restarts and travel with
+the target dev of a disk; the mount tag of a share -- so they survive libvirtd restarts and travel with
 the domain XML.  Everything here is pure: it takes a parsed
 :class:`~devtag_host.metadata.model.Domain` and returns new tag entries, which
 the caller writes back through libvirt.
@@ -13,10 +13,10 @@ from __future__ import annotations
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from ..errors import InputError
-from .model import Disk, Domain, Nic, TagEntry
+from .model import Disk, Domain, Nic, Share, TagEntry
 from .tags import MAX_TAGS_PER_DEVICE, TagError, check_tag
 
-Device = Union[Nic, Disk]
+Device = Union[Nic, Disk, Share]
 
 # Disks that are the instance's own config drive are never listed or tagged.
 CONFIG_DRIVE_ALIAS = "ua-devtag-config-drive"
@@ -42,13 +42,17 @@ def is_config_drive(disk: Disk) -> bool:
 
 
 def kind_of(device: Device) -> str:
-    return "nic" if isinstance(device, Nic) else "disk"
+    if isinstance(device, Nic):
+        return "nic"
+    return "share" if isinstance(device, Share) else "disk"
 
 
 def identity(device: Device) -> Optional[Tuple[str, str]]:
     """The (key, value) under which the device's tags are stored."""
     if isinstance(device, Nic):
         return ("mac", device.mac) if device.mac else None
+    if isinstance(device, Share):
+        return ("target", device.mount_tag)
     if device.serial:
         return ("serial", device.serial)
     if device.alias and device.alias.startswith("ua-"):
@@ -62,6 +66,8 @@ def _lookup_keys(device: Device) -> List[Tuple[str, str, str]]:
     """The (kind, key, value) identities a stored entry may use for ``device``."""
     if isinstance(device, Nic):
         return [("nic", "mac", device.mac)] if device.mac else []
+    if isinstance(device, Share):
+        return [("share", "target", device.mount_tag)]
     candidates = (("serial", device.serial), ("alias", device.alias), ("target", device.target_dev))
     return [("disk", key, value) for key, value in candidates if value]
 
@@ -95,27 +101,30 @@ def tags_of(domain: Domain, device: Device) -> Tuple[str, ...]:
 
 
 def taggable_devices(domain: Domain) -> List[Device]:
-    return [*domain.nics, *(d for d in domain.disks if not is_config_drive(d))]
+    return [*domain.nics, *(d for d in domain.disks if not is_config_drive(d)), *domain.shares]
 
 
 def find_device(domain: Domain, selector: str) -> Device:
-    """The one NIC or disk named by a MAC, disk target (``sdb``), serial or alias."""
+    """The one NIC, disk or share named by a MAC, disk target (``sdb``), serial, alias or mount tag."""
     wanted = selector.strip()
     matches = []
     for device in taggable_devices(domain):
         if isinstance(device, Nic):
             hit = wanted.lower() == (device.mac or "") or wanted == device.alias
+        elif isinstance(device, Share):
+            hit = wanted in (device.mount_tag, device.alias)
         else:
             hit = wanted in (device.target_dev, device.serial, device.alias)
         if hit:
             matches.append(device)
     if not matches:
         raise DeviceSelectionError(
-            f"no NIC or disk of domain {domain.name!r} has the MAC, target, serial or alias {selector!r}"
+            f"no NIC, disk or share of domain {domain.name!r} has the MAC, target, serial, alias or mount tag"
+            f" {selector!r}"
         )
     if len(matches) > 1:
         raise DeviceSelectionError(
-            f"{selector!r} names {len(matches)} devices of domain {domain.name!r}; use a MAC or a target dev"
+            f"{selector!r} names {len(matches)} devices of domain {domain.name!r}; use a MAC, a target dev or an alias"
         )
     return matches[0]
 
@@ -180,4 +189,6 @@ def remove_tags(domain: Domain, selector: str, tags: Iterable[str] = ()) -> Tupl
 def _describe(device: Device) -> str:
     if isinstance(device, Nic):
         return f"MAC {device.mac}"
+    if isinstance(device, Share):
+        return f"share {device.mount_tag}"
     return f"disk {device.target_dev or device.serial or device.alias}"

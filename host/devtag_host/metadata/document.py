@@ -1,14 +1,15 @@
 """Turn a parsed domain into the guest-facing ``{"devices": [...]}`` document.
 
 The document is Nova-compatible (``type``, ``bus``, ``address``, ``mac``,
-``serial``, ``vlan``, ``vf_trusted``, ``tags``) plus devtag's additions
-(``pci_path``, ``controller``), and is validated against the shared schema
+``serial``, ``vlan``, ``vf_trusted``, ``share_id``, ``tag``, ``tags``) plus devtag's additions
+(``pci_path``, ``controller``, ``acpi_index``), and is validated against the shared schema
 before anyone sees it.
 
 What is published follows Nova's libvirt driver (``_build_device_metadata``):
 a disk is listed when it carries a tag, a NIC when it carries a tag or a VLAN
-(``vf_trusted`` is a field of a listed NIC, never a reason to list one).  An
-untagged device has no role for the guest to find, and every guest agent would
+(``vf_trusted`` is a field of a listed NIC, never a reason to list one), and
+every virtiofs share, as Nova lists every share attached to an instance.  An
+untagged NIC or disk has no role for the guest to find, and every guest agent would
 otherwise have to skip it.  ``all_devices=True`` lists every NIC and disk, for
 operators who want the full map (``devtag-host devices --all``).
 """
@@ -22,7 +23,7 @@ from typing import Any, Dict, List
 from ..errors import InputError
 from .device_tags import TagIndex, taggable_devices
 from .guest_address import Topology
-from .model import Disk, Domain, Nic
+from .model import Disk, Domain, Nic, Share
 from .validation import validate_document
 
 MAX_DEVICES = 4096
@@ -34,16 +35,23 @@ class TooManyDevicesError(InputError, ValueError):
 
 
 def device_entries(domain: Domain) -> List[Dict[str, Any]]:
-    """One metadata entry per NIC and disk (config drive excluded), in XML order, tagged or not."""
+    """One metadata entry per NIC, disk (config drive excluded) and share, tagged or not.
+
+    NICs, then disks, then shares, each kind in XML order.
+    """
     devices = taggable_devices(domain)
     if len(devices) > MAX_DEVICES:
         raise TooManyDevicesError(
-            f"domain {domain.name!r} has {len(devices)} NICs and disks; the metadata carries at most {MAX_DEVICES}"
+            f"domain {domain.name!r} has {len(devices)} NICs, disks and shares;"
+            f" the metadata carries at most {MAX_DEVICES}"
         )
     topology = Topology(domain)
     tag_index = TagIndex(domain.tag_entries)
     entries = []
     for device in devices:
+        if isinstance(device, Share):
+            entries.append(_share_entry(device, tag_index))
+            continue
         if isinstance(device, Nic):
             if device.mac is None:
                 continue  # only hand-written XML lacks a MAC; libvirt always assigns one
@@ -63,6 +71,8 @@ def device_entries(domain: Domain) -> List[Dict[str, Any]]:
             if device.vlan is not None:
                 entry["vlan"] = device.vlan
             entry["vf_trusted"] = bool(device.trusted)
+            if device.acpi_index is not None:
+                entry["acpi_index"] = device.acpi_index
             if location.bus == "none" and device.guest_name and _SAFE_DEV_NAME.match(device.guest_name):
                 entry["devname"] = device.guest_name
         else:
@@ -72,9 +82,23 @@ def device_entries(domain: Domain) -> List[Dict[str, Any]]:
     return entries
 
 
+def _share_entry(share: Share, tag_index: TagIndex) -> Dict[str, Any]:
+    """Nova's share entry.  ``share_id`` is the mount tag: libvirt knows no other name for a share
+    that means something to the guest (Nova's is a Manila UUID, and Nova's mount tag defaults to it)."""
+    return {
+        "type": "share",
+        "share_id": share.mount_tag,
+        "tag": share.mount_tag,
+        "bus": "none",
+        "address": "none",
+        "tags": list(tag_index.tags_of(share)),
+    }
+
+
 def published_by_nova(entry: Dict[str, Any]) -> bool:
-    """Whether Nova would list this entry: a tag, or a NIC with a VLAN."""
-    return bool(entry.get("tags")) or (entry.get("type") == "nic" and entry.get("vlan") is not None)
+    """Whether Nova would list this entry: a tag, a NIC with a VLAN, or a share."""
+    kind = entry.get("type")
+    return bool(entry.get("tags")) or (kind == "nic" and entry.get("vlan") is not None) or kind == "share"
 
 
 def _add_disk_fields(entry: Dict[str, Any], disk: Disk, bus: str) -> None:
@@ -88,7 +112,7 @@ def devices_document(domain: Domain, *, validate: bool = True, all_devices: bool
     """The ``{"devices": [...]}`` document of ``domain``, schema-validated.
 
     By default the devices Nova would list (:func:`published_by_nova`);
-    ``all_devices`` lists every NIC and disk, untagged ones with ``"tags": []``.
+    ``all_devices`` lists every NIC and disk too, untagged ones with ``"tags": []``.
     """
     entries = device_entries(domain)
     if not all_devices:

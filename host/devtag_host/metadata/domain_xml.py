@@ -27,6 +27,7 @@ from .model import (
     Nic,
     OtherAddress,
     PciAddress,
+    Share,
     TagEntry,
     UsbAddress,
 )
@@ -43,7 +44,12 @@ MAX_XML_DEPTH = 256
 # C strtoul(base 0) syntax, ASCII only (Python's int() would take any Unicode digit).
 _NUMBER = re.compile(r"\A(0[xX][0-9a-fA-F]{1,8}|0[0-7]{0,11}|[1-9][0-9]{0,11})\Z")
 _DISK_DEVICES = frozenset({"disk", "cdrom", "lun"})
-_TAG_KEYS = {"nic": ("mac",), "disk": ("serial", "alias", "target")}
+_TAG_KEYS = {"nic": ("mac",), "disk": ("serial", "alias", "target"), "share": ("target",)}
+# The largest ACPI index udev names a NIC by (eno<N>; systemd's ONBOARD_14BIT_INDEX_MAX on x86), and the
+# limit QEMU itself enforces where it checks (QEMU 7.2 does not check every device: a pc domain with 16384 starts).
+MAX_ACPI_INDEX = 16383
+# QEMU's vhost-user-fs-pci refuses a mount tag longer than the 36 bytes of virtio-fs's config space.
+MAX_MOUNT_TAG_BYTES = 36
 
 
 class DomainXmlError(InputError, ValueError):
@@ -96,6 +102,7 @@ def _read_domain(root: ET.Element) -> Domain:
     controllers: List[Controller] = []
     nics: List[Nic] = []
     disks: List[Disk] = []
+    shares: List[Share] = []
     for position, element in enumerate(children):
         where = f"<{element.tag}> #{position + 1}"
         if element.tag == "controller":
@@ -104,6 +111,10 @@ def _read_domain(root: ET.Element) -> Domain:
             nics.append(_read_interface(element, where))
         elif element.tag == "disk" and element.get("device", "disk") in _DISK_DEVICES:
             disks.append(_read_disk(element, where))
+        elif element.tag == "filesystem":
+            share = _read_filesystem(element, where)
+            if share is not None:
+                shares.append(share)
     return Domain(
         name=name,
         uuid=(root.findtext("uuid") or "").strip().lower() or None,
@@ -113,6 +124,7 @@ def _read_domain(root: ET.Element) -> Domain:
         controllers=tuple(controllers),
         nics=tuple(nics),
         disks=tuple(disks),
+        shares=tuple(shares),
         tag_entries=tuple(_read_tag_entries(root.find("metadata"))),
     )
 
@@ -205,6 +217,8 @@ def _read_interface(element: ET.Element, where: str) -> Nic:
     trust = element.get("trustGuestRxFilters")
     guest = element.find("guest")
     kind = element.get("type", "")
+    acpi = element.find("acpi")
+    acpi_index = _attr_number(acpi, "index", f"{where} <acpi>", 0xFFFFFFFF) if acpi is not None else 0
     return Nic(
         mac=mac,
         interface_type=kind,
@@ -214,6 +228,7 @@ def _read_interface(element: ET.Element, where: str) -> Nic:
         vlan=_attr_number(vlan_tag, "id", f"{where} <vlan><tag>", 4095) if vlan_tag is not None else None,
         trusted=(trust == "yes") if kind == "hostdev" else None,
         guest_name=guest.get("dev") if guest is not None else None,
+        acpi_index=acpi_index if 1 <= acpi_index <= MAX_ACPI_INDEX else None,
     )
 
 
@@ -230,6 +245,26 @@ def _read_disk(element: ET.Element, where: str) -> Disk:
         address=_read_address(element, where),
         source_file=source.get("file") if source is not None else None,
     )
+
+
+def _read_filesystem(element: ET.Element, where: str) -> Optional[Share]:
+    """A virtiofs ``<filesystem type='mount'>`` as a share; other filesystems are not shares.
+
+    A share without a mount tag cannot be mounted, so it is skipped; a tag QEMU
+    would refuse (too long, control characters) is an error like a bad MAC.
+    """
+    driver = element.find("driver")
+    if element.get("type", "mount") != "mount" or driver is None or driver.get("type") != "virtiofs":
+        return None
+    target = element.find("target")
+    mount_tag = target.get("dir") if target is not None else None
+    if not mount_tag:
+        return None
+    if len(mount_tag.encode("utf-8", "surrogatepass")) > MAX_MOUNT_TAG_BYTES or not mount_tag.isprintable():
+        raise DomainXmlError(
+            f"{where}: mount tag {mount_tag[:60]!r} is not 1 to {MAX_MOUNT_TAG_BYTES} bytes of printable characters"
+        )
+    return Share(mount_tag=mount_tag, alias=_alias(element))
 
 
 def _read_tag_entries(metadata: Optional[ET.Element]) -> List[TagEntry]:

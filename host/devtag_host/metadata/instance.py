@@ -27,7 +27,9 @@ from .document import devices_document
 from .model import Domain
 from .validation import validate_document
 
-# Nova's OpenStack metadata versions, oldest first (what cloud-init 22+ knows).
+# Nova's OpenStack metadata versions, oldest first.  cloud-init reads 2018-08-27 at
+# most; 2020-10-14 is listed as Nova lists it (its ``dedicated_cpus`` is not written:
+# devtag does not know which CPUs Nova would call dedicated), 2025-04-04 adds shares.
 OPENSTACK_VERSIONS: Tuple[str, ...] = (
     "2012-08-10",
     "2013-04-04",
@@ -37,6 +39,8 @@ OPENSTACK_VERSIONS: Tuple[str, ...] = (
     "2016-10-06",
     "2017-02-22",
     "2018-08-27",
+    "2020-10-14",
+    "2025-04-04",
 )
 LATEST = "latest"
 EC2_VERSIONS: Tuple[str, ...] = ("2009-04-04",)
@@ -47,6 +51,7 @@ _DEVICES_SINCE = "2016-06-30"
 _VENDOR_DATA2_SINCE = "2016-10-06"
 _VLAN_SINCE = "2017-02-22"
 _VF_TRUSTED_SINCE = "2018-08-27"
+_SHARES_SINCE = "2025-04-04"
 MAX_INJECTED_FILES = 256
 
 
@@ -91,9 +96,12 @@ def _encode(document: Any) -> bytes:
 
 
 def devices_for_version(devices: Tuple[Mapping[str, Any], ...], version: str) -> List[Dict[str, Any]]:
-    """The device entries as Nova serves them in ``version`` (fields drop in older ones)."""
+    """The device entries as Nova serves them in ``version`` (fields and shares drop in older ones)."""
     entries = []
+    shares = _at_least(version, _SHARES_SINCE)
     for device in devices:
+        if device.get("type") == "share" and not shares:
+            continue
         entry = dict(device)
         if not _at_least(version, _VLAN_SINCE):
             entry.pop("vlan", None)

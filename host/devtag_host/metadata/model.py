@@ -77,6 +77,7 @@ class Nic:
     vlan: Optional[int] = None
     trusted: Optional[bool] = None  # SR-IOV VF trust, hostdev interfaces only
     guest_name: Optional[str] = None  # <guest dev=/> (containers)
+    acpi_index: Optional[int] = None  # <acpi index=/>, when the guest kernel can name the NIC eno<N> by it
 
 
 @dataclass(frozen=True)
@@ -91,11 +92,19 @@ class Disk:
 
 
 @dataclass(frozen=True)
+class Share:
+    """A virtiofs ``<filesystem>``: the guest mounts it by its mount tag (``<target dir=>``)."""
+
+    mount_tag: str
+    alias: Optional[str]
+
+
+@dataclass(frozen=True)
 class TagEntry:
     """Tags that the devtag ``<metadata>`` element gives one device identity."""
 
-    kind: str  # 'nic' or 'disk'
-    key: str  # 'mac', 'serial', 'alias' or 'target'
+    kind: str  # 'nic', 'disk' or 'share'
+    key: str  # 'mac', 'serial', 'alias' or 'target' (a share's mount tag)
     value: str
     tags: Tuple[str, ...]
 
@@ -110,4 +119,5 @@ class Domain:
     controllers: Tuple[Controller, ...] = ()
     nics: Tuple[Nic, ...] = ()
     disks: Tuple[Disk, ...] = ()
+    shares: Tuple[Share, ...] = ()
     tag_entries: Tuple[TagEntry, ...] = field(default=())

@@ -61,7 +61,7 @@ def register(commands: Any) -> None:
     server.add_argument(
         "--all-devices",
         action="store_true",
-        help="list every NIC and disk in meta_data.json (default: as Nova, tagged ones and NICs with a VLAN)",
+        help="list every NIC and disk in meta_data.json (default: as Nova, tagged ones, NICs with a VLAN and shares)",
     )
     server.set_defaults(handler=_cmd_metadata_server)
 
