@@ -27,7 +27,7 @@ from .exception import PlacementException
 from .handlers import aggregate, allocation, allocation_candidate, inventory, reshaper, resource_class, trait, usage
 from .handlers import resource_provider as provider
 from .objects import resource_provider as provider_objects
-from .web import Call, Reply
+from .web import Call, Reply, decode_json
 
 log = logging.getLogger(__name__)
 
@@ -213,6 +213,10 @@ class Placement:
                 # Upstream declares this one method as 405 below its version.
                 raise PlacementError(405, f"The method {method} is not allowed for this resource.")
             raise errors.not_found("The resource could not be found.")
+        # No name or identifier holds a NUL (every write refuses one; PostgreSQL's text
+        # cannot): a path naming one names nothing, a query with one is malformed.
+        if "\x00" in path:
+            raise errors.not_found("The resource could not be found.")
         if method == "GET" and headers.get("accept") and not _accepts_json(headers["accept"]):
             raise PlacementError(406, "Only application/json is provided")
         parsed: Any = None
@@ -232,14 +236,16 @@ class Placement:
                 # separate read transaction per write cost a fifth of the load path.
                 provider_first = match.group("uuid")
             try:
-                parsed = json.loads(body)
-            except (ValueError, UnicodeDecodeError) as exc:
+                parsed = decode_json(body)
+            except PlacementError:
                 self._require_provider(provider_first)
-                raise errors.bad_request(f"Malformed JSON: {exc}") from None
+                raise
         try:
             query = parse_qsl(query_string, keep_blank_values=True, strict_parsing=False, max_num_fields=100)
         except ValueError:
             raise errors.bad_request("Invalid query string parameters: too many fields") from None
+        if any("\x00" in key or "\x00" in value for key, value in query):
+            raise errors.bad_request("Invalid query string parameters: NUL character")
         call = Call(self.store, version, match.groupdict(), query, parsed)
         try:
             return handler(call)

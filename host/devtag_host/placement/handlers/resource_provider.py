@@ -14,7 +14,17 @@ from ..objects import resource_class, trait
 from ..objects import resource_provider as rp
 from ..query import TraitFilter, parse_member_of, parse_traits
 from ..schemas import resource_provider as schema
-from ..web import Call, Reply, cache_headers, is_uuid, normal_uuid, parse_resources, provider_url, validate
+from ..web import (
+    Call,
+    Reply,
+    cache_headers,
+    fits_nowhere,
+    is_uuid,
+    normal_uuid,
+    parse_resources,
+    provider_url,
+    validate,
+)
 
 
 def represent(call: Call, provider: rp.Provider) -> Dict[str, Any]:
@@ -100,6 +110,8 @@ def list_providers(call: Call) -> Reply:
             return Reply(200, {"resource_providers": []}, cache_headers(call))
         if wanted:
             ids = resource_class.require_ids(connection, wanted)
+            if fits_nowhere(wanted):
+                return Reply(200, {"resource_providers": []}, cache_headers(call))
             filters["resources"] = {ids[name]: amount for name, amount in wanted.items()}
         providers = rp.list_providers(connection, **filters)
     body = {"resource_providers": [represent(call, provider) for provider in providers]}
