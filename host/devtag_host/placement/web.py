@@ -103,7 +103,7 @@ def validate(body: Any, schema: Dict[str, Any]) -> Any:
         return body
     error = jsonschema.exceptions.best_match(reference.iter_errors(body))
     if error is not None:
-        raise PlacementError(400, f"JSON does not validate: {error.message[:500]}")
+        raise PlacementError(400, f"JSON does not validate: {_described(error)}")
     # The validators disagree (the test-suite checks they do not): the compiled one decides.
     raise PlacementError(400, "JSON does not validate")  # pragma: no cover
 
@@ -167,6 +167,28 @@ def _check_text(text: str) -> None:
         ) from None
     if "\x00" in text:
         raise errors.bad_request("Malformed JSON: a string holds a NUL character (\\u0000)")
+
+
+# jsonschema's description quotes the schema and the instance: bounded for a huge one.
+MAX_ERROR_TEXT = 4000
+
+
+def _described(error: Any) -> str:
+    """jsonschema's whole text for ``error``, as upstream sends it: the message, then
+    "Failed validating '<keyword>' in schema[...]" with the schema and the instance."""
+    text = str(error)
+    return text if len(text) <= MAX_ERROR_TEXT else text[:MAX_ERROR_TEXT] + "..."
+
+
+def query_error(key: str, value: str, schema: Dict[str, Any]) -> PlacementError:
+    """The 400 upstream's query-string schema gives for ``key=value``, where
+    ``schema`` (upstream's, for that key) refuses ``value``: jsonschema's own text.
+    Only called once a handler's own check has refused the value."""
+    wrapper = {"type": "object", "properties": {key: schema}}
+    cls = jsonschema.validators.extend(jsonschema.Draft4Validator, {"pattern": devtag_schema.pattern_keyword})
+    error = jsonschema.exceptions.best_match(cls(wrapper, format_checker=_FORMATS).iter_errors({key: value}))
+    text = _described(error) if error is not None else f"{value[:100]!r} is not valid for {key!r}"
+    return errors.bad_request(f"Invalid query string parameters: {text}")
 
 
 def normal_uuid(value: str) -> str:

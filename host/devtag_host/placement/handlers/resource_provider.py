@@ -9,7 +9,7 @@ from sqlalchemy.exc import IntegrityError
 
 from .. import errors
 from ..errors import Http, Rules, mapped
-from ..exception import ResourceClassNotFound, TraitNotFound
+from ..exception import ResourceClassNotFound, ResourceProviderNotFound, TraitNotFound
 from ..objects import resource_class, trait
 from ..objects import resource_provider as rp
 from ..query import TraitFilter, parse_member_of, parse_traits
@@ -160,7 +160,12 @@ def update_provider(call: Call) -> Reply:
     return Reply(200, represent(call, provider), cache_headers(call))  # 1.15, as upstream
 
 
+_DELETE_WORDS: Rules = {
+    ResourceProviderNotFound: Http(404, detail=lambda exc: f"{exc} for delete"),
+}
+
+
 def delete_provider(call: Call) -> Reply:
-    with call.store.write() as connection:
+    with call.store.write() as connection, mapped(_DELETE_WORDS):
         rp.delete(connection, rp.get_or_404(connection, call.params["uuid"]))
     return Reply(204)
