@@ -65,7 +65,14 @@ class PlacementClient:
         self.url = url.rstrip("/")
         self.session = session
         self.timeout = timeout
-        self.headers = {"x-auth-token": token, "openstack-api-version": VERSION, "accept": "application/json"}
+        # The node's roles as Placement's noauth2 reads them: a node moves its own
+        # allocations with POST /reshaper, which upstream's policy keeps for services.
+        self.headers = {
+            "x-auth-token": token,
+            "x-roles": "admin,service",
+            "openstack-api-version": VERSION,
+            "accept": "application/json",
+        }
 
     def call(
         self, method: str, path: str, body: Any = None, *, microversion: Optional[Tuple[int, int]] = None

@@ -606,7 +606,7 @@ def _generation(client: httpx.Client, rp: str, headers: Dict[str, str]) -> int:
 
 
 def send(client: httpx.Client, request: Request) -> Tuple[int, Dict[str, str], Any]:
-    # The service role: upstream's policy wants it for POST /reshaper (devtag has no roles).
+    # The service role: upstream's policy wants it for POST /reshaper.
     headers = {"openstack-api-version": f"placement 1.{request.minor}", "x-auth-token": "admin",
                "x-roles": "admin,service", "accept": "application/json"}  # fmt: skip
     body = request.body

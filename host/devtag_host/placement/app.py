@@ -9,6 +9,7 @@ version root needs ``X-Auth-Token``; with a configured token only that one.
 from __future__ import annotations
 
 import hmac
+import html
 import json
 import logging
 import os
@@ -20,14 +21,14 @@ from urllib.parse import parse_qsl
 import orjson
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
-from . import errors, microversion
+from . import errors, microversion, policy
 from .db import Store
 from .errors import PlacementError
 from .exception import PlacementException
 from .handlers import aggregate, allocation, allocation_candidate, inventory, reshaper, resource_class, trait, usage
 from .handlers import resource_provider as provider
 from .objects import resource_provider as provider_objects
-from .web import Call, Reply
+from .web import Call, Reply, cache_headers, decode_json
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ def root(call: Call) -> Reply:
         "status": "CURRENT",
         "links": [{"rel": "self", "href": ""}],
     }
-    return Reply(200, {"versions": [version]})
+    return Reply(200, {"versions": [version]}, cache_headers(call))
 
 
 # path template -> {method: (minimum minor version, handler, takes a JSON body)}
@@ -114,6 +115,7 @@ def _compile(template: str) -> re.Pattern[str]:
 
 
 _COMPILED = [(_compile(template), methods) for template, methods in ROUTES.items()]
+_TEMPLATES = {pattern.pattern: template for (pattern, _m), template in zip(_COMPILED, ROUTES)}
 
 
 def _find_route(path: str) -> Tuple[re.Match[str], Dict[str, Tuple[int, Handler, bool]]]:
@@ -147,7 +149,15 @@ class Placement:
         self.auth_token = auth_token
 
     # -- the synchronous core ----------------------------------------------------------------
-    def handle(self, method: str, path: str, query_string: str, headers: Mapping[str, str], body: bytes) -> Response:
+    def handle(
+        self,
+        method: str,
+        path: str,
+        query_string: str,
+        headers: Mapping[str, str],
+        body: bytes,
+        scheme: str = "http",
+    ) -> Response:
         request_id = f"req-{uuidlib.uuid4()}"
         version: Optional[microversion.Version] = None
         try:
@@ -181,8 +191,15 @@ class Placement:
         if reply.status >= 400 and not (version and version.at_least(23)) and isinstance(reply.body, dict):
             for error in reply.body.get("errors", []):  # 1.23 added ``code`` to errors
                 error.pop("code", None)
+        location = reply.headers.get("location", "")
+        if location.startswith("/") and headers.get("host"):  # absolute, as upstream (webob) sends it
+            out_headers = [(k, v) for k, v in out_headers if k != "location"]
+            out_headers.append(("location", f"{scheme}://{headers['host']}{location}"))
         if reply.body is None:
             return Response(reply.status, out_headers, b"")
+        accept = headers.get("accept")
+        if reply.status >= 400 and accept and not _accepts_json(accept):
+            return _error_as_text(reply, out_headers, accept)
         out_headers.append(("content-type", "application/json"))
         return Response(reply.status, out_headers, orjson.dumps(reply.body))
 
@@ -196,8 +213,11 @@ class Placement:
         version: microversion.Version,
     ) -> Reply:
         match, methods = _find_route(path)
+        who: Optional[policy.Credentials] = None
         if path != "/":
-            self._check_token(headers.get("x-auth-token"))
+            who = self._check_token(headers.get("x-auth-token"), headers)
+        if body and not headers.get("content-type"):
+            raise errors.bad_request("content-type header required when content-length > 0")
         if method == "HEAD" and "GET" in methods:
             method = "GET"
         if method not in methods:
@@ -205,13 +225,17 @@ class Placement:
             if not allowed:
                 raise errors.not_found("The resource could not be found.")
             raise PlacementError(
-                405, "The method specified is not allowed for this resource.", headers={"allow": allowed}
+                405, f"The method {method} is not allowed for this resource.", headers={"allow": allowed}
             )
         minor, handler, takes_body = methods[method]
         if not version.at_least(minor):
             if (path.endswith("/inventories"), method) == (True, "DELETE"):
                 # Upstream declares this one method as 405 below its version.
                 raise PlacementError(405, f"The method {method} is not allowed for this resource.")
+            raise errors.not_found("The resource could not be found.")
+        # No name or identifier holds a NUL (every write refuses one; PostgreSQL's text
+        # cannot): a path naming one names nothing, a query with one is malformed.
+        if "\x00" in path:
             raise errors.not_found("The resource could not be found.")
         if method == "GET" and headers.get("accept") and not _accepts_json(headers["accept"]):
             raise PlacementError(406, "Only application/json is provided")
@@ -224,6 +248,9 @@ class Placement:
                     415,
                     f"The media type {content_type or 'None'} is not supported, use application/json",
                 )
+        if who is not None:
+            self._authorize(match.re.pattern, method, who, query_string)
+        if takes_body or (body and method in ("PUT", "POST")):
             if "uuid" in match.groupdict() and path.startswith("/resource_providers/") and not path.endswith("/traits"):
                 # As upstream: an unknown provider is a 404 before its body is read
                 # (but for PUT .../traits, whose body upstream reads first).  Its
@@ -232,14 +259,16 @@ class Placement:
                 # separate read transaction per write cost a fifth of the load path.
                 provider_first = match.group("uuid")
             try:
-                parsed = json.loads(body)
-            except (ValueError, UnicodeDecodeError) as exc:
+                parsed = decode_json(body)
+            except PlacementError:
                 self._require_provider(provider_first)
-                raise errors.bad_request(f"Malformed JSON: {exc}") from None
+                raise
         try:
             query = parse_qsl(query_string, keep_blank_values=True, strict_parsing=False, max_num_fields=100)
         except ValueError:
             raise errors.bad_request("Invalid query string parameters: too many fields") from None
+        if any("\x00" in key or "\x00" in value for key, value in query):
+            raise errors.bad_request("Invalid query string parameters: NUL character")
         call = Call(self.store, version, match.groupdict(), query, parsed)
         try:
             return handler(call)
@@ -253,11 +282,23 @@ class Placement:
             with self.store.read() as connection:
                 provider_objects.get_or_404(connection, uuid)
 
-    def _check_token(self, token: Optional[str]) -> None:
+    def _check_token(self, token: Optional[str], headers: Mapping[str, str]) -> policy.Credentials:
         if not token:
             raise PlacementError(401, "The request you have made requires authentication.")
         if self.auth_token is not None and not hmac.compare_digest(token.encode(), self.auth_token.encode()):
             raise PlacementError(401, "The request you have made requires authentication.")
+        return policy.credentials(token, headers, trusted=self.auth_token is not None)
+
+    def _authorize(self, pattern: str, method: str, who: policy.Credentials, query_string: str) -> None:
+        """403 unless upstream's default policy lets ``who`` do this."""
+        rule = policy.RULES.get((_TEMPLATES[pattern], method))
+        if rule is None:
+            return
+        project_id = None
+        if rule in policy.PROJECT_READER:
+            project_id = dict(parse_qsl(query_string, keep_blank_values=True, max_num_fields=100)).get("project_id")
+        if not policy.allows(rule, who, project_id):
+            raise PlacementError(403, policy.refusal(rule, who))
 
     def _error(self, exc: PlacementError, request_id: str, version: Optional[microversion.Version]) -> Reply:
         """The API-WG error document.  (Upstream adds ``code`` only from 1.23 on:
@@ -303,7 +344,13 @@ class Placement:
         else:
             query_string = scope.get("query_string", b"").decode("latin-1")
             response = await run_in_threadpool(
-                self.handle, scope["method"], scope["path"], query_string, headers, b"".join(chunks)
+                self.handle,
+                scope["method"],
+                scope["path"],
+                query_string,
+                headers,
+                b"".join(chunks),
+                scope.get("scheme", "http"),
             )
         await send(
             {
@@ -330,9 +377,24 @@ class Placement:
             return [_too_large_body()]
         body = environ["wsgi.input"].read(length) if length else b""
         path = environ.get("PATH_INFO", "") or "/"
-        response = self.handle(environ["REQUEST_METHOD"], path, environ.get("QUERY_STRING", ""), headers, body)
+        scheme = environ.get("wsgi.url_scheme", "http")
+        response = self.handle(environ["REQUEST_METHOD"], path, environ.get("QUERY_STRING", ""), headers, body, scheme)
         start_response(f"{response.status} {errors.TITLES.get(response.status, 'OK')}", response.headers)
         return [b"" if environ["REQUEST_METHOD"] == "HEAD" else response.body]
+
+
+def _error_as_text(reply: Reply, headers: List[Tuple[str, str]], accept: str) -> Response:
+    """An error for a client that does not take JSON: HTML if it takes that, else
+    plain text, in the words of upstream's error pages (webob)."""
+    (error,) = reply.body["errors"]
+    title = f"{error['status']} {error['title']}"
+    if "html" in accept.lower():
+        detail = html.escape(error["detail"])
+        head = f"<html>\n <head>\n  <title>{title}</title>\n </head>\n"
+        page = f"{head} <body>\n  <h1>{title}</h1>\n  {detail}\n </body>\n</html>"
+        return Response(reply.status, [*headers, ("content-type", "text/html; charset=UTF-8")], page.encode())
+    text = f"{title}\n\n{error['detail']}"
+    return Response(reply.status, [*headers, ("content-type", "text/plain; charset=UTF-8")], text.encode())
 
 
 def _too_large_body() -> bytes:

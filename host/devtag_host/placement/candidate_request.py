@@ -17,7 +17,7 @@ from typing import Dict, List, Optional, Set, Tuple
 from . import errors
 from .microversion import Version
 from .query import AggregateFilter, TraitFilter, parse_member_of, parse_traits, parse_traits_value, parse_uuid
-from .web import parse_resources
+from .web import parse_resources, query_error
 
 _NUMBERED = re.compile(r"^(resources|required|member_of|in_tree)([1-9][0-9]*)?$")
 _NAMED = re.compile(r"^(resources|required|member_of|in_tree)([a-zA-Z0-9_-]{1,64})?$")
@@ -106,6 +106,11 @@ def _group_patterns(version: Version) -> List[str]:
     return [f"^{prefix}({suffix})?$" for prefix in prefixes]
 
 
+# Upstream's schemas of these two keys, for its words when they refuse a value.
+_LIMIT_SCHEMA = {"type": ["integer", "string"], "pattern": "^[1-9][0-9]*$", "minimum": 1, "minLength": 1}
+_GROUP_POLICY_SCHEMA = {"type": "string", "enum": ["none", "isolate"]}
+
+
 def _check_schema(query: List[Tuple[str, str]], version: Version) -> None:
     """Upstream validates the query (each key's last value) with jsonschema and reports
     the error jsonschema ranks first: one about the whole query (a missing
@@ -127,9 +132,9 @@ def _check_schema(query: List[Tuple[str, str]], version: Version) -> None:
         verb = "was" if len(extras) == 1 else "were"
         raise errors.bad_request(f"{prefix}Additional properties are not allowed ({joined} {verb} unexpected)")
     if "limit" in last and not _LIMIT.search(last["limit"]):
-        raise errors.bad_request(f"{prefix}{last['limit'][:100]!r} does not match '^[1-9][0-9]*$'")
+        raise query_error("limit", last["limit"], _LIMIT_SCHEMA)
     if "group_policy" in properties and last.get("group_policy", "none") not in ("none", "isolate"):
-        raise errors.bad_request(f"{prefix}{last['group_policy'][:100]!r} is not one of ['none', 'isolate']")
+        raise query_error("group_policy", last["group_policy"], _GROUP_POLICY_SCHEMA)
 
 
 def parse(query: List[Tuple[str, str]], version: Version) -> CandidateRequest:

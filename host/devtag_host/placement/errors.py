@@ -42,6 +42,7 @@ QUERYPARAM_MISSING_VALUE = "placement.query.missing_value"
 TITLES = {
     400: "Bad Request",
     401: "Unauthorized",
+    403: "Forbidden",
     404: "Not Found",
     405: "Method Not Allowed",
     406: "Not Acceptable",

@@ -4,6 +4,7 @@ parsing helpers they share: body validation, query strings, links."""
 from __future__ import annotations
 
 import datetime
+import json
 import uuid as uuidlib
 from dataclasses import dataclass, field
 from email.utils import format_datetime
@@ -19,7 +20,7 @@ except ImportError:  # pragma: no cover - exercised only without the host extra
 import devtag_schema
 
 from . import errors
-from .db import Store
+from .db import MAX_INT, Store
 from .errors import PlacementError
 from .microversion import Version
 
@@ -102,9 +103,92 @@ def validate(body: Any, schema: Dict[str, Any]) -> Any:
         return body
     error = jsonschema.exceptions.best_match(reference.iter_errors(body))
     if error is not None:
-        raise PlacementError(400, f"JSON does not validate: {error.message[:500]}")
+        raise PlacementError(400, f"JSON does not validate: {_described(error)}")
     # The validators disagree (the test-suite checks they do not): the compiled one decides.
     raise PlacementError(400, "JSON does not validate")  # pragma: no cover
+
+
+# No placement document nests deeper than six levels (a reshaper body); this is
+# far from the stdlib parser's recursion limit and from orjson's output limit.
+MAX_JSON_DEPTH = 32
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def decode_json(body: bytes) -> Any:
+    """The request body as JSON, else upstream's 400 ``Malformed JSON: ...``.
+
+    Upstream's reading (strict UTF-8, then the stdlib parser), less what no
+    database or client can take back: ``NaN``/``Infinity`` (not JSON), nesting
+    beyond ``MAX_JSON_DEPTH``, lone surrogate escapes (``"\\ud800"`` is no
+    text; UTF-8 cannot encode it) and NUL characters (PostgreSQL's text cannot
+    hold one; no name or identifier of placement's has one)."""
+    try:
+        text = body.decode("utf-8")
+        value = json.loads(text, parse_constant=_not_json)
+    except RecursionError:
+        raise errors.bad_request(f"Malformed JSON: nested deeper than {MAX_JSON_DEPTH} levels") from None
+    except ValueError as exc:  # UnicodeDecodeError and json.JSONDecodeError among them
+        raise errors.bad_request(f"Malformed JSON: {exc}") from None
+    _check_decoded(value, "\\u" in text)
+    return value
+
+
+def _check_decoded(value: Any, escapes: bool) -> None:
+    """400 if ``value`` nests too deep or (when the text had ``\\u`` escapes)
+    holds a string UTF-8 cannot encode.  Iterative: a walk of the containers only."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+            if escapes:
+                for key in item:
+                    _check_text(key)
+        elif isinstance(item, list):
+            children = item
+        else:
+            if escapes and isinstance(item, str):
+                _check_text(item)
+            continue
+        if depth > MAX_JSON_DEPTH:
+            raise errors.bad_request(f"Malformed JSON: nested deeper than {MAX_JSON_DEPTH} levels")
+        stack.extend((child, depth + 1) for child in children if escapes or isinstance(child, (dict, list)))
+
+
+def _check_text(text: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise errors.bad_request(
+            f"Malformed JSON: lone surrogate {text[exc.start]!a} at character {exc.start}"
+        ) from None
+    if "\x00" in text:
+        raise errors.bad_request("Malformed JSON: a string holds a NUL character (\\u0000)")
+
+
+# jsonschema's description quotes the schema and the instance: bounded for a huge one.
+MAX_ERROR_TEXT = 4000
+
+
+def _described(error: Any) -> str:
+    """jsonschema's whole text for ``error``, as upstream sends it: the message, then
+    "Failed validating '<keyword>' in schema[...]" with the schema and the instance."""
+    text = str(error)
+    return text if len(text) <= MAX_ERROR_TEXT else text[:MAX_ERROR_TEXT] + "..."
+
+
+def query_error(key: str, value: str, schema: Dict[str, Any]) -> PlacementError:
+    """The 400 upstream's query-string schema gives for ``key=value``, where
+    ``schema`` (upstream's, for that key) refuses ``value``: jsonschema's own text.
+    Only called once a handler's own check has refused the value."""
+    wrapper = {"type": "object", "properties": {key: schema}}
+    cls = jsonschema.validators.extend(jsonschema.Draft4Validator, {"pattern": devtag_schema.pattern_keyword})
+    error = jsonschema.exceptions.best_match(cls(wrapper, format_checker=_FORMATS).iter_errors({key: value}))
+    text = _described(error) if error is not None else f"{value[:100]!r} is not valid for {key!r}"
+    return errors.bad_request(f"Invalid query string parameters: {text}")
 
 
 def normal_uuid(value: str) -> str:
@@ -150,6 +234,13 @@ def parse_resources(value: str) -> Dict[str, int]:
             raise errors.bad_request(f"Requested resource {name[:100]} requires amount >= 1. Got: {number}.")
         result[name] = number
     return result
+
+
+def fits_nowhere(amounts: Dict[str, int]) -> bool:
+    """An amount above any inventory's ``max_unit`` (at most ``MAX_INT``): no
+    provider can take it, which is upstream's answer on its databases.  Said
+    before any SQL, whose integer columns cannot hold such a number."""
+    return any(amount > MAX_INT for amount in amounts.values())
 
 
 def parse_member_of(value: str) -> Set[str]:

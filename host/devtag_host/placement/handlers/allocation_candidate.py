@@ -19,7 +19,7 @@ from ..exception import ResourceClassNotFound, TraitNotFound
 from ..objects import allocation_candidate, candidate_search, resource_class, trait
 from ..objects import resource_provider as rp
 from ..query import TraitFilter
-from ..web import Call, Reply, cache_headers
+from ..web import Call, Reply, cache_headers, fits_nowhere
 
 # Names in the query that do not exist: the request is bad (not a missing resource).
 _REWORDED: Rules = {
@@ -56,6 +56,8 @@ def _no_group_can_match(connection: Connection, request: candidate_request.Candi
         if _names_unknown(connection, group) and _search_stops_before(connection, request, groups[:index]):
             return True
         resource_class.require_ids(connection, group.resources)
+        if fits_nowhere(group.resources):  # no candidate, as a group no provider matches
+            return True
         if group.aggregates.required and not _any_member(connection, group.aggregates.required):
             return True
         names = [name for any_of in group.traits.required for name in sorted(any_of)]

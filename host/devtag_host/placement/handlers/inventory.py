@@ -57,6 +57,9 @@ def create_inventory(call: Call) -> Reply:
 
 def replace_inventories(call: Call) -> Reply:
     body = validate(call.body, schema.PUT_ALL)
+    for item in body["inventories"].values():
+        if not isinstance(item, dict):  # a key outside the schema's pattern: no schema checked it
+            raise errors.bad_request(f"JSON does not validate: {repr(item)[:100]} is not of type 'object'")
     wanted = {name: inv.Inventory.from_body(item) for name, item in body["inventories"].items()}
     with call.store.write() as connection:
         provider = rp.get_or_404(connection, call.params["uuid"])

@@ -45,7 +45,8 @@ def put_class(call: Call) -> Reply:
     name = call.params["name"]
     if call.want(7):
         if not _CUSTOM.match(name) or len(name) > 255:
-            raise errors.bad_request(f"JSON does not validate: '{name[:300]}' does not match '^CUSTOM_[A-Z0-9_]+$'")
+            validate({"name": name}, schema.PUT_V1_2)  # upstream checks the name as this body
+            raise errors.bad_request(f"JSON does not validate: {name[:300]!r} does not match '^CUSTOM_[A-Z0-9_]+$'")
         with call.store.write() as connection:
             created = resource_class.create(connection, name)
         return Reply(201 if created else 204, None, {"location": f"/resource_classes/{name}"})

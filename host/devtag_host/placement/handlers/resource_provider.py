@@ -9,12 +9,22 @@ from sqlalchemy.exc import IntegrityError
 
 from .. import errors
 from ..errors import Http, Rules, mapped
-from ..exception import ResourceClassNotFound, TraitNotFound
+from ..exception import ResourceClassNotFound, ResourceProviderNotFound, TraitNotFound
 from ..objects import resource_class, trait
 from ..objects import resource_provider as rp
 from ..query import TraitFilter, parse_member_of, parse_traits
 from ..schemas import resource_provider as schema
-from ..web import Call, Reply, cache_headers, is_uuid, normal_uuid, parse_resources, provider_url, validate
+from ..web import (
+    Call,
+    Reply,
+    cache_headers,
+    fits_nowhere,
+    is_uuid,
+    normal_uuid,
+    parse_resources,
+    provider_url,
+    validate,
+)
 
 
 def represent(call: Call, provider: rp.Provider) -> Dict[str, Any]:
@@ -100,6 +110,8 @@ def list_providers(call: Call) -> Reply:
             return Reply(200, {"resource_providers": []}, cache_headers(call))
         if wanted:
             ids = resource_class.require_ids(connection, wanted)
+            if fits_nowhere(wanted):
+                return Reply(200, {"resource_providers": []}, cache_headers(call))
             filters["resources"] = {ids[name]: amount for name, amount in wanted.items()}
         providers = rp.list_providers(connection, **filters)
     body = {"resource_providers": [represent(call, provider) for provider in providers]}
@@ -148,7 +160,12 @@ def update_provider(call: Call) -> Reply:
     return Reply(200, represent(call, provider), cache_headers(call))  # 1.15, as upstream
 
 
+_DELETE_WORDS: Rules = {
+    ResourceProviderNotFound: Http(404, detail=lambda exc: f"{exc} for delete"),
+}
+
+
 def delete_provider(call: Call) -> Reply:
-    with call.store.write() as connection:
+    with call.store.write() as connection, mapped(_DELETE_WORDS):
         rp.delete(connection, rp.get_or_404(connection, call.params["uuid"]))
     return Reply(204)

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import re
 
-from .. import errors
 from ..objects import allocation, inventory
 from ..objects import resource_provider as rp
-from ..web import Call, Reply, cache_headers
+from ..web import Call, Reply, cache_headers, query_error
 
 
 def provider_usages(call: Call) -> Reply:
@@ -21,15 +20,15 @@ def provider_usages(call: Call) -> Reply:
 _CONSUMER_TYPE = "^[A-Z0-9_]+$|^all|^unknown$"
 
 
+_ID = {"type": "string", "minLength": 1, "maxLength": 255}
+_SCHEMAS = {"project_id": _ID, "user_id": _ID, "consumer_type": {"type": "string", "pattern": _CONSUMER_TYPE, **_ID}}
+
+
 def _check_value(key: str, value: str) -> None:
     """One value against upstream's schema, keyword by keyword in its order."""
-    prefix = "Invalid query string parameters: "
-    if key == "consumer_type" and not re.search(_CONSUMER_TYPE, value):
-        raise errors.bad_request(f"{prefix}{value[:300]!r} does not match {_CONSUMER_TYPE!r}")
-    if not value:
-        raise errors.bad_request(f"{prefix}'' should be non-empty")
-    if len(value) > 255:
-        raise errors.bad_request(f"{prefix}{value[:300]!r} is too long")
+    bad_type = key == "consumer_type" and not re.search(_CONSUMER_TYPE, value)
+    if bad_type or not value or len(value) > 255:
+        raise query_error(key, value, _SCHEMAS[key])
 
 
 def project_usages(call: Call) -> Reply:
