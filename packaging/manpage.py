@@ -39,6 +39,18 @@ PAGES: Dict[str, Dict[str, Section]] = {
             ("DEVTAG_PLACEMENT_DB", "placement database URL, as --db of placement serve and db-sync"),
             ("DEVTAG_PLACEMENT_TOKEN_FILE", "token file of the placement application under uvicorn --factory"),
             ("DEVTAG_PLACEMENT_HEAD_TIMEOUT", "as --request-head-timeout of placement serve (seconds)"),
+            (
+                "DEVTAG_PLACEMENT_MAX_ALLOCATION_CANDIDATES",
+                "as --max-allocation-candidates of placement serve (default: -1, no limit)",
+            ),
+            (
+                "DEVTAG_PLACEMENT_ALLOCATION_CANDIDATES_GENERATION_STRATEGY",
+                "as --allocation-candidates-generation-strategy of placement serve (default: depth-first)",
+            ),
+            (
+                "DEVTAG_PLACEMENT_RANDOMIZE_ALLOCATION_CANDIDATES",
+                "true/false: as --randomize-allocation-candidates of placement serve (default: false)",
+            ),
             ("DEVTAG_PLACEMENT_URL", "placement endpoint of schedule, rebuild-check and placement report"),
             ("DEVTAG_IMAGE_METADATA_PREFILTER", "1/true/yes/on: as --image-metadata-prefilter (default: off)"),
             ("DEVTAG_ATTACH_DB", "attachment store URL, as --db of the attach commands"),

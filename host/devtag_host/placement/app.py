@@ -22,6 +22,8 @@ import orjson
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from . import errors, microversion, policy
+from .candidate_settings import CandidateSettings
+from .candidate_settings import from_env as candidate_settings_from_env
 from .db import Store
 from .errors import PlacementError
 from .exception import PlacementException
@@ -144,9 +146,12 @@ def _accepts_json(accept: str) -> bool:
 class Placement:
     """The placement service on one ``Store``."""
 
-    def __init__(self, store: Store, auth_token: Optional[str] = None) -> None:
+    def __init__(
+        self, store: Store, auth_token: Optional[str] = None, candidate_settings: Optional[CandidateSettings] = None
+    ) -> None:
         self.store = store
         self.auth_token = auth_token
+        self.candidate_settings = candidate_settings if candidate_settings is not None else CandidateSettings()
 
     # -- the synchronous core ----------------------------------------------------------------
     def handle(
@@ -269,7 +274,7 @@ class Placement:
             raise errors.bad_request("Invalid query string parameters: too many fields") from None
         if any("\x00" in key or "\x00" in value for key, value in query):
             raise errors.bad_request("Invalid query string parameters: NUL character")
-        call = Call(self.store, version, match.groupdict(), query, parsed)
+        call = Call(self.store, version, match.groupdict(), query, parsed, self.candidate_settings)
         try:
             return handler(call)
         except (PlacementError, PlacementException):
@@ -408,9 +413,14 @@ def _is_retryable(exc: DBAPIError) -> bool:
     return any(word in text for word in ("deadlock", "could not serialize", "database is locked", "lock timeout"))
 
 
-def create_app(db_url: Optional[str] = None, auth_token: Optional[str] = None) -> Placement:
-    """An application on ``db_url`` (default: ``$DEVTAG_PLACEMENT_DB`` or the SQLite file)."""
-    return Placement(Store(db_url), auth_token)
+def create_app(
+    db_url: Optional[str] = None,
+    auth_token: Optional[str] = None,
+    candidate_settings: Optional[CandidateSettings] = None,
+) -> Placement:
+    """An application on ``db_url`` (default: ``$DEVTAG_PLACEMENT_DB`` or the SQLite file);
+    ``candidate_settings`` default to upstream's."""
+    return Placement(Store(db_url), auth_token, candidate_settings)
 
 
 TOKEN_FILE_ENV = "DEVTAG_PLACEMENT_TOKEN_FILE"  # noqa: S105 - a variable name
@@ -427,7 +437,7 @@ def read_token_file(path: str) -> str:
 def create_app_from_env() -> Placement:
     """For ``uvicorn --factory devtag_host.placement.app:create_app_from_env`` (several workers)."""
     token_file = os.environ.get(TOKEN_FILE_ENV)
-    return create_app(None, read_token_file(token_file) if token_file else None)
+    return create_app(None, read_token_file(token_file) if token_file else None, candidate_settings_from_env())
 
 
 def create_wsgi_app_from_env() -> Callable:

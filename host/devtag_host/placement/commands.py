@@ -11,6 +11,7 @@ from ..compute import commands as compute_commands
 from ..errors import InputError, RuntimeFailure
 from ..inputs import ListenAddress, parse_listen
 from ..serving import announce, listening_socket, serve_exit_status
+from . import candidate_settings
 from .microversion import max_version_string, min_version_string
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,27 @@ def register(commands: argparse._SubParsersAction) -> None:
         metavar="SECONDS",
         help="close a connection whose request line and headers take longer than this "
         f"(default: {DEFAULT_HEAD_TIMEOUT:.0f})",
+    )
+    candidates = serve.add_argument_group(
+        "allocation candidates",
+        "OpenStack Placement's [placement] options of the same names; each unset one is read from "
+        "DEVTAG_PLACEMENT_<NAME IN CAPITALS>, else upstream's default",
+    )
+    candidates.add_argument(
+        "--max-allocation-candidates",
+        metavar="N",
+        help="generate at most N candidates per request, -1 for no limit (default: -1)",
+    )
+    candidates.add_argument(
+        "--allocation-candidates-generation-strategy",
+        choices=candidate_settings.STRATEGIES,
+        help="visit viable root providers one after another (depth-first, the default) or in turn (breadth-first)",
+    )
+    candidates.add_argument(
+        "--randomize-allocation-candidates",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="with limit, answer a random sample of the generated candidates (default: no)",
     )
     serve.set_defaults(handler=_cmd_serve)
 
@@ -150,6 +172,12 @@ def _cmd_serve(args: argparse.Namespace) -> None:
     if not args.request_head_timeout > 0:
         raise InputError("--request-head-timeout must be positive")
     configure_head_timeout(args.request_head_timeout)
+    settings = candidate_settings.resolve(
+        args.max_allocation_candidates,
+        args.allocation_candidates_generation_strategy,
+        args.randomize_allocation_candidates,
+    )
+    candidate_settings.to_env(settings)  # for the worker processes
     raise_open_files_limit()
     token = None
     if args.auth_token_file:
@@ -181,7 +209,9 @@ def _cmd_serve(args: argparse.Namespace) -> None:
                 http=HeadTimeoutProtocol,
             )
             return
-        uvicorn.run(create_app(args.db, token), fd=listener.fileno(), log_level="warning", http=HeadTimeoutProtocol)
+        uvicorn.run(
+            create_app(args.db, token, settings), fd=listener.fileno(), log_level="warning", http=HeadTimeoutProtocol
+        )
     finally:
         listener.close()
 

@@ -20,6 +20,7 @@ except ImportError:  # pragma: no cover - exercised only without the host extra
 import devtag_schema
 
 from . import errors
+from .candidate_settings import UPSTREAM_DEFAULTS, CandidateSettings
 from .db import MAX_INT, Store
 from .errors import PlacementError
 from .microversion import Version
@@ -41,6 +42,7 @@ class Call:
     params: Dict[str, str]
     query: List[Tuple[str, str]]
     body: Any = None
+    candidate_settings: CandidateSettings = UPSTREAM_DEFAULTS
 
     def want(self, minor: int) -> bool:
         return self.version.at_least(minor)

@@ -15,8 +15,9 @@ anyway is asked again at 1.17 when the request needs nothing newer.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Mapping, Optional, Set, Tuple
+from urllib.parse import urlencode
 
 from ..errors import InputError, RuntimeFailure
 from ..placement_client import PlacementClient
@@ -110,6 +111,10 @@ def choose_microversion(client: PlacementClient) -> Tuple[int, int]:
     return newest
 
 
+class _UnknownTrait(NoValidHost):
+    """Placement does not know a trait of the query."""
+
+
 def _ask(client: PlacementClient, request: SchedulingRequest, version: Tuple[int, int]) -> Tuple[Dict[str, str], Any]:
     query = candidates_query(request, microversion=version)
     status, data = client.call("GET", query_path(query), microversion=version)
@@ -117,8 +122,40 @@ def _ask(client: PlacementClient, request: SchedulingRequest, version: Tuple[int
         raise PlacementTooOld(f"placement does not serve microversion {_text(version)}: {_detail(data)}")
     if status == 400 and _detail(data).startswith("No such trait"):
         # A trait placement has never heard of (a CUSTOM_ one nobody reported): no provider has it.
-        raise NoValidHost(f"no valid host: {_detail(data)}")
+        raise _UnknownTrait(f"no valid host: {_detail(data)}")
     return query, _ok(status, data, "the allocation candidates query")
+
+
+def _ask_known(
+    client: PlacementClient, request: SchedulingRequest, version: Tuple[int, int]
+) -> Tuple[Dict[str, str], Any]:
+    """:func:`_ask`; when placement does not know a trait of the query, the forbidden
+    traits it does not know are dropped and the query asked again: a trait that does
+    not exist is on no provider, so forbidding it excludes nobody.  An unknown
+    required trait still means no valid host."""
+    try:
+        return _ask(client, request, version)
+    except _UnknownTrait:
+        groups = [request.group, *request.granular.values()]
+        forbidden = sorted({name for group in groups for name in group.forbidden})
+        if not forbidden or version < FORBIDDEN_TRAITS_MICROVERSION:
+            raise
+        path = "/traits?" + urlencode({"name": "in:" + ",".join(forbidden)}, safe=":,")
+        known = set(_ok(*client.call("GET", path, microversion=version), "the trait list")["traits"])
+        unknown = [name for name in forbidden if name not in known]
+        if not unknown:
+            raise
+        log.info("forbidden trait(s) %s left out of the query: placement knows no such trait", ", ".join(unknown))
+        return _ask(client, _without_forbidden(request, set(unknown)), version)
+
+
+def _without_forbidden(request: SchedulingRequest, names: Set[str]) -> SchedulingRequest:
+    def trimmed(group: RequestGroup) -> RequestGroup:
+        kept = {name: origin for name, origin in group.forbidden.items() if name not in names}
+        return replace(group, forbidden=kept)
+
+    granular = {suffix: trimmed(group) for suffix, group in request.granular.items()}
+    return replace(request, group=trimmed(request.group), granular=granular)
 
 
 def schedule(
@@ -140,13 +177,13 @@ def schedule(
     """
     version = microversion or choose_microversion(client)
     try:
-        query, data = _ask(client, request, version)
+        query, data = _ask_known(client, request, version)
     except PlacementTooOld:
         if microversion is not None or version == OLDEST_MICROVERSION or needed_microversion(request) > (1, 17):
             raise
         log.warning("placement refused microversion %s; asking again at 1.17", _text(version))
         version = OLDEST_MICROVERSION
-        query, data = _ask(client, request, version)
+        query, data = _ask_known(client, request, version)
     client_side = request.group if version < FORBIDDEN_TRAITS_MICROVERSION else RequestGroup(request.group.resources)
     ranking = rank(data, client_side)
     if limit is not None:

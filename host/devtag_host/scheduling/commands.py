@@ -41,9 +41,10 @@ by the mean over the requested classes, then provider UUID.
 
 Microversion: the newest the service advertises (GET /), up to 1.39, or
 --microversion.  Forbidden traits go into the query as required=!TRAIT
-(1.22+) and granular groups as resourcesS/requiredS/group_policy (1.25+,
-string suffixes 1.33+).  Against a service older than 1.22, forbidden traits
-are checked here against the candidates' provider traits and the hosts
+(1.22+), except those placement has never heard of (no provider can have
+them: they are left out, with an INFO line), and granular groups as
+resourcesS/requiredS/group_policy (1.25+, string suffixes 1.33+).  Against
+a service older than 1.22, forbidden traits are checked here against the candidates' provider traits and the hosts
 dropped for them are listed; granular groups are refused (exit 1) rather than
 merged.  If the service answers 406 to the advertised version, the query is
 asked again at 1.17 when it needs nothing newer.

@@ -33,7 +33,9 @@ def list_candidates(call: Call) -> Reply:
     with call.store.read() as connection, mapped(_REWORDED):
         if _no_group_can_match(connection, request):
             return Reply(200, {"allocation_requests": [], "provider_summaries": {}}, cache_headers(call))
-        found = allocation_candidate.find(connection, request, allocation_candidate.Shape.at(call.version))
+        found = allocation_candidate.find(
+            connection, request, allocation_candidate.Shape.at(call.version), call.candidate_settings
+        )
     body: Dict[str, Any] = {"allocation_requests": found.requests, "provider_summaries": found.summaries}
     return Reply(200, body, cache_headers(call))
 
@@ -99,7 +101,7 @@ def _search_stops_before(
         return True
     for group in earlier:
         alone = candidate_request.CandidateRequest(groups=[group], root_traits=roots, lookup_order=[group.suffix])
-        found, _classes, _traits = candidate_search.search(connection, alone, nested_aware=True)
+        found, _classes, _traits = candidate_search.search(connection, alone, nested_aware=True, limit=1)
         if not found.candidates:
             return True
     return False

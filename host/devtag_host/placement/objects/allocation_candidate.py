@@ -13,6 +13,7 @@ import contextlib
 import functools
 import gc
 import operator
+import random
 import threading
 from dataclasses import astuple, dataclass
 from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
@@ -24,6 +25,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.sql.expression import ColumnElement, ScalarSelect, Select
 
 from ..candidate_request import CandidateRequest
+from ..candidate_settings import UPSTREAM_DEFAULTS, CandidateSettings
 from ..db import inventories, provider_aggregates, provider_traits, resource_providers, traits
 from ..exception import ResourceClassNotFound
 from ..microversion import Version
@@ -92,13 +94,15 @@ class _CollectorPause:
 _collector_paused = _CollectorPause()
 
 
-def find(connection: Connection, request: CandidateRequest, shape: Shape) -> Candidates:
+def find(
+    connection: Connection, request: CandidateRequest, shape: Shape, settings: CandidateSettings = UPSTREAM_DEFAULTS
+) -> Candidates:
     """Allocation requests and provider summaries for ``request``."""
     with _collector_paused():
-        return _find(connection, request, shape)
+        return _find(connection, request, shape, settings)
 
 
-def _find(connection: Connection, request: CandidateRequest, shape: Shape) -> Candidates:
+def _find(connection: Connection, request: CandidateRequest, shape: Shape, settings: CandidateSettings) -> Candidates:
     group = request.groups[0]
     simple = (
         len(request.groups) == 1
@@ -119,9 +123,9 @@ def _find(connection: Connection, request: CandidateRequest, shape: Shape) -> Ca
         amounts = {class_ids[name]: amount for name, amount in group.resources.items()}
         class_names = {class_id: name for name, class_id in class_ids.items()}
         return _own_candidates(
-            connection, amounts, class_names, required, forbidden, group.aggregates, request.limit, shape
+            connection, amounts, class_names, required, forbidden, group.aggregates, request.limit, shape, settings
         )
-    return _general(connection, request, shape)
+    return _general(connection, request, shape, settings)
 
 
 def _has_sharing(connection: Connection) -> bool:
@@ -141,8 +145,12 @@ def _has_nested(connection: Connection) -> bool:
     return connection.scalar(_ANY_NESTED) is not None
 
 
-def _general(connection: Connection, request: CandidateRequest, shape: Shape) -> Candidates:
-    found, _class_ids, _trait_ids = candidate_search.search(connection, request, shape.nested_aware)
+def _general(
+    connection: Connection, request: CandidateRequest, shape: Shape, settings: CandidateSettings
+) -> Candidates:
+    found, _class_ids, _trait_ids = candidate_search.search(
+        connection, request, shape.nested_aware, settings, request.limit
+    )
     world = found.world
     chosen = found.candidates if request.limit is None else found.candidates[: request.limit]
     # Parts are shared by the candidates that use them: each is looked at once.
@@ -433,9 +441,21 @@ def _own_candidates(
     aggregates: AggregateFilter,
     limit: Optional[int],
     shape: Shape,
+    settings: CandidateSettings,
 ) -> Candidates:
     """No sharing provider anywhere (and no tree at 1.29+): every candidate is one
-    provider that can take the whole request itself, one row of one SQL query each."""
+    provider that can take the whole request itself, one row of one SQL query each.
+
+    The statement returns as many rows as the answer needs: ``limit`` of them (at most
+    ``max_allocation_candidates``), or with ``randomize`` the generated set that the
+    sample is drawn from."""
+    cap = settings.cap()
+    if settings.randomize:
+        rows_wanted = cap
+    elif limit is None or cap is None:
+        rows_wanted = limit if cap is None else cap
+    else:
+        rows_wanted = min(limit, cap)
     order = tuple(sorted(amounts))
     member_sets = [sorted(any_of) for any_of in aggregates.required]
     query = _own_query(
@@ -446,7 +466,7 @@ def _own_candidates(
         bool(aggregates.forbidden),
         shape.with_traits,
         connection.dialect.name,
-        limit,
+        rows_wanted,
     )
     params: Dict[str, Any] = {f"b_amount_{rc_id}": amount for rc_id, amount in amounts.items()}
     for index, any_of in enumerate(required):
@@ -476,7 +496,12 @@ def _own_candidates(
     requests: List[Dict[str, Any]] = []
     summaries: Dict[str, Dict[str, object]] = {}
     figures = slice(3, 3 + 2 * len(names))
-    rows = connection.execute(query, params).all()
+    rows = list(connection.execute(query, params).all())
+    if settings.randomize:
+        if limit is not None and limit < len(rows):
+            rows = random.sample(rows, limit)
+        else:
+            random.shuffle(rows)
     # 1.27: the summaries show every class of the provider, not only the requested ones.
     others = _other_classes(connection, order, [row[0] for row in rows]) if shape.all_classes else {}
     for row in rows:

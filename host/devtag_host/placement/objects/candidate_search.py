@@ -25,8 +25,11 @@ from __future__ import annotations
 
 import functools
 import itertools
+import logging
+import random
+import sys
 from dataclasses import dataclass, field
-from typing import AbstractSet, Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Set, Tuple
+from typing import AbstractSet, Any, Dict, FrozenSet, Iterable, Iterator, List, Mapping, Optional, Set, Tuple
 
 import os_traits
 from sqlalchemy import bindparam, select
@@ -34,14 +37,18 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.sql.expression import Select
 
 from ..candidate_request import CandidateRequest, Group
+from ..candidate_settings import BREADTH_FIRST, UPSTREAM_DEFAULTS, CandidateSettings
 from ..db import provider_traits
 from ..exception import ResourceClassNotFound
 from . import resource_class, static_world, trait
 from .raw_rows import fetch_all, joined_ids, split_ids
 
-# A guard against combinatorial explosion: a request that would build more
-# combinations than this is answered with what was found so far.
-MAX_COMBINATIONS = 200_000
+log = logging.getLogger(__name__)
+
+# A guard for the service: a search that would look at more picks than this (an
+# answer of billions of candidates asked for without ``limit`` or
+# ``max_allocation_candidates``) stops, answers what it found and says so in the log.
+MAX_SEARCH_STEPS = 2_000_000
 
 
 # An inventory row as read: (provider, class, capacity, used, min_unit, max_unit,
@@ -256,9 +263,15 @@ class _Filters:
 
 
 def search(
-    connection: Connection, request: CandidateRequest, nested_aware: bool
+    connection: Connection,
+    request: CandidateRequest,
+    nested_aware: bool,
+    settings: CandidateSettings = UPSTREAM_DEFAULTS,
+    limit: Optional[int] = None,
 ) -> Tuple[Found, Dict[str, int], Dict[str, int]]:
-    """(found, class ids by name, trait ids by name); 400 for unknown classes or traits."""
+    """(found, class ids by name, trait ids by name); 400 for unknown classes or traits.
+    ``limit`` (the request's, or less to know only whether there is a candidate) may
+    stop the search early; the candidates found are then at most that many."""
     class_ids = resource_class.ids_by_name(connection, request.class_names())
     unknown = sorted(request.class_names() - set(class_ids))
     if unknown:
@@ -306,7 +319,27 @@ def search(
             return Found([], world), class_ids, trait_ids
         per_group.append(parts)
     suffixes = [f.group.suffix for f in filters]
-    return Found(_combine(world, request, filters, per_group, nested_aware), world, suffixes), class_ids, trait_ids
+    combined = _combine(world, request, filters, per_group, nested_aware, settings, limit)
+    return Found(combined, world, suffixes), class_ids, trait_ids
+
+
+class SearchExhausted(Exception):
+    """The search looked at ``MAX_SEARCH_STEPS`` picks before it could finish."""
+
+
+@dataclass
+class _Plan:
+    """What every anchor's search shares: the request-wide constraints."""
+
+    world: World
+    nested_aware: bool
+    numbered: List[bool]  # per group: a suffixed group (group_policy=isolate keeps them apart when ``isolate``)
+    isolate: bool
+    track: bool  # several groups take resources: what they take from one provider must be summed
+    subtrees: List[List[int]]  # same_subtree: group indexes
+    commons: Dict[int, FrozenSet[int]]  # id(part) -> the common lineage of its providers (with ``subtrees``)
+    seen: Optional[Set[Any]]  # with sharing providers: the candidates answered (one may recur under another anchor)
+    steps: int = MAX_SEARCH_STEPS
 
 
 def _combine(
@@ -315,20 +348,22 @@ def _combine(
     filters: List[_Filters],
     per_group: List[Dict[int, List[Part]]],
     nested_aware: bool,
+    settings: CandidateSettings,
+    limit: Optional[int],
 ) -> List[Candidate]:
     """Every pick of one part per group, anchored on the same tree, that meets
     ``group_policy``, ``same_subtree`` and the capacity of what several groups take
-    from one provider; in anchor order, at most ``MAX_COMBINATIONS`` picks looked at."""
-    numbered = [index for index, f in enumerate(filters) if f.group.same_provider]
-    isolate = request.group_policy == "isolate" and len(numbered) > 1
+    from one provider, generated as ``settings`` say and cut short by ``limit``
+    where the answer allows (``_generated``)."""
+    numbered = [f.group.same_provider for f in filters]
+    isolate = request.group_policy == "isolate" and sum(numbered) > 1
     suffix_index = {f.group.suffix: index for index, f in enumerate(filters)}
     subtrees = [[suffix_index[s] for s in subtree] for subtree in request.same_subtrees]
     # The parts of a pick take from distinct providers when at most one group takes
     # anything, or when every group is numbered and isolated (each part is one
-    # provider, and isolate keeps them apart): then nothing needs merging.
+    # provider, and isolate keeps them apart): then nothing needs summing.
     taking = [index for index, f in enumerate(filters) if f.amounts]
-    apart = len(taking) < 2 or (isolate and len(numbered) == len(filters))
-    root = world.root
+    apart = len(taking) < 2 or (isolate and all(numbered))
     # same_subtree: per part, the providers that are an ancestor (or itself) of each
     # of its providers; a pick meets a subtree when the intersection over its parts
     # holds one of their providers.
@@ -344,64 +379,242 @@ def _combine(
                         if len(providers) == 1
                         else frozenset.intersection(*map(lineage, providers))
                     )
-    candidates: List[Candidate] = []
-    seen: Set[Any] = set()
-    anchors = set.intersection(*(set(parts) for parts in per_group))
-    budget = MAX_COMBINATIONS
-    for anchor in sorted(anchors):
-        for pick in itertools.product(*[parts[anchor] for parts in per_group]):
-            budget -= 1
-            if budget < 0:
-                break
-            if isolate and len({pick[index][0][0] for index in numbered}) != len(numbered):
-                continue
-            if subtrees and not all(_same_subtree(commons, [pick[i] for i in subtree]) for subtree in subtrees):
-                continue
-            merged: Optional[Allocations] = None
-            if not apart:
-                merged = _merged(world, pick)
-                if merged == ():  # two groups took more of one provider than it has
-                    continue
-            if not nested_aware:  # before 1.29, never two providers of one tree
-                entries = merged if merged is not None else [entry for part in pick for entry in part[1]]
-                if len({root[rp_id] for rp_id, _amounts in entries}) != len(entries):
-                    continue
-            if world.sharing:  # a sharing provider serves several anchors: the same candidate may recur
-                allocations = merged if merged is not None else tuple(entry for part in pick for entry in part[1])
-                key = (tuple(sorted(allocations)), tuple(tuple(part[2]) for part in pick))
-                if key in seen:
-                    continue
-                seen.add(key)
-            candidates.append((pick, merged))
-        if budget < 0:
-            break
-    return candidates
+    plan = _Plan(world, nested_aware, numbered, isolate, not apart, subtrees, commons, set() if world.sharing else None)
+    anchors = sorted(set.intersection(*(set(parts) for parts in per_group)))
+    searches = [_anchor_candidates(plan, [parts[anchor] for parts in per_group]) for anchor in anchors]
+    return _generated(searches, settings, limit)
 
 
-def _merged(world: World, pick: Tuple[Part, ...]) -> Optional[Allocations]:
-    """The allocations of ``pick``'s parts, summed per provider and class; None when
-    the parts take from distinct providers (nothing to merge), () when a sum exceeds
-    what the provider can give."""
-    entries = [entry for part in pick for entry in part[1]]
-    if len({rp_id for rp_id, _amounts in entries}) == len(entries):
-        return None
-    allocations: Dict[int, Dict[int, int]] = {}
-    shared = False  # several groups take the same class of one provider: check the sum
-    for rp_id, amounts in entries:
-        per = allocations.get(rp_id)
-        if per is None:
-            allocations[rp_id] = dict(amounts)
+def _generated(
+    searches: List[Iterator[Candidate]], settings: CandidateSettings, limit: Optional[int]
+) -> List[Candidate]:
+    """The candidates of the anchors' ``searches`` as OpenStack Placement answers them.
+
+    Upstream generates at most ``max_allocation_candidates`` in the order of its
+    strategy (each anchor in turn, or round-robin over them), then answers ``limit``
+    of that set: a random sample with ``randomize``, else any of them (a set's
+    order).  Without ``randomize`` this takes ``limit`` candidates round-robin over
+    the anchors of the generated set: the same answer where the strategy leaves no
+    choice, spread over as many roots as upstream's set would, and found without
+    generating the rest."""
+    cap = settings.cap()
+    breadth_first = settings.generation_strategy == BREADTH_FIRST
+    found: List[Candidate] = []
+    try:
+        if settings.randomize or limit is None or (cap is not None and cap <= limit):
+            _take(_round_robin(searches) if breadth_first else itertools.chain(*searches), cap, found)
+            if settings.randomize:
+                if limit is not None and limit < len(found):
+                    found = random.sample(found, limit)
+                else:
+                    random.shuffle(found)
+        elif breadth_first or cap is None:
+            _take(_round_robin(searches), limit, found)
+        else:  # depth-first up to the cap, then ``limit`` of those spread over their anchors
+            per_anchor: List[List[Candidate]] = []
+            budget = cap
+            for search in searches:
+                if budget <= 0:
+                    break
+                per_anchor.append([])
+                _take(search, budget, per_anchor[-1])
+                budget -= len(per_anchor[-1])
+            _take(_round_robin([iter(listed) for listed in per_anchor]), limit, found)
+    except SearchExhausted:
+        log.warning(
+            "allocation candidate search stopped after %d steps with %d candidates: the answer may miss some; "
+            "set max_allocation_candidates or ask with limit",
+            MAX_SEARCH_STEPS,
+            len(found),
+        )
+    return found
+
+
+def _take(candidates: Iterable[Candidate], most: Optional[int], into: List[Candidate]) -> None:
+    """Append to ``into`` up to ``most`` (None: all) of ``candidates``; ``into`` keeps
+    what came before a ``SearchExhausted``."""
+    if most is None or most >= sys.maxsize:  # islice takes no more; no answer comes near it
+        into.extend(candidates)
+    elif most > 0:
+        into.extend(itertools.islice(candidates, most))
+
+
+def _round_robin(iterators: List[Iterator[Candidate]]) -> Iterator[Candidate]:
+    """One item of each iterator in turn, dropping the exhausted ones."""
+    active = list(iterators)
+    while active:
+        still: List[Iterator[Candidate]] = []
+        for iterator in active:
+            item = next(iterator, None)
+            if item is not None:
+                still.append(iterator)
+                yield item
+        active = still
+
+
+def _anchor_candidates(plan: _Plan, lists: List[List[Part]]) -> Iterator[Candidate]:
+    """The candidates of one anchor: groups assigned one at a time, and a branch cut
+    as soon as its prefix over-allocates a provider or breaks ``group_policy=isolate``
+    or ``same_subtree``.  The groups with the fewest parts go first (the tightest
+    choices prune most); a candidate's parts stay in the request's group order.
+
+    The search keeps its own stack (a generator per level would hand every
+    candidate up through all of them)."""
+    count = len(lists)
+    if not count or ((plan.isolate or plan.track) and not _may_fit(plan, lists)):
+        return
+    order = sorted(range(count), key=lambda index: (len(lists[index]), index))
+    position = {group: depth for depth, group in enumerate(order)}
+    checks_at: List[List[List[int]]] = [[] for _ in range(count)]
+    for subtree in plan.subtrees:  # checked once its last group (in ``order``) has a part
+        checks_at[max(position[group] for group in subtree)].append(subtree)
+    keep_apart = [plan.isolate and plan.numbered[group] for group in order]
+    pick: List[Part] = [listed[0] for listed in lists]
+    rows = plan.world.rows
+    track = plan.track
+    commons = plan.commons
+    taken: Dict[Tuple[int, int], int] = {}  # (provider, class) -> summed over the groups assigned
+    holders: Dict[int, int] = {}  # provider -> how many assigned parts take from it
+    shared = 0  # parts that take from a provider an earlier part takes from: then the pick needs merging
+    isolated: Set[int] = set()
+    # Per level, what its current part added (undone before the next part of the level).
+    added: List[List[Tuple[int, int, int]]] = [[] for _ in range(count)]
+    apart_rp: List[Optional[int]] = [None] * count
+    shares: List[int] = [0] * count
+    parts_at: List[Iterator[Part]] = [iter(())] * count
+    last = count - 1
+    depth = 0
+    parts_at[0] = iter(lists[order[0]])
+    while depth >= 0:
+        undo = added[depth]  # the level's previous part, if any
+        if undo:
+            for rp_id, rc_id, amount in undo:
+                left = taken[(rp_id, rc_id)] - amount
+                if left:
+                    taken[(rp_id, rc_id)] = left
+                else:
+                    del taken[(rp_id, rc_id)]
+            for rp_id in {entry[0] for entry in undo}:
+                holders[rp_id] -= 1
+            shared -= shares[depth]
+            shares[depth] = 0
+            undo.clear()
+        if apart_rp[depth] is not None:
+            isolated.discard(apart_rp[depth])
+            apart_rp[depth] = None
+        part = next(parts_at[depth], None)
+        if part is None:
+            depth -= 1
             continue
+        plan.steps -= 1
+        if plan.steps < 0:
+            raise SearchExhausted()
+        if keep_apart[depth] and part[0][0] in isolated:
+            continue
+        if track and part[1]:
+            if not _fits(rows, taken, part[1]):
+                continue
+            for rp_id, amounts in part[1]:
+                for rc_id, amount in amounts:
+                    taken[(rp_id, rc_id)] = taken.get((rp_id, rc_id), 0) + amount
+                    undo.append((rp_id, rc_id, amount))
+                before = holders.get(rp_id, 0)
+                holders[rp_id] = before + 1
+                if before:
+                    shares[depth] += 1
+            shared += shares[depth]
+        group = order[depth]
+        pick[group] = part
+        checks = checks_at[depth]
+        if checks and not all(_same_subtree(commons, [pick[i] for i in subtree]) for subtree in checks):
+            continue
+        if keep_apart[depth]:
+            apart_rp[depth] = part[0][0]
+            isolated.add(part[0][0])
+        if depth == last:
+            candidate = _candidate(plan, tuple(pick), taken if shared else None)
+            if candidate is not None:
+                yield candidate
+        else:
+            depth += 1
+            parts_at[depth] = iter(lists[order[depth]])
+
+
+def _fits(rows: Dict[int, Dict[int, Row]], taken: Dict[Tuple[int, int], int], allocations: Allocations) -> bool:
+    """What ``allocations`` take, added to what earlier groups took of the same
+    providers, stays within capacity and max_unit (a part's own amounts were checked
+    on their rows)."""
+    for rp_id, amounts in allocations:
         for rc_id, amount in amounts:
-            if rc_id in per:
-                per[rc_id] += amount
-                shared = True
-            else:
-                per[rc_id] = amount
-    # A part's own amounts fit (each was checked on its row): only sums can exceed.
-    if shared and _exceeds(world, allocations):
-        return ()
-    return tuple((rp_id, tuple(sorted(per.items()))) for rp_id, per in allocations.items())
+            before = taken.get((rp_id, rc_id))
+            if before is not None:
+                _rp, _rc, capacity, used, _min_unit, max_unit, _step = rows[rc_id][rp_id]
+                total = before + amount
+                if used + total > int(capacity) or total > max_unit:
+                    return False
+    return True
+
+
+def _may_fit(plan: _Plan, lists: List[List[Part]]) -> bool:
+    """A quick necessary condition, so that a request that cannot fit a tree (more
+    groups than providers) is not searched through every arrangement: what the
+    groups take of each class fits in what the tree's candidate providers have, and
+    isolated groups have as many providers between them as there are groups."""
+    if plan.isolate:
+        numbered = [listed for listed, own in zip(lists, plan.numbered) if own]
+        if len({part[0][0] for listed in numbered for part in listed}) < len(numbered):
+            return False
+    if not plan.track:
+        return True
+    demand: Dict[int, int] = {}
+    offering: Set[Tuple[int, int]] = set()
+    for listed in lists:
+        for rc_id, amount in _amounts_of(listed[0]):
+            demand[rc_id] = demand.get(rc_id, 0) + amount
+        for part in listed:
+            for rp_id, amounts in part[1]:
+                for rc_id, _amount in amounts:
+                    offering.add((rp_id, rc_id))
+    supply: Dict[int, int] = {}
+    rows = plan.world.rows
+    for rp_id, rc_id in offering:
+        _rp, _rc, capacity, used, _min_unit, max_unit, _step = rows[rc_id][rp_id]
+        supply[rc_id] = supply.get(rc_id, 0) + max(0, min(int(capacity) - used, max_unit))
+    return all(supply.get(rc_id, 0) >= amount for rc_id, amount in demand.items())
+
+
+def _amounts_of(part: Part) -> List[Tuple[int, int]]:
+    """What a part takes per class, summed over its providers (every part of a group takes the same)."""
+    summed: Dict[int, int] = {}
+    for _rp_id, amounts in part[1]:
+        for rc_id, amount in amounts:
+            summed[rc_id] = summed.get(rc_id, 0) + amount
+    return list(summed.items())
+
+
+def _candidate(plan: _Plan, pick: Tuple[Part, ...], taken: Optional[Dict[Tuple[int, int], int]]) -> Optional[Candidate]:
+    """The candidate of a complete ``pick``, or None when it is not one: before 1.29
+    two providers of one tree, or with sharing providers one already answered.
+    ``taken``: what the pick takes per (provider, class), when two of its parts take
+    from one provider (their allocations are merged), else None."""
+    merged: Optional[Allocations] = None
+    if taken is not None:
+        per_provider: Dict[int, List[Tuple[int, int]]] = {}
+        for (rp_id, rc_id), amount in taken.items():
+            per_provider.setdefault(rp_id, []).append((rc_id, amount))
+        merged = tuple((rp_id, tuple(sorted(amounts))) for rp_id, amounts in per_provider.items())
+    if not plan.nested_aware:  # before 1.29, never two providers of one tree
+        root = plan.world.root
+        entries = merged if merged is not None else [entry for part in pick for entry in part[1]]
+        if len({root[rp_id] for rp_id, _amounts in entries}) != len(entries):
+            return None
+    if plan.seen is not None:  # a sharing provider serves several anchors: the same candidate may recur
+        allocations = merged if merged is not None else tuple(entry for part in pick for entry in part[1])
+        key = (tuple(sorted(allocations)), tuple(tuple(part[2]) for part in pick))
+        if key in plan.seen:
+            return None
+        plan.seen.add(key)
+    return pick, merged
 
 
 def _anchors_of_sharing(world: World) -> Dict[int, Set[int]]:
@@ -524,12 +737,3 @@ def _same_subtree(commons: Dict[int, FrozenSet[int]], parts: List[Part]) -> bool
     in the intersection of their lineages (``commons``: that intersection per part)."""
     common = frozenset.intersection(*[commons[id(part)] for part in parts])
     return any(not common.isdisjoint(part[0]) for part in parts)
-
-
-def _exceeds(world: World, allocations: Dict[int, Dict[int, int]]) -> bool:
-    for rp_id, per in allocations.items():
-        for rc_id, amount in per.items():
-            _rp, _rc, capacity, used, _min_unit, max_unit, _step = world.rows[rc_id][rp_id]
-            if used + amount > int(capacity) or amount > max_unit:
-                return True
-    return False
