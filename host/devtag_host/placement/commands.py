@@ -15,7 +15,8 @@ from .microversion import max_version_string, min_version_string
 
 log = logging.getLogger(__name__)
 DEFAULT_LISTEN = "127.0.0.1:8778"
-DEFAULT_HEAD_TIMEOUT = 10.0
+DEFAULT_REQUEST_TIMEOUT = 10.0
+DEFAULT_PER_SOURCE_LIMIT = 64
 
 _DESCRIPTION = f"""\
 An OpenStack-Placement-compatible service (API microversions {min_version_string()} to {max_version_string()}).
@@ -65,12 +66,21 @@ def register(commands: argparse._SubParsersAction) -> None:
     serve.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (PostgreSQL)")
     serve.add_argument("--no-db-sync", action="store_true", help="do not create/upgrade the schema on start")
     serve.add_argument(
+        "--request-timeout",
         "--request-head-timeout",
+        dest="request_timeout",
         type=float,
-        default=DEFAULT_HEAD_TIMEOUT,
+        default=DEFAULT_REQUEST_TIMEOUT,
         metavar="SECONDS",
-        help="close a connection whose request line and headers take longer than this "
-        f"(default: {DEFAULT_HEAD_TIMEOUT:.0f})",
+        help="close a connection whose request (request line, headers and body) takes longer than this "
+        f"to arrive (default: {DEFAULT_REQUEST_TIMEOUT:.0f})",
+    )
+    serve.add_argument(
+        "--connections-per-source",
+        type=int,
+        default=DEFAULT_PER_SOURCE_LIMIT,
+        metavar="N",
+        help=f"answer 503 and close beyond N open connections from one address (default: {DEFAULT_PER_SOURCE_LIMIT})",
     )
     serve.set_defaults(handler=_cmd_serve)
 
@@ -143,13 +153,15 @@ def _cmd_serve(args: argparse.Namespace) -> None:
 
     from .app import TOKEN_FILE_ENV, create_app, read_token_file
     from .db import DEFAULT_DB_ENV, default_url
-    from .serve_limits import HeadTimeoutProtocol, configure_head_timeout, raise_open_files_limit
+    from .serve_limits import HeadTimeoutProtocol, configure_limits, raise_open_files_limit
 
     address = loopback_or_token(parse_listen(args.listen, host_names=True), args.auth_token_file)
     check_database_url(args.db)
-    if not args.request_head_timeout > 0:
-        raise InputError("--request-head-timeout must be positive")
-    configure_head_timeout(args.request_head_timeout)
+    if not args.request_timeout > 0:
+        raise InputError("--request-timeout must be positive")
+    if args.connections_per_source < 1:
+        raise InputError("--connections-per-source must be at least 1")
+    configure_limits(args.request_timeout, args.connections_per_source)
     raise_open_files_limit()
     token = None
     if args.auth_token_file:
