@@ -30,7 +30,7 @@ LAYERS: Dict[str, Set[str]] = {
     "metadata": {"errors"},  # what is published: device model, addresses, documents (pure)
     "ssh_keys": set(),  # what an OpenSSH public key line looks like (config drive and instance data)
     "inputs": {"errors", "ssh_keys"},  # the operator's files and --listen, for the transports' and serving verbs
-    "placement_client": {"errors"},  # token, microversion, error bodies
+    "placement_client": {"errors", "state"},  # token, microversion, error bodies
     "serving": {"errors", "inputs"},  # the listening socket and start line of the long-running verbs
     "virt": {"errors", "locks", "metadata", "state"},  # the libvirt edge
     # The transports: each on metadata/ and virt.py, never on each other.

@@ -10,11 +10,14 @@ service is too old.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from typing import Any, Dict, List, Optional, Set, Tuple
+from urllib.parse import urlsplit
 
 from .errors import InputError, RuntimeFailure
+from .state import placement_token_path
 
 MICROVERSION: Tuple[int, int] = (1, 17)
 VERSION = f"placement {MICROVERSION[0]}.{MICROVERSION[1]}"  # the OpenStack-API-Version header
@@ -32,13 +35,24 @@ def service_url(given: Optional[str]) -> str:
     return given or os.environ.get(URL_ENV) or DEFAULT_URL
 
 
-def client_token(token_file: Optional[str]) -> str:
-    """The token a client sends: the first line of ``--token-file``, else the no-auth token.
+def client_token(token_file: Optional[str], url: Optional[str] = None) -> str:
+    """The token a client sends: the first line of ``--token-file``; else, for a
+    service on this host (loopback ``url``), the token ``placement serve``
+    generated if this user can read it; else the no-auth token.
 
     An empty file is refused here: the server would refuse the empty token on
-    every request with a 401 that does not say which file was empty.
+    every request with a 401 that does not say which file was empty.  The
+    generated token is never sent to another host.
     """
     if not token_file:
+        if url is not None and _is_loopback_url(url):
+            try:
+                with open(placement_token_path(), encoding="utf-8") as handle:
+                    generated = handle.read(4096).strip()
+            except OSError:
+                generated = ""
+            if generated:
+                return generated
         return NOAUTH_TOKEN
     try:
         with open(token_file, encoding="utf-8") as handle:
@@ -141,3 +155,16 @@ def error_detail(data: Any) -> str:
         return data["errors"][0]["detail"]
     except (TypeError, KeyError, IndexError):
         return str(data)[:200]
+
+
+def _is_loopback_url(url: str) -> bool:
+    try:
+        host = urlsplit(url).hostname or ""
+    except ValueError:
+        return False
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

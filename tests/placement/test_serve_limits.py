@@ -33,7 +33,7 @@ def server(tmp_path: Path) -> Iterator[int]:
     port = free_port()
     command = [str(Path(sys.executable).parent / "devtag-host"), "placement", "serve"]
     command += ["--db", f"sqlite:///{tmp_path / 'placement.sqlite'}", "--listen", f"127.0.0.1:{port}"]
-    command += ["--request-head-timeout", str(HEAD_TIMEOUT)]
+    command += ["--request-head-timeout", str(HEAD_TIMEOUT), "--any-token"]
     with open(tmp_path / "serve.log", "ab") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_systemd_default_limits)
     try:

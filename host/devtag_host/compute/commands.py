@@ -41,7 +41,12 @@ def register(verbs: argparse._SubParsersAction) -> None:
         help="libvirt URI (default: $DEVTAG_LIBVIRT_URI, else devtag's embedded QEMU driver)",
     )
     sub.add_argument("--placement-url", metavar="URL", help=URL_HELP)
-    sub.add_argument("--token-file", metavar="FILE", help="X-Auth-Token from FILE (default: 'admin')")
+    sub.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="X-Auth-Token from FILE (default: for a service on loopback, the token "
+        "'placement serve' generated, if readable; else 'admin')",
+    )
     sub.add_argument("--name", help="provider name (default: the host name)")
     sub.add_argument("--storage-pool", metavar="POOL", help="libvirt storage pool for DISK_GB")
     sub.add_argument("--disk-path", metavar="DIR", help="file system for DISK_GB (when there is no pool)")
@@ -101,7 +106,8 @@ def _cmd_report(args: argparse.Namespace) -> None:
             args.aggregate = str(uuidlib.UUID(args.aggregate))
         except ValueError:
             raise InputError(f"--aggregate {args.aggregate!r} is not a UUID") from None
-    token = client_token(args.token_file)
+    url = service_url(args.placement_url)
+    token = client_token(args.token_file, url)
     settings = Settings(
         cpu_allocation_ratio=args.cpu_allocation_ratio,
         ram_allocation_ratio=args.ram_allocation_ratio,
@@ -114,7 +120,7 @@ def _cmd_report(args: argparse.Namespace) -> None:
         pci_specs=tuple(parse_device_spec(text) for text in args.pci_device),
     )
     args.machine_types = parse_machine_types(args.machine_type)
-    client = PlacementClient(service_url(args.placement_url), token)
+    client = PlacementClient(url, token)
     while True:
         try:
             _report_once(client, settings, args)
