@@ -121,16 +121,28 @@ def _cmd_report(args: argparse.Namespace) -> None:
     )
     args.machine_types = parse_machine_types(args.machine_type)
     client = PlacementClient(url, token)
+    failures = 0
     while True:
+        delay = args.interval
         try:
             _report_once(client, settings, args)
+            failures = 0
         except RuntimeFailure as exc:
             if args.interval is None:
                 raise
-            log.warning("report failed, trying again in %s s: %s", args.interval, exc)  # a daemon keeps going
+            failures += 1
+            delay = retry_delay(args.interval, failures)
+            log.warning("report failed, trying again in %g s: %s", delay, exc)  # a daemon keeps going
         if args.interval is None:
             return
-        time.sleep(args.interval)
+        time.sleep(delay)
+
+
+def retry_delay(interval: float, failures: int) -> float:
+    """The wait after ``failures`` failed reports in a row: the interval, doubled per further
+    failure, at most ten times the interval and at least the interval (a service that is down
+    or answers nonsense is not hammered, and is tried again soon once it is back)."""
+    return float(min(interval * 2 ** min(failures - 1, 16), max(interval, 10 * interval)))
 
 
 def _report_once(client: PlacementClient, settings: Settings, args: argparse.Namespace) -> None:
@@ -156,6 +168,8 @@ def _report_once(client: PlacementClient, settings: Settings, args: argparse.Nam
                     report_shared_pool(client, aggregate=args.aggregate, **shared)
         except ReportError as exc:
             raise RuntimeFailure(str(exc)) from None
+        except (KeyError, IndexError, TypeError, AttributeError) as exc:  # a JSON answer of another shape
+            raise RuntimeFailure(f"placement gave an unexpected answer ({type(exc).__name__}: {exc})") from None
     finally:
         connection.close()
     changed = ", ".join(summary.changed) or "nothing changed"
