@@ -115,7 +115,6 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     _in_head = True
     _head_started: Optional[float] = None  # when we began waiting for a head; None while serving
     _source: Any = None  # the key this connection is counted under in _members
-    _incomplete = False  # its request head is in, its body not yet
     _writer: Optional[HeadHeldUntilBody] = None  # what the response cycles write to
 
     def connection_made(self, transport: Any) -> None:
@@ -232,7 +231,6 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._in_head = False
-        self._incomplete = True
         self._head_started = None
         self._body_bytes = 0
         limit = self.limit_concurrency
@@ -244,7 +242,6 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         self._in_head = True
-        self._incomplete = False
         self._head_bytes = 0
         super().on_message_complete()
 
@@ -292,8 +289,8 @@ def _longest_waiting(group: Set[Any]) -> Optional[Any]:
         if started is not None:
             if since is None or started < since:
                 oldest, since = protocol, started
-        elif partial is None and protocol._incomplete:
-            partial = protocol
+        elif partial is None and protocol.cycle is not None and protocol.cycle.more_body:
+            partial = protocol  # its head is in, its body not yet
     return oldest if oldest is not None else partial
 
 
