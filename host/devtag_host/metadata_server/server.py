@@ -11,7 +11,7 @@
   ``per_source_limit`` of them from one source address (503 and closed beyond:
   one guest holding half-sent requests cannot starve the others).  When the
   table is full, admission is fair rather than first-come (see
-  :meth:`BoundedHttpToolsProtocol._make_room`).  Every such refusal is written
+  :meth:`BoundedHttpToolsProtocol._made_room`).  Every such refusal is written
   to the access log.
 * A response's head and body leave in one write (:class:`HeadHeldUntilBody`).
 """
