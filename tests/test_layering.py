@@ -26,11 +26,11 @@ LAYERS: Dict[str, Set[str]] = {
     "errors": set(),
     "locks": {"errors"},
     "state": set(),  # where devtag keeps its state on this host (embedded libvirt root, databases, volumes)
-    "db": set(),  # engines, transactions, Alembic upgrades (placement and attach)
+    "db": {"state"},  # engines, transactions, Alembic upgrades (placement and attach)
     "metadata": {"errors"},  # what is published: device model, addresses, documents (pure)
     "ssh_keys": set(),  # what an OpenSSH public key line looks like (config drive and instance data)
     "inputs": {"errors", "ssh_keys"},  # the operator's files and --listen, for the transports' and serving verbs
-    "placement_client": {"errors"},  # token, microversion, error bodies
+    "placement_client": {"errors", "state"},  # token, microversion, error bodies
     "serving": {"errors", "inputs"},  # the listening socket and start line of the long-running verbs
     "virt": {"errors", "locks", "metadata", "state"},  # the libvirt edge
     # The transports: each on metadata/ and virt.py, never on each other.
@@ -96,6 +96,7 @@ IN_FUNCTION_IMPORTS: Dict[Tuple[str, str], str] = {
     ("devtag_host.placement_client", "requests"): "requests: only a client without a session of its own needs it",
     ("devtag_host.placement.app", "starlette.concurrency"): "starlette: only the ASGI entry point needs it (WSGI not)",
     ("devtag_host.placement.commands", "devtag_host.placement.app"): SERVICE,
+    ("devtag_host.placement.commands", "devtag_host.placement.access"): SERVICE + " (token and Host rules)",
     ("devtag_host.placement.commands", "devtag_host.placement.db"): SERVICE,
     ("devtag_host.placement.commands", "devtag_host.placement.schema_upgrade"): SERVICE,
     ("devtag_host.placement.commands", "sqlalchemy.exc"): SERVICE,

@@ -12,11 +12,14 @@ directory and version table, and :func:`upgrade` runs either.
 from __future__ import annotations
 
 import contextlib
+import os
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Connection, Engine
+
+from .state import make_private_dirs
 
 DEFAULT_VERSION_TABLE = "alembic_version"
 
@@ -24,7 +27,7 @@ DEFAULT_VERSION_TABLE = "alembic_version"
 def _sqlite_engine(url: str, immediate: bool) -> Engine:
     database = url.split("///", 1)[1] if "///" in url else ""
     if database and database != ":memory:":
-        Path(database).parent.mkdir(parents=True, exist_ok=True)
+        create_private_file(Path(database))
     # Pooled: closing the last connection to a WAL database checkpoints it (milliseconds).
     engine = create_engine(url, pool_size=8, max_overflow=32, connect_args={"timeout": 30, "check_same_thread": False})
 
@@ -43,6 +46,18 @@ def _sqlite_engine(url: str, immediate: bool) -> Engine:
         connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
     return engine
+
+
+def create_private_file(database: Path) -> None:
+    """Create the SQLite file ``database`` (and its directory) readable by its owner only,
+    whatever the umask: it holds what other users must not read (volume connection details,
+    the placement of every instance).  SQLite gives its -wal and -shm files the same mode.
+    An existing file keeps its mode (the operator's choice)."""
+    make_private_dirs(database.parent)
+    try:
+        os.close(os.open(database, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+    except FileExistsError:
+        pass
 
 
 def _normalize_url(url: str) -> str:

@@ -27,12 +27,39 @@ MAX_JSON_DEPTH = 64  # Nova's documents nest a handful of levels; deeper ones br
 
 def read_file(name: str, what: str, limit: int = MAX_INPUT_BYTES) -> bytes:
     """The content of the regular file ``name`` (a FIFO or a device would block or never end)."""
+    return _read_regular(name, what, limit)[0]
+
+
+def read_secret_file(name: str, option: str, limit: int = 4096) -> str:
+    """The secret in ``name`` (``option``'s file), stripped; refused if empty or if any user may read it.
+
+    As OpenSSH does for private keys: a secret every local user can read is
+    no secret, and serving with it would hide that.  Group permissions are
+    allowed (a group of trusted services may share a token).
+    """
+    data, mode = _read_regular(name, option, limit)
+    if mode & 0o007:
+        raise InputError(
+            f"{option} {name} is accessible to every user (mode {stat.S_IMODE(mode):04o}): chmod o-rwx {name}"
+        )
+    try:
+        secret = data.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise InputError(f"{option} {name} is not UTF-8 text") from None
+    if not secret:
+        raise InputError(f"{option} {name} is empty")
+    return secret
+
+
+def _read_regular(name: str, what: str, limit: int) -> Tuple[bytes, int]:
+    """(content, st_mode) of the regular file ``name``."""
     try:
         fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         raise InputError(f"cannot read {what} {name}: {exc.strerror}") from None
     with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
             raise InputError(f"{what} {name} is not a regular file")
         try:
             data = handle.read(limit + 1)
@@ -40,7 +67,7 @@ def read_file(name: str, what: str, limit: int = MAX_INPUT_BYTES) -> bytes:
             raise InputError(f"cannot read {what} {name}: {exc.strerror}") from None
     if len(data) > limit:
         raise InputError(f"{what} {name} is larger than {limit} bytes")
-    return data
+    return data, mode
 
 
 def _nesting_depth(value: Any) -> int:

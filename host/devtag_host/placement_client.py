@@ -10,11 +10,15 @@ service is too old.
 
 from __future__ import annotations
 
+import ipaddress
+import json
 import os
 import re
 from typing import Any, Dict, List, Optional, Set, Tuple
+from urllib.parse import urljoin, urlsplit
 
 from .errors import InputError, RuntimeFailure
+from .state import placement_token_path
 
 MICROVERSION: Tuple[int, int] = (1, 17)
 VERSION = f"placement {MICROVERSION[0]}.{MICROVERSION[1]}"  # the OpenStack-API-Version header
@@ -32,13 +36,28 @@ def service_url(given: Optional[str]) -> str:
     return given or os.environ.get(URL_ENV) or DEFAULT_URL
 
 
-def client_token(token_file: Optional[str]) -> str:
-    """The token a client sends: the first line of ``--token-file``, else the no-auth token.
+MAX_REDIRECTS = 5
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+
+
+def client_token(token_file: Optional[str], url: Optional[str] = None) -> str:
+    """The token a client sends: the first line of ``--token-file``; else, for a
+    service on this host (loopback ``url``), the token ``placement serve``
+    generated if this user can read it; else the no-auth token.
 
     An empty file is refused here: the server would refuse the empty token on
-    every request with a 401 that does not say which file was empty.
+    every request with a 401 that does not say which file was empty.  The
+    generated token is never sent to another host.
     """
     if not token_file:
+        if url is not None and _is_loopback_url(url):
+            try:
+                with open(placement_token_path(), encoding="utf-8") as handle:
+                    generated = handle.read(4096).strip()
+            except OSError:
+                generated = ""
+            if generated:
+                return generated
         return NOAUTH_TOKEN
     try:
         with open(token_file, encoding="utf-8") as handle:
@@ -64,6 +83,12 @@ class PlacementClient:
             session = requests.Session()
         self.url = url.rstrip("/")
         self.session = session
+        # Redirects are followed here, not by the session: requests keeps X-Auth-Token across hosts.
+        module = type(session).__module__.split(".", 1)[0]
+        self._no_redirects: Dict[str, Any] = {
+            "requests": {"allow_redirects": False},
+            "httpx": {"follow_redirects": False},
+        }.get(module, {})
         self.timeout = timeout
         # The node's roles as Placement's noauth2 reads them: a node moves its own
         # allocations with POST /reshaper, which upstream's policy keeps for services.
@@ -83,14 +108,46 @@ class PlacementClient:
         kwargs: Dict[str, Any] = {"headers": headers, "timeout": self.timeout}
         if body is not None:
             kwargs["json"] = body
-        try:
-            response = self.session.request(method, self.url + path, **kwargs)
-        except Exception as exc:  # requests/httpx connection errors
-            raise RuntimeFailure(f"cannot reach placement at {self.url}: {connection_failure(exc)}") from None
+        kwargs.update(self._no_redirects)
+        url = self.url + path
+        for _hop in range(MAX_REDIRECTS + 1):
+            try:
+                response = self.session.request(method, url, **kwargs)
+            except Exception as exc:  # requests/httpx connection errors
+                raise RuntimeFailure(f"cannot reach placement at {self.url}: {connection_failure(exc)}") from None
+            if response.status_code not in _REDIRECTS:
+                break
+            url = self._redirect_target(method, path, url, response)
+        else:
+            raise RuntimeFailure(f"placement: {method} {path}: more than {MAX_REDIRECTS} redirects")
         if response.status_code >= 500:
-            raise RuntimeFailure(f"placement failed: {method} {path}: {response.status_code} {response.text[:200]}")
-        data = response.json() if response.content else None
+            raise RuntimeFailure(f"placement failed: {method} {path}: {response.status_code} {_excerpt(response)}")
+        if not response.content:
+            return response.status_code, None
+        try:
+            data = json.loads(response.content)
+        except ValueError:  # an HTML page from a proxy, a login portal, ...
+            kind = response.headers.get("content-type") or "no content type"
+            raise RuntimeFailure(
+                f"placement answered {method} {path} with {response.status_code} and a body that is not JSON "
+                f"({kind}): {_excerpt(response)}"
+            ) from None
         return response.status_code, data
+
+    def _redirect_target(self, method: str, path: str, url: str, response: Any) -> str:
+        """Where a redirect leads, if it stays on the configured service's scheme, host and port.
+
+        The token goes with every request: a redirect to any other place
+        would hand it over (``requests`` keeps ``X-Auth-Token`` across hosts).
+        """
+        location = response.headers.get("location") or ""
+        target = urljoin(url, location)
+        if _origin(target) != _origin(self.url):
+            raise RuntimeFailure(
+                f"placement redirected {method} {path} to {_origin(target) or location!r}, another host than "
+                f"{self.url}: not followed (the token would go with it)"
+            )
+        return target
 
     def served_versions(self) -> Optional[Tuple[Tuple[int, int], Tuple[int, int]]]:
         """(min, max) microversion the service advertises at ``GET /``; None when it says nothing usable.
@@ -148,3 +205,33 @@ def error_detail(data: Any) -> str:
         return data["errors"][0]["detail"]
     except (TypeError, KeyError, IndexError):
         return str(data)[:200]
+
+
+def _is_loopback_url(url: str) -> bool:
+    try:
+        host = urlsplit(url).hostname or ""
+    except ValueError:
+        return False
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _origin(url: str) -> str:
+    """``scheme://host:port`` of ``url`` (default ports filled in); '' if it has none."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme, 0)
+    except ValueError:
+        return ""
+    if not parts.hostname:
+        return ""
+    return f"{parts.scheme}://{parts.hostname}:{port}"
+
+
+def _excerpt(response: Any) -> str:
+    """The start of a response body, on one line."""
+    return " ".join(response.text[:200].split())

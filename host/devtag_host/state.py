@@ -24,3 +24,31 @@ def state_dir() -> Path:
         return SYSTEM_STATE_DIR
     data_home = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
     return Path(data_home) / "devtag"
+
+
+PLACEMENT_TOKEN_FILE = "placement-token"  # noqa: S105 - a file name
+
+
+def placement_token_path() -> Path:
+    """Where ``placement serve`` keeps the token it generates, and devtag's own clients read it."""
+    return state_dir() / PLACEMENT_TOKEN_FILE
+
+
+def make_private_dirs(directory: Path, mode: int = 0o711) -> None:
+    """Create ``directory`` and its missing parents with ``mode`` whatever the umask.
+
+    0711 by default: other users may pass through (QEMU, running as
+    libvirt-qemu, enters the embedded libvirt root below the state directory)
+    but not list; what is inside carries its own, private, mode.
+    """
+    missing = []
+    current = directory
+    while not current.exists() and current != current.parent:
+        missing.append(current)
+        current = current.parent
+    for path in reversed(missing):
+        try:
+            path.mkdir(mode=mode)
+        except FileExistsError:
+            continue
+        os.chmod(path, mode)

@@ -58,11 +58,20 @@ def test_placement_serve_says_what_it_serves(tmp_path: Path) -> None:
     port = free_port()
     database = tmp_path / "p.sqlite"
     line = _first_line_then_stop(
-        [*DEVTAG_HOST, "placement", "serve", "--db", f"sqlite:///{database}", "--listen", f"127.0.0.1:{port}"]
+        [
+            *DEVTAG_HOST,
+            "placement",
+            "serve",
+            "--db",
+            f"sqlite:///{database}",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--any-token",
+        ]
     )
     assert line == (
         f"devtag-host: INFO: placement API on http://127.0.0.1:{port}; database sqlite:///{database}; "
-        "1 worker(s); any token accepted (loopback only)\n"
+        "1 worker(s); any token accepted (--any-token, loopback only)\n"
     )
 
 

@@ -74,21 +74,35 @@ def test_one_source_holding_half_sent_requests_does_not_starve_the_others(
     assert all("per-source connection limit" in r["note"] for r in refusals)
 
 
-def test_the_global_connection_cap_is_kept_and_logged(
+def test_the_global_connection_cap_is_kept_fairly_and_logged(
     directory: InstanceDirectory, sockets: List[socket.socket], caplog: pytest.LogCaptureFixture
 ) -> None:
     book = AddressBook(neighbours=lambda: {VICTIM: MAC_A}, neighbours6=dict)
-    server = BackgroundServer(create_app(directory, addresses=book), limit_concurrency=16, per_source_limit=8)
+    server = BackgroundServer(create_app(directory, addresses=book), limit_concurrency=16, per_source_limit=10)
     try:
         with caplog.at_level(logging.INFO, logger="devtag_host.metadata_server.access"):
-            half_sent_requests(server.port, ATTACKER, 8, sockets)
-            half_sent_requests(server.port, OTHER_ATTACKER, 8, sockets)
+            first = half_sent_requests(server.port, ATTACKER, 8, sockets)
+            time.sleep(0.2)
+            second = half_sent_requests(server.port, OTHER_ATTACKER, 8, sockets)
             time.sleep(0.3)
-            assert fetch_from(server.port, VICTIM).status_code == 503
-            records = access_records(caplog, 1)
+            # The table is full: a newcomer whose source holds as many as any other is refused at once.
+            assert [answered_503(sock) for sock in second] == [False] * 7 + [True]
+            (extra,) = half_sent_requests(server.port, ATTACKER, 1, sockets)
+            time.sleep(0.3)
+            assert answered_503(extra)
+            # A guest holding nothing takes the place of the largest holder's longest-waiting connection.
+            response = fetch_from(server.port, VICTIM)
+            assert response.status_code == 200 and response.json()["uuid"] == UUID_A
+            assert [answered_503(sock) for sock in first] == [True] + [False] * 7
+            records = access_records(caplog, 4)
     finally:
         server.stop()
-    assert [(r["client"], r["status"], r["note"]) for r in records] == [(VICTIM, 503, "connection limit (16)")]
+    assert [(r["client"], r["status"], r["note"]) for r in records[:3]] == [
+        (OTHER_ATTACKER, 503, "connection limit (16)"),
+        (ATTACKER, 503, "connection limit (16)"),
+        (ATTACKER, 503, "connection table full: closed for a source holding fewer (this one held 8)"),
+    ]
+    assert (records[3]["client"], records[3]["status"]) == (VICTIM, 200)
 
 
 def test_ninety_pipelined_gets_in_one_write_get_ninety_answers(directory: InstanceDirectory) -> None:

@@ -109,8 +109,14 @@ def test_cli_verb_serves_until_terminated_and_logs_json(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "ADDR:PORT" in bad.stderr
     secret = tmp_path / "empty"
     secret.write_text("\n")
+    secret.chmod(0o600)
     bad = subprocess.run([*command, "--proxy-shared-secret-file", str(secret)], capture_output=True, text=True)
     assert bad.returncode == 2 and "is empty" in bad.stderr
+    secret.write_text("s3cret\n")
+    secret.chmod(0o604)
+    bad = subprocess.run([*command, "--proxy-shared-secret-file", str(secret)], capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+    assert f"--proxy-shared-secret-file {secret} is accessible to every user (mode 0604)" in bad.stderr
 
 
 def test_access_line_is_json_whatever_the_path() -> None:

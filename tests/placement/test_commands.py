@@ -46,7 +46,18 @@ def test_listen_parsing():
 def test_empty_token_file_is_refused(tmp_path):
     token = tmp_path / "token"
     token.write_text("\n")
+    token.chmod(0o600)
     assert main(["placement", "serve", "--listen", "127.0.0.1:1", "--auth-token-file", str(token)]) == 2
+
+
+def test_a_token_file_any_user_may_read_is_refused(tmp_path, capsys):
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    token.chmod(0o644)
+    assert main(["placement", "serve", "--listen", "127.0.0.1:1", "--auth-token-file", str(token)]) == 2
+    err = capsys.readouterr().err
+    assert f"--auth-token-file {token} is accessible to every user (mode 0644)" in err
+    assert len(err.strip().splitlines()) == 1
 
 
 def test_served_over_http(tmp_path):
@@ -81,6 +92,7 @@ def test_wsgi_factory_from_environment(tmp_path, monkeypatch):
     assert main(["placement", "db-sync", "--db", url]) == 0
     token = tmp_path / "token"
     token.write_text("t0ken\n")
+    token.chmod(0o600)
     monkeypatch.setenv(DEFAULT_DB_ENV, url)
     monkeypatch.setenv(TOKEN_FILE_ENV, str(token))
     app = create_wsgi_app_from_env()

@@ -99,6 +99,7 @@ def test_racing_writers_never_oversubscribe(pg_store, postgres_server, slow_capa
             f"127.0.0.1:{port}",
             "--workers",
             "2",
+            "--any-token",
             "--no-db-sync",
         ],
         stdout=subprocess.DEVNULL,

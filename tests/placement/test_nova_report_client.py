@@ -42,6 +42,7 @@ def upstream_life(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Any]:
 def test_nova_report_client_sees_what_it_sees_upstream(tmp_path: Path, upstream_life: Dict[str, Any]):
     token = tmp_path / "token"
     token.write_text("admin\n")
+    token.chmod(0o600)
     with served_placement(tmp_path / "placement.sqlite", "--auth-token-file", str(token)) as url:
         ours = nova_life(url)
     # What a working compute node's life looks like (checked on upstream too).

@@ -27,6 +27,7 @@ def served_openstack(tmp_path_factory: pytest.TempPathFactory, name: str) -> Ite
     tmp = tmp_path_factory.mktemp(name)
     token_file = tmp / "token"
     token_file.write_text("s3cret\n")
+    token_file.chmod(0o600)
     with served_placement(tmp / "placement.sqlite", "--auth-token-file", str(token_file)) as url:
         yield _openstack_runner(url, tmp)
 

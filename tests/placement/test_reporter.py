@@ -171,6 +171,6 @@ def test_periodic_report_survives_an_unreachable_placement(libvirt_conn, libvirt
     url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     argv = ["placement", "report", "--connect", libvirt_uri, "--placement-url", url]
     assert main([*argv, "--interval", "5"]) == 130  # stopped by the (fake) ^C after two rounds
-    assert sleeps == [5.0, 5.0]
+    assert sleeps == [5.0, 10.0]  # backing off
     assert "report failed" in caplog.text
     assert main(argv) == 1  # once: the failure is the exit status

@@ -33,7 +33,7 @@ def server(tmp_path: Path) -> Iterator[int]:
     port = free_port()
     command = [str(Path(sys.executable).parent / "devtag-host"), "placement", "serve"]
     command += ["--db", f"sqlite:///{tmp_path / 'placement.sqlite'}", "--listen", f"127.0.0.1:{port}"]
-    command += ["--request-head-timeout", str(HEAD_TIMEOUT)]
+    command += ["--request-head-timeout", str(HEAD_TIMEOUT), "--any-token"]
     with open(tmp_path / "serve.log", "ab") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_systemd_default_limits)
     try:
@@ -88,11 +88,51 @@ def test_a_partial_second_head_on_a_kept_alive_connection_is_closed_too(server: 
         assert _closed_by_peer(sock, HEAD_TIMEOUT + 10)
 
 
+def test_a_body_trickled_after_a_whole_head_is_closed_after_the_timeout(server: int) -> None:
+    head = b"PUT /traits/CUSTOM_SLOW HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Auth-Token: admin\r\n"
+    head += b"OpenStack-API-Version: placement 1.6\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", server)) as sock:
+        sock.sendall(head)
+        started = time.monotonic()
+        closed = False
+        while time.monotonic() - started < HEAD_TIMEOUT + 10:
+            try:
+                sock.sendall(b" ")
+            except OSError:
+                closed = True
+                break
+            if _closed_by_peer(sock, 1.0):
+                closed = True
+                break
+        held = time.monotonic() - started
+    assert closed and held < HEAD_TIMEOUT + 3, held
+
+
+def test_connections_beyond_the_per_source_limit_are_refused_and_others_served(server: int) -> None:
+    held: List[socket.socket] = []
+    try:
+        for _ in range(64):
+            held.append(socket.create_connection(("127.0.0.1", server), timeout=10))
+        time.sleep(0.3)
+        with socket.create_connection(("127.0.0.1", server), timeout=10) as extra:
+            extra.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            assert extra.recv(4096).startswith(b"HTTP/1.1 503")
+        with socket.create_connection(("127.0.0.1", server), timeout=10, source_address=("127.0.0.2", 0)) as other:
+            other.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            assert _read_response(other).startswith(b"HTTP/1.1 200")
+    finally:
+        for sock in held:
+            sock.close()
+    time.sleep(0.3)
+    assert _get(server) == 200
+
+
 def test_1100_slow_clients_do_not_starve_a_legitimate_one(server: int) -> None:
     slow: List[socket.socket] = []
     try:
-        for _ in range(1100):
-            sock = socket.create_connection(("127.0.0.1", server), timeout=10)
+        for number in range(1100):  # from 20 loopback addresses, within the per-source limit
+            source = (f"127.0.1.{number % 20 + 1}", 0)
+            sock = socket.create_connection(("127.0.0.1", server), timeout=10, source_address=source)
             sock.sendall(PARTIAL_HEAD)
             slow.append(sock)
         time.sleep(0.5)  # let the server accept them all

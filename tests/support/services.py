@@ -54,12 +54,15 @@ def wait_for_port(port: int, timeout: float = 20.0) -> None:
 def served_placement(database: Path, *options: str) -> Iterator[str]:
     """Run ``devtag-host placement serve`` on the SQLite file ``database``; yield its URL.
 
-    ``options`` go to ``serve`` (e.g. ``--auth-token-file F``).  The server is
+    ``options`` go to ``serve`` (e.g. ``--auth-token-file F``); without a token
+    file the server takes ``--any-token`` (clients send 'admin').  The server is
     the console script next to this interpreter, so the test runs what a user runs.
     """
     port = free_port()
     command = [str(Path(sys.executable).parent / "devtag-host"), "placement", "serve"]
     command += ["--db", f"sqlite:///{database}", "--listen", f"127.0.0.1:{port}", *options]
+    if "--auth-token-file" not in options:
+        command.append("--any-token")
     log = database.parent / f"{database.name}.serve.log"  # what went wrong, if it did
     with open(log, "ab") as output:
         server = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)

@@ -459,6 +459,7 @@ def test_multi_nic_guest_on_a_metadata_only_cloud_gets_every_tag_and_hot_plug(
         set_nova_smbios(domain)
         secret_file = directory / "metadata-proxy-secret"
         secret_file.write_text(secrets.token_hex(32) + "\n")
+        secret_file.chmod(0o600)
         secret = (
             secret_file.read_bytes().strip()
         )  # as `devtag-host metadata-server --proxy-shared-secret-file` reads it

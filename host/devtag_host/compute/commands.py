@@ -41,7 +41,12 @@ def register(verbs: argparse._SubParsersAction) -> None:
         help="libvirt URI (default: $DEVTAG_LIBVIRT_URI, else devtag's embedded QEMU driver)",
     )
     sub.add_argument("--placement-url", metavar="URL", help=URL_HELP)
-    sub.add_argument("--token-file", metavar="FILE", help="X-Auth-Token from FILE (default: 'admin')")
+    sub.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="X-Auth-Token from FILE (default: for a service on loopback, the token "
+        "'placement serve' generated, if readable; else 'admin')",
+    )
     sub.add_argument("--name", help="provider name (default: the host name)")
     sub.add_argument("--storage-pool", metavar="POOL", help="libvirt storage pool for DISK_GB")
     sub.add_argument("--disk-path", metavar="DIR", help="file system for DISK_GB (when there is no pool)")
@@ -101,7 +106,8 @@ def _cmd_report(args: argparse.Namespace) -> None:
             args.aggregate = str(uuidlib.UUID(args.aggregate))
         except ValueError:
             raise InputError(f"--aggregate {args.aggregate!r} is not a UUID") from None
-    token = client_token(args.token_file)
+    url = service_url(args.placement_url)
+    token = client_token(args.token_file, url)
     settings = Settings(
         cpu_allocation_ratio=args.cpu_allocation_ratio,
         ram_allocation_ratio=args.ram_allocation_ratio,
@@ -114,17 +120,29 @@ def _cmd_report(args: argparse.Namespace) -> None:
         pci_specs=tuple(parse_device_spec(text) for text in args.pci_device),
     )
     args.machine_types = parse_machine_types(args.machine_type)
-    client = PlacementClient(service_url(args.placement_url), token)
+    client = PlacementClient(url, token)
+    failures = 0
     while True:
+        delay = args.interval
         try:
             _report_once(client, settings, args)
+            failures = 0
         except RuntimeFailure as exc:
             if args.interval is None:
                 raise
-            log.warning("report failed, trying again in %s s: %s", args.interval, exc)  # a daemon keeps going
+            failures += 1
+            delay = retry_delay(args.interval, failures)
+            log.warning("report failed, trying again in %g s: %s", delay, exc)  # a daemon keeps going
         if args.interval is None:
             return
-        time.sleep(args.interval)
+        time.sleep(delay)
+
+
+def retry_delay(interval: float, failures: int) -> float:
+    """The wait after ``failures`` failed reports in a row: the interval, doubled per further
+    failure, at most ten times the interval and at least the interval (a service that is down
+    or answers nonsense is not hammered, and is tried again soon once it is back)."""
+    return float(min(interval * 2 ** min(failures - 1, 16), max(interval, 10 * interval)))
 
 
 def _report_once(client: PlacementClient, settings: Settings, args: argparse.Namespace) -> None:
@@ -150,6 +168,8 @@ def _report_once(client: PlacementClient, settings: Settings, args: argparse.Nam
                     report_shared_pool(client, aggregate=args.aggregate, **shared)
         except ReportError as exc:
             raise RuntimeFailure(str(exc)) from None
+        except (KeyError, IndexError, TypeError, AttributeError) as exc:  # a JSON answer of another shape
+            raise RuntimeFailure(f"placement gave an unexpected answer ({type(exc).__name__}: {exc})") from None
     finally:
         connection.close()
     changed = ", ".join(summary.changed) or "nothing changed"

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from ..errors import InputError, RuntimeFailure
-from ..inputs import parse_listens, read_file
+from ..errors import RuntimeFailure
+from ..inputs import parse_listens, read_secret_file
 from ..serving import announce, listening_sockets, serve_exit_status
 from .instance_data import instance_data_reader
 
@@ -75,9 +75,7 @@ def _cmd_metadata_server(args: argparse.Namespace) -> None:
     addresses = parse_listens(args.listen or [DEFAULT_LISTEN])
     secret: Optional[bytes] = None
     if args.proxy_shared_secret_file:
-        secret = read_file(args.proxy_shared_secret_file, "shared secret", 4096).strip()
-        if not secret:
-            raise InputError(f"{args.proxy_shared_secret_file} is empty")
+        secret = read_secret_file(args.proxy_shared_secret_file, "--proxy-shared-secret-file").encode()
     extras = instance_data_reader(Path(args.instance_data)) if args.instance_data else (lambda _uuid: {})
     access_log = None if args.no_access_log else BufferedStreamSink(sys.stderr)
     listeners = listening_sockets(addresses)

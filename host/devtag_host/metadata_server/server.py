@@ -7,10 +7,12 @@
   :data:`MAX_BODY_BYTES` (400, connection closed).
 * A request head must arrive within :data:`REQUEST_HEAD_TIMEOUT` seconds
   (slowloris); idle keep-alive connections close after ``timeout_keep_alive`` seconds;
-  at most ``limit_concurrency`` connections are served at once (503 beyond), and
-  at most ``per_source_limit`` of them from one source address (503 and closed
-  beyond: one guest holding half-sent requests cannot starve the others).
-  Every such refusal is written to the access log.
+  at most ``limit_concurrency`` connections are open at once, and at most
+  ``per_source_limit`` of them from one source address (503 and closed beyond:
+  one guest holding half-sent requests cannot starve the others).  When the
+  table is full, admission is fair rather than first-come (see
+  :meth:`BoundedHttpToolsProtocol._made_room`).  Every such refusal is written
+  to the access log.
 * A response's head and body leave in one write (:class:`HeadHeldUntilBody`).
 """
 
@@ -112,7 +114,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     _body_bytes = 0
     _in_head = True
     _head_started: Optional[float] = None  # when we began waiting for a head; None while serving
-    _source: Any = None  # the key this connection is counted under in _sources
+    _source: Any = None  # the key this connection is counted under in _members
     _writer: Optional[HeadHeldUntilBody] = None  # what the response cycles write to
 
     def connection_made(self, transport: Any) -> None:
@@ -132,29 +134,74 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._count_source(peer)
 
     def _count_source(self, peer: Any) -> None:
-        """Count the connection under its source; over the per-source limit: 503 and close."""
+        """Count the connection under its source; over the per-source limit: 503 and close;
+        a full table: make room (or let uvicorn answer 503)."""
         if not isinstance(peer, tuple) or not peer:
             return
         # IPv6: the scope id too, or every guest's fe80:: address on every bridge would be one source.
         source = (peer[0], peer[3]) if len(peer) == 4 else peer[0]
-        sources = _sources_of(self.server_state)
-        count = sources.get(source, 0) + 1
-        sources[source] = count
+        members = _members_of(self.server_state)
+        mine = members.get(source)
+        if mine is None:
+            mine = members[source] = set()
+        mine.add(self)
         self._source = source
-        if count > self.per_source_limit:
+        if len(mine) > self.per_source_limit:
             self._head_started = None
             self.transport.write(_BUSY)
             self.transport.close()
             self._refused(503, f"per-source connection limit ({self.per_source_limit})")
+            return
+        limit = self.limit_concurrency
+        if limit is not None and len(self.connections) >= limit and not self._made_room(members, len(mine)):
+            self._head_started = None
+            self.connections.discard(self)
+            self.transport.write(_BUSY)
+            self.transport.close()
+            self._refused(503, f"connection limit ({limit})")
+
+    def _made_room(self, members: Dict[Any, Set[Any]], own: int) -> bool:
+        """Close a waiting connection of the source holding most, if it holds more than ours (``own``).
+
+        The table is full.  First come, first served let a few sources (a
+        guest's extra addresses, colluding guests) holding half-sent requests
+        keep every other guest out.  Instead a newcomer whose source holds
+        fewer connections than the largest holder takes the place of one of
+        that holder's waiting connections (waiting for a request head: idle
+        or half-sent; else for the rest of a body), the one waiting longest;
+        a newcomer from a source holding as many as any other is refused at
+        once (503), so the table never grows past its limit.  Holders are
+        thus levelled down towards equal shares, and a guest making one
+        request at a time always gets in.  A connection being answered is
+        never closed.  The scan costs O(sources) per new connection, and only
+        while the table is full: the served path (a kept-alive connection)
+        pays nothing.
+        """
+        for group in sorted(members.values(), key=len, reverse=True):
+            if len(group) <= own:
+                return False
+            victim = _longest_waiting(group)
+            if victim is not None:
+                victim._evict(len(group))
+                return True
+        return False
+
+    def _evict(self, holding: int) -> None:
+        self._head_started = None
+        self.connections.discard(self)  # uvicorn's own cap must see the room at once
+        if not self.transport.is_closing():
+            self.transport.write(_BUSY)
+            self.transport.close()
+        self._refused(503, f"connection table full: closed for a source holding fewer (this one held {holding})")
 
     def connection_lost(self, exc: Optional[Exception]) -> None:
         if self._source is not None:
-            sources = _sources_of(self.server_state)
-            left = sources.get(self._source, 1) - 1
-            if left > 0:
-                sources[self._source] = left
-            else:
-                sources.pop(self._source, None)
+            members = _members_of(self.server_state)
+            group = members.get(self._source)
+            if group is not None:
+                group.discard(self)
+                if not group:
+                    del members[self._source]
             self._source = None
         super().connection_lost(exc)
 
@@ -225,13 +272,26 @@ def _pending_head(before: int, data: bytes) -> Optional[int]:
     return len(heads[-1]) if len(heads) > 1 else before + len(heads[0])
 
 
-def _sources_of(state: Any) -> Dict[Any, int]:
-    """The per-source connection counts of one server (kept on uvicorn's per-server state)."""
-    sources = getattr(state, "devtag_sources", None)
-    if sources is None:
-        sources = {}
-        state.devtag_sources = sources
-    return sources
+def _members_of(state: Any) -> Dict[Any, Set[Any]]:
+    """The connections of one server by source (kept on uvicorn's per-server state)."""
+    members = getattr(state, "devtag_sources", None)
+    if members is None:
+        members = {}
+        state.devtag_sources = members
+    return members
+
+
+def _longest_waiting(group: Set[Any]) -> Optional[Any]:
+    """The connection of ``group`` waiting longest for a request head, else one waiting for a body."""
+    oldest, since, partial = None, None, None
+    for protocol in group:
+        started = protocol._head_started
+        if started is not None:
+            if since is None or started < since:
+                oldest, since = protocol, started
+        elif partial is None and protocol.cycle is not None and protocol.cycle.more_body:
+            partial = protocol  # its head is in, its body not yet
+    return oldest if oldest is not None else partial
 
 
 # One sweep per server (its set of connections); the set is kept referenced so

@@ -3,12 +3,15 @@
 ``Placement(store)`` is an ASGI application (``uvicorn``) and, through
 ``Placement.wsgi``, a WSGI one; both call the same synchronous ``handle``.
 Auth follows OpenStack Placement's no-keystone mode: every request but the
-version root needs ``X-Auth-Token``; with a configured token only that one.
+version root needs ``X-Auth-Token``; with a configured token only that one
+(:mod:`.access` decides).  ``Host``, the token and ``Content-Length`` are
+checked as soon as a request's head is in (:meth:`Placement.admit`), before
+its body is read.
 """
 
 from __future__ import annotations
 
-import hmac
+import dataclasses
 import html
 import json
 import logging
@@ -21,7 +24,9 @@ from urllib.parse import parse_qsl
 import orjson
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
+from ..inputs import read_secret_file
 from . import errors, microversion, policy
+from .access import Access, generated_token, listen_hosts
 from .candidate_settings import CandidateSettings
 from .candidate_settings import from_env as candidate_settings_from_env
 from .db import Store
@@ -147,11 +152,35 @@ class Placement:
     """The placement service on one ``Store``."""
 
     def __init__(
-        self, store: Store, auth_token: Optional[str] = None, candidate_settings: Optional[CandidateSettings] = None
+        self,
+        store: Store,
+        auth_token: Optional[str] = None,
+        access: Optional[Access] = None,
+        candidate_settings: Optional[CandidateSettings] = None,
     ) -> None:
         self.store = store
-        self.auth_token = auth_token
+        self.access = Access(token=auth_token) if access is None else access
+        self.auth_token = self.access.token
         self.candidate_settings = candidate_settings if candidate_settings is not None else CandidateSettings()
+
+    def admit(self, method: str, path: str, query_string: str, headers: Mapping[str, str]) -> Optional[Response]:
+        """The answer to a request refused on its head alone (Host, token, Content-Length), else None.
+
+        Called before the body is read: a refused client cannot make the
+        server wait for, or hold, a body.
+        """
+        if not self.access.host_accepted(headers.get("host")):
+            error = {"status": 400, "title": errors.TITLES.get(400, "Bad Request"), "code": errors.DEFAULT}
+            error["detail"] = "The Host header names a host this service does not answer as."
+            return Response(400, list(_CLOSE_JSON), orjson.dumps({"errors": [error]}))
+        if path != "/" and not self.access.token_accepted(headers.get("x-auth-token")):
+            response = self.handle(method, path, query_string, headers, b"")  # the usual 401 (or 404)
+            response.headers.append(("connection", "close"))
+            return response
+        length = headers.get("content-length", "")
+        if length.isdigit() and int(length) > MAX_BODY_BYTES:
+            return Response(413, list(_CLOSE_JSON), _too_large_body())
+        return None
 
     # -- the synchronous core ----------------------------------------------------------------
     def handle(
@@ -288,9 +317,7 @@ class Placement:
                 provider_objects.get_or_404(connection, uuid)
 
     def _check_token(self, token: Optional[str], headers: Mapping[str, str]) -> policy.Credentials:
-        if not token:
-            raise PlacementError(401, "The request you have made requires authentication.")
-        if self.auth_token is not None and not hmac.compare_digest(token.encode(), self.auth_token.encode()):
+        if token is None or not self.access.token_accepted(token):
             raise PlacementError(401, "The request you have made requires authentication.")
         return policy.credentials(token, headers, trusted=self.auth_token is not None)
 
@@ -329,6 +356,11 @@ class Placement:
         from starlette.concurrency import run_in_threadpool
 
         headers = {key.decode("latin-1").lower(): value.decode("latin-1") for key, value in scope["headers"]}
+        query_string = scope.get("query_string", b"").decode("latin-1")
+        refused = self.admit(scope["method"], scope["path"], query_string, headers)
+        if refused is not None:
+            await self._send(scope, refused, send)
+            return
         chunks: List[bytes] = []
         size = 0
         more = True
@@ -345,9 +377,8 @@ class Placement:
             chunks.append(chunk)
             more = message.get("more_body", False)
         if too_big:
-            response = Response(413, [("content-type", "application/json")], _too_large_body())
+            response = Response(413, list(_CLOSE_JSON), _too_large_body())
         else:
-            query_string = scope.get("query_string", b"").decode("latin-1")
             response = await run_in_threadpool(
                 self.handle,
                 scope["method"],
@@ -357,6 +388,9 @@ class Placement:
                 b"".join(chunks),
                 scope.get("scheme", "http"),
             )
+        await self._send(scope, response, send)
+
+    async def _send(self, scope: Dict[str, Any], response: Response, send: Callable) -> None:
         await send(
             {
                 "type": "http.response.start",
@@ -373,15 +407,19 @@ class Placement:
         }
         if environ.get("CONTENT_TYPE"):
             headers["content-type"] = environ["CONTENT_TYPE"]
+        if environ.get("CONTENT_LENGTH"):
+            headers["content-length"] = environ["CONTENT_LENGTH"]
         try:
             length = int(environ.get("CONTENT_LENGTH") or 0)
         except ValueError:
             length = 0
-        if length > MAX_BODY_BYTES:
-            start_response("413 Request Entity Too Large", [("content-type", "application/json")])
-            return [_too_large_body()]
-        body = environ["wsgi.input"].read(length) if length else b""
         path = environ.get("PATH_INFO", "") or "/"
+        refused = self.admit(environ["REQUEST_METHOD"], path, environ.get("QUERY_STRING", ""), headers)
+        if refused is not None:
+            hop_free = [(name, value) for name, value in refused.headers if name != "connection"]  # PEP 3333
+            start_response(f"{refused.status} {errors.TITLES.get(refused.status, 'Error')}", hop_free)
+            return [refused.body]
+        body = environ["wsgi.input"].read(length) if length else b""
         scheme = environ.get("wsgi.url_scheme", "http")
         response = self.handle(environ["REQUEST_METHOD"], path, environ.get("QUERY_STRING", ""), headers, body, scheme)
         start_response(f"{response.status} {errors.TITLES.get(response.status, 'OK')}", response.headers)
@@ -402,6 +440,9 @@ def _error_as_text(reply: Reply, headers: List[Tuple[str, str]], accept: str) ->
     return Response(reply.status, [*headers, ("content-type", "text/plain; charset=UTF-8")], text.encode())
 
 
+_CLOSE_JSON = [("content-type", "application/json"), ("connection", "close")]
+
+
 def _too_large_body() -> bytes:
     """The 413 document, the same for ASGI and WSGI (with ``code``, as every error has)."""
     error = {"status": 413, "title": errors.TITLES[413], "detail": "Request body too large.", "code": errors.DEFAULT}
@@ -416,28 +457,42 @@ def _is_retryable(exc: DBAPIError) -> bool:
 def create_app(
     db_url: Optional[str] = None,
     auth_token: Optional[str] = None,
+    access: Optional[Access] = None,
     candidate_settings: Optional[CandidateSettings] = None,
 ) -> Placement:
     """An application on ``db_url`` (default: ``$DEVTAG_PLACEMENT_DB`` or the SQLite file);
     ``candidate_settings`` default to upstream's."""
-    return Placement(Store(db_url), auth_token, candidate_settings)
+    return Placement(Store(db_url), auth_token, access, candidate_settings)
 
 
 TOKEN_FILE_ENV = "DEVTAG_PLACEMENT_TOKEN_FILE"  # noqa: S105 - a variable name
+ANY_TOKEN_ENV = "DEVTAG_PLACEMENT_ANY_TOKEN"  # noqa: S105 - a variable name
+LISTEN_HOST_ENV = "DEVTAG_PLACEMENT_LISTEN_HOST"
+ALLOWED_HOSTS_ENV = "DEVTAG_PLACEMENT_ALLOWED_HOSTS"
 
 
 def read_token_file(path: str) -> str:
-    with open(path, encoding="utf-8") as handle:
-        token = handle.read(4096).strip()
-    if not token:
-        raise ValueError(f"{path} holds no token")
-    return token
+    return read_secret_file(path, "--auth-token-file")
+
+
+def access_from_env() -> Access:
+    """The rule of ``placement serve``, for the factories: the token in ``$DEVTAG_PLACEMENT_TOKEN_FILE``,
+    else any token if ``$DEVTAG_PLACEMENT_ANY_TOKEN=1``, else the generated one; the Host names of
+    ``$DEVTAG_PLACEMENT_LISTEN_HOST`` and ``$DEVTAG_PLACEMENT_ALLOWED_HOSTS`` (comma-separated).
+    Without either, any Host is answered, unless any token is: then only loopback names."""
+    token_file = os.environ.get(TOKEN_FILE_ENV)
+    any_token = os.environ.get(ANY_TOKEN_ENV) == "1"
+    token = read_token_file(token_file) if token_file else None if any_token else generated_token()
+    listen_host = os.environ.get(LISTEN_HOST_ENV)
+    extra = [name for name in os.environ.get(ALLOWED_HOSTS_ENV, "").split(",") if name.strip()]
+    if listen_host or extra or any_token:
+        return dataclasses.replace(listen_hosts(listen_host or "localhost", extra), token=token)
+    return Access(token=token)
 
 
 def create_app_from_env() -> Placement:
     """For ``uvicorn --factory devtag_host.placement.app:create_app_from_env`` (several workers)."""
-    token_file = os.environ.get(TOKEN_FILE_ENV)
-    return create_app(None, read_token_file(token_file) if token_file else None, candidate_settings_from_env())
+    return create_app(None, access=access_from_env(), candidate_settings=candidate_settings_from_env())
 
 
 def create_wsgi_app_from_env() -> Callable:

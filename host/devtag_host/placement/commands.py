@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import ipaddress
 import logging
 import os
 
 from ..compute import commands as compute_commands
 from ..errors import InputError, RuntimeFailure
-from ..inputs import ListenAddress, parse_listen
+from ..inputs import ListenAddress, parse_listen, read_secret_file
 from ..serving import announce, listening_socket, serve_exit_status
+from ..state import placement_token_path
 from . import candidate_settings
 from .microversion import max_version_string, min_version_string
 
 log = logging.getLogger(__name__)
 DEFAULT_LISTEN = "127.0.0.1:8778"
-DEFAULT_HEAD_TIMEOUT = 10.0
+DEFAULT_REQUEST_TIMEOUT = 10.0
+DEFAULT_PER_SOURCE_LIMIT = 64
 
 _DESCRIPTION = f"""\
 An OpenStack-Placement-compatible service (API microversions {min_version_string()} to {max_version_string()}).
@@ -28,8 +31,12 @@ it.  For several API workers or hosts use PostgreSQL:
 --db postgresql://user@host/placement.
 
 Clients send X-Auth-Token.  With --auth-token-file only the token in that file
-is accepted; without it any token is (the osc-placement convention is 'admin')
-and the server refuses to listen on anything but loopback.
+is accepted (a file every user may read is refused).  Without it, the server
+accepts only a token it generates at first start into placement-token in the
+state directory (mode 0600), which devtag's own clients on this host read, and
+listens on loopback only.  --any-token accepts any token (OpenStack's noauth2;
+loopback only): every local user may then change placement.  Requests whose
+Host header is not a name the server listens as (or an --allowed-host) get 400.
 """
 _DEFAULT_DB = (
     "default: $DEVTAG_PLACEMENT_DB, else placement.sqlite in /var/lib/devtag for root, "
@@ -62,16 +69,38 @@ def register(commands: argparse._SubParsersAction) -> None:
         default=DEFAULT_LISTEN,
         help=f"address or host name and port; [IPV6]:PORT, '[fe80::1%%IFACE]:PORT'; default {DEFAULT_LISTEN}",
     )
-    serve.add_argument("--auth-token-file", metavar="FILE", help="accept only the token in FILE")
+    auth = serve.add_mutually_exclusive_group()
+    auth.add_argument("--auth-token-file", metavar="FILE", help="accept only the token in FILE (mode 0600 or 0640)")
+    auth.add_argument(
+        "--any-token",
+        action="store_true",
+        help="accept any X-Auth-Token, as OpenStack's noauth2 (loopback only; every local user may change placement)",
+    )
+    serve.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also answer requests whose Host header is NAME (a DNS name clients use; repeatable)",
+    )
     serve.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (PostgreSQL)")
     serve.add_argument("--no-db-sync", action="store_true", help="do not create/upgrade the schema on start")
     serve.add_argument(
+        "--request-timeout",
         "--request-head-timeout",
+        dest="request_timeout",
         type=float,
-        default=DEFAULT_HEAD_TIMEOUT,
+        default=DEFAULT_REQUEST_TIMEOUT,
         metavar="SECONDS",
-        help="close a connection whose request line and headers take longer than this "
-        f"(default: {DEFAULT_HEAD_TIMEOUT:.0f})",
+        help="close a connection whose request (request line, headers and body) takes longer than this "
+        f"to arrive (default: {DEFAULT_REQUEST_TIMEOUT:.0f})",
+    )
+    serve.add_argument(
+        "--connections-per-source",
+        type=int,
+        default=DEFAULT_PER_SOURCE_LIMIT,
+        metavar="N",
+        help=f"answer 503 and close beyond N open connections from one address (default: {DEFAULT_PER_SOURCE_LIMIT})",
     )
     candidates = serve.add_argument_group(
         "allocation candidates",
@@ -104,7 +133,8 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def loopback_or_token(address: ListenAddress, token_file: str | None) -> ListenAddress:
-    """``address`` if it may be served: without a token file any token is accepted, so loopback only."""
+    """``address`` if it may be served: without a token file, loopback only (the generated token is
+    on this host only; with ``--any-token`` any token is accepted)."""
     if token_file is None and not _is_loopback(address.host):
         raise InputError(
             f"refusing to listen on {address.host} without --auth-token-file: any token would be accepted "
@@ -163,15 +193,18 @@ def _cmd_db_sync(args: argparse.Namespace) -> None:
 def _cmd_serve(args: argparse.Namespace) -> None:
     import uvicorn
 
-    from .app import TOKEN_FILE_ENV, create_app, read_token_file
+    from .access import generated_token, listen_hosts
+    from .app import ALLOWED_HOSTS_ENV, ANY_TOKEN_ENV, LISTEN_HOST_ENV, TOKEN_FILE_ENV, create_app
     from .db import DEFAULT_DB_ENV, default_url
-    from .serve_limits import HeadTimeoutProtocol, configure_head_timeout, raise_open_files_limit
+    from .serve_limits import HeadTimeoutProtocol, configure_limits, raise_open_files_limit
 
     address = loopback_or_token(parse_listen(args.listen, host_names=True), args.auth_token_file)
     check_database_url(args.db)
-    if not args.request_head_timeout > 0:
-        raise InputError("--request-head-timeout must be positive")
-    configure_head_timeout(args.request_head_timeout)
+    if not args.request_timeout > 0:
+        raise InputError("--request-timeout must be positive")
+    if args.connections_per_source < 1:
+        raise InputError("--connections-per-source must be at least 1")
+    configure_limits(args.request_timeout, args.connections_per_source)
     settings = candidate_settings.resolve(
         args.max_allocation_candidates,
         args.allocation_candidates_generation_strategy,
@@ -179,27 +212,40 @@ def _cmd_serve(args: argparse.Namespace) -> None:
     )
     candidate_settings.to_env(settings)  # for the worker processes
     raise_open_files_limit()
-    token = None
+    token: str | None = None
     if args.auth_token_file:
-        try:
-            token = read_token_file(args.auth_token_file)
-        except (OSError, ValueError) as exc:
-            raise InputError(f"--auth-token-file: {exc}") from None
+        token = read_secret_file(args.auth_token_file, "--auth-token-file")
+        authentication = "token from --auth-token-file"
+    elif args.any_token:
+        authentication = "any token accepted (--any-token, loopback only)"
+    else:
+        authentication = f"token from {placement_token_path()}"
     if not args.no_db_sync:
         _sync(args.db)
     listener = listening_socket(address)
+    try:
+        if not (args.auth_token_file or args.any_token):
+            token = generated_token()  # once the address is ours: a refused start leaves no state
+    except BaseException:
+        listener.close()
+        raise
+    access = dataclasses.replace(listen_hosts(address.host, args.allowed_host), token=token)
     announce(
         f"placement API on http://{address}",
         f"database {redacted_url(args.db or default_url())}",
         f"{args.workers} worker(s)",
-        "token from --auth-token-file" if token else "any token accepted (loopback only)",
+        authentication,
     )
     try:
         if args.workers > 1:
             if args.db:
                 os.environ[DEFAULT_DB_ENV] = args.db
-            if args.auth_token_file:
-                os.environ[TOKEN_FILE_ENV] = os.path.abspath(args.auth_token_file)
+            if args.any_token:
+                os.environ[ANY_TOKEN_ENV] = "1"
+            else:
+                os.environ[TOKEN_FILE_ENV] = os.path.abspath(args.auth_token_file or placement_token_path())
+            os.environ[LISTEN_HOST_ENV] = address.host
+            os.environ[ALLOWED_HOSTS_ENV] = ",".join(args.allowed_host)
             uvicorn.run(
                 "devtag_host.placement.app:create_app_from_env",
                 factory=True,
@@ -210,7 +256,10 @@ def _cmd_serve(args: argparse.Namespace) -> None:
             )
             return
         uvicorn.run(
-            create_app(args.db, token, settings), fd=listener.fileno(), log_level="warning", http=HeadTimeoutProtocol
+            create_app(args.db, token, access=access, candidate_settings=settings),
+            fd=listener.fileno(),
+            log_level="warning",
+            http=HeadTimeoutProtocol,
         )
     finally:
         listener.close()

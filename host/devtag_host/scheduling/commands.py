@@ -120,7 +120,12 @@ def _placement_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--placement-url", metavar="URL", help=f"default: ${PLACEMENT_URL_ENV}, else {DEFAULT_PLACEMENT_URL}"
     )
-    parser.add_argument("--token-file", metavar="FILE", help="X-Auth-Token from FILE (default: 'admin')")
+    parser.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="X-Auth-Token from FILE (default: for a service on loopback, the token "
+        "'placement serve' generated, if readable; else 'admin')",
+    )
     prefilter = parser.add_mutually_exclusive_group()
     prefilter.add_argument(
         "--image-metadata-prefilter",
@@ -185,7 +190,8 @@ def prefilter_enabled(flag: Optional[bool]) -> bool:
 
 def _client(args: argparse.Namespace) -> Any:
 
-    return PlacementClient(service_url(args.placement_url), client_token(args.token_file))
+    url = service_url(args.placement_url)
+    return PlacementClient(url, client_token(args.token_file, url))
 
 
 def _cmd_schedule(args: argparse.Namespace) -> None:

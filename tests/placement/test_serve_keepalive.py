@@ -1,0 +1,65 @@
+"""`placement serve` over real HTTP on a kept-alive connection, as Nova's report
+client (a ``requests.Session``) and ``http.client`` use it.
+
+A response leaving in two writes on a socket without ``TCP_NODELAY`` meets the
+client's delayed ACK: every request after the first on a connection waited
+~40 ms.  In-process measurements never see it; this one goes through the kernel.
+"""
+
+from __future__ import annotations
+
+import http.client
+import statistics
+import time
+from typing import Iterator, List
+from urllib.parse import urlsplit
+
+import pytest
+import requests
+
+from tests.support.services import served_placement
+
+HEADERS = {"X-Auth-Token": "admin", "OpenStack-API-Version": "placement 1.17"}
+# Far below the ~40 ms of a delayed ACK, far above a loopback round trip on a busy machine.
+KEPT_ALIVE_BUDGET = 0.015
+
+
+@pytest.fixture(scope="module")
+def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with served_placement(
+        tmp_path_factory.mktemp("keepalive") / "placement.sqlite",
+    ) as served:
+        yield served
+
+
+def _median_after_first(timings: List[float]) -> float:
+    return statistics.median(timings[1:])
+
+
+@pytest.mark.parametrize("path", ["/", "/resource_providers"])
+def test_a_kept_alive_requests_session_answers_in_a_few_milliseconds(url: str, path: str) -> None:
+    timings = []
+    with requests.Session() as session:
+        for _ in range(12):
+            started = time.perf_counter()
+            response = session.get(url + path, headers=HEADERS, timeout=10)
+            timings.append(time.perf_counter() - started)
+            assert response.status_code == 200, response.text
+    assert _median_after_first(timings) < KEPT_ALIVE_BUDGET, timings
+
+
+def test_a_kept_alive_http_client_connection_answers_in_a_few_milliseconds(url: str) -> None:
+    parts = urlsplit(url)
+    connection = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=10)
+    timings = []
+    try:
+        for _ in range(12):
+            started = time.perf_counter()
+            connection.request("GET", "/resource_providers", headers=HEADERS)
+            response = connection.getresponse()
+            response.read()
+            timings.append(time.perf_counter() - started)
+            assert response.status == 200
+    finally:
+        connection.close()
+    assert _median_after_first(timings) < KEPT_ALIVE_BUDGET, timings
