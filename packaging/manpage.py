@@ -38,7 +38,11 @@ PAGES: Dict[str, Dict[str, Section]] = {
             ("DEVTAG_LOCK_DIR", "lock files (default: /run/lock/devtag for root, else $XDG_RUNTIME_DIR/devtag-UID)"),
             ("DEVTAG_PLACEMENT_DB", "placement database URL, as --db of placement serve and db-sync"),
             ("DEVTAG_PLACEMENT_TOKEN_FILE", "token file of the placement application under uvicorn --factory"),
-            ("DEVTAG_PLACEMENT_HEAD_TIMEOUT", "as --request-head-timeout of placement serve (seconds)"),
+            ("DEVTAG_PLACEMENT_ANY_TOKEN", "1: the placement application under --factory accepts any token"),
+            ("DEVTAG_PLACEMENT_LISTEN_HOST", "the address the placement application answers as (Host header)"),
+            ("DEVTAG_PLACEMENT_ALLOWED_HOSTS", "further Host names of the placement application, comma-separated"),
+            ("DEVTAG_PLACEMENT_REQUEST_TIMEOUT", "as --request-timeout of placement serve (seconds)"),
+            ("DEVTAG_PLACEMENT_PER_SOURCE_LIMIT", "as --connections-per-source of placement serve"),
             (
                 "DEVTAG_PLACEMENT_MAX_ALLOCATION_CANDIDATES",
                 "as --max-allocation-candidates of placement serve (default: -1, no limit)",
@@ -62,7 +66,8 @@ PAGES: Dict[str, Dict[str, Section]] = {
         "FILES": [
             (
                 "/var/lib/devtag/",
-                "root's state directory: libvirt/ (embedded root), placement.sqlite, attach.sqlite, "
+                "root's state directory: libvirt/ (embedded root), placement.sqlite, attach.sqlite (0600), "
+                "placement-token (the token placement serve generates, 0600), "
                 "volumes/, nbd-volumes/",
             ),
             ("~/.local/share/devtag/", "the same for other users"),

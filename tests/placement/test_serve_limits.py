@@ -21,7 +21,7 @@ import pytest
 from tests.support.services import free_port, wait_for_port
 
 HEAD_TIMEOUT = 3.0
-PARTIAL_HEAD = b"GET /resource_providers HTTP/1.1\r\nHost: placement\r\nX-Auth-Token: admin\r\n"
+PARTIAL_HEAD = b"GET /resource_providers HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Auth-Token: admin\r\n"
 
 
 def _systemd_default_limits() -> None:  # in the child: soft 1,024 as systemd's default LimitNOFILE
@@ -82,7 +82,7 @@ def test_a_partial_head_is_closed_after_the_timeout(server: int) -> None:
 
 def test_a_partial_second_head_on_a_kept_alive_connection_is_closed_too(server: int) -> None:
     with socket.create_connection(("127.0.0.1", server)) as sock:
-        sock.sendall(b"GET / HTTP/1.1\r\nHost: placement\r\n\r\n")
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         assert _read_response(sock).startswith(b"HTTP/1.1 200")
         sock.sendall(PARTIAL_HEAD)
         assert _closed_by_peer(sock, HEAD_TIMEOUT + 10)
