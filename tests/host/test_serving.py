@@ -129,7 +129,7 @@ def test_placement_help_names_the_microversions_served() -> None:
 @pytest.mark.parametrize(
     ("verb", "options"),
     [
-        (["placement", "serve"], ["--db", "sqlite:///{tmp}/p.sqlite"]),
+        (["placement", "serve"], ["--db", "sqlite:///{tmp}/p.sqlite", "--any-token"]),
         (["metadata-server"], ["--connect", "test:///default"]),
     ],
 )
