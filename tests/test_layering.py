@@ -39,7 +39,7 @@ LAYERS: Dict[str, Set[str]] = {
     "fwcfg": {"errors", "metadata", "virt"},
     # Placement's world: the service, the node reporting to it, the scheduler asking it.
     "placement": {"errors", "db", "inputs", "serving", "state"},
-    "compute": {"errors", "placement_client", "virt"},
+    "compute": {"errors", "placement_client", "state", "virt"},
     "scheduling": {"errors", "compute", "placement_client"},
     "attach": {"db", "errors", "locks", "metadata", "state", "virt"},
     "example": set(),
