@@ -31,14 +31,15 @@ LAYERS: Dict[str, Set[str]] = {
     "ssh_keys": set(),  # what an OpenSSH public key line looks like (config drive and instance data)
     "inputs": {"errors", "ssh_keys"},  # the operator's files and --listen, for the transports' and serving verbs
     "placement_client": {"errors", "state"},  # token, microversion, error bodies
-    "serving": {"errors", "inputs"},  # the listening socket and start line of the long-running verbs
+    "serving": {"errors", "inputs"},  # the listening socket, start and stop lines of the long-running verbs
+    "request_log": set(),  # the request log lines both servers write (timestamp, quoting, batching sink)
     "virt": {"errors", "locks", "metadata", "state"},  # the libvirt edge
     # The transports: each on metadata/ and virt.py, never on each other.
     "configdrive": {"errors", "inputs", "metadata", "virt"},
-    "metadata_server": {"errors", "inputs", "metadata", "serving", "virt"},
+    "metadata_server": {"errors", "inputs", "metadata", "request_log", "serving", "virt"},
     "fwcfg": {"errors", "metadata", "virt"},
     # Placement's world: the service, the node reporting to it, the scheduler asking it.
-    "placement": {"errors", "db", "inputs", "serving", "state"},
+    "placement": {"errors", "db", "inputs", "request_log", "serving", "state"},
     "compute": {"errors", "placement_client", "state", "virt"},
     "scheduling": {"errors", "compute", "placement_client"},
     "attach": {"db", "errors", "locks", "metadata", "state", "virt"},
@@ -71,6 +72,7 @@ IN_FUNCTION_IMPORTS: Dict[Tuple[str, str], str] = {
     "'import devtag_host' (the command's entry) works without them",
     ("devtag_host.api", "devtag_host.virt"): LIBVIRT,
     ("devtag_host.entry", "devtag_host.cli"): "importing cli.py loads the host extra: a missing one is one line",
+    ("devtag_host.placement.requestlog", "devtag_host.placement.app"): SERVICE,
     ("devtag_host.cli", "devtag_host.virt"): LIBVIRT,
     ("devtag_host.cli", "devtag_host.fwcfg"): LIBVIRT + " (fwcfg.domain imports virt)",
     ("devtag_host.cli", "devtag_host.fwcfg.domain"): LIBVIRT,
@@ -88,7 +90,6 @@ IN_FUNCTION_IMPORTS: Dict[Tuple[str, str], str] = {
     ("devtag_host.metadata_server", "devtag_host.metadata_server.server"): "uvicorn: only run() serves",
     ("devtag_host.metadata_server.commands", "devtag_host.virt"): LIBVIRT,
     ("devtag_host.metadata_server.commands", "devtag_host.metadata_server"): STARLETTE,
-    ("devtag_host.metadata_server.commands", "devtag_host.metadata_server.access_log"): STARLETTE,
     ("devtag_host.db", "alembic"): "Alembic: loads only when a schema is upgraded or read (a second of start-up)",
     ("devtag_host.db", "alembic.config"): "Alembic, as above",
     ("devtag_host.db", "alembic.runtime.migration"): "Alembic, as above",

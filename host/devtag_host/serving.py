@@ -91,7 +91,18 @@ def listening_sockets(addresses: Sequence[ListenAddress]) -> List[socket.socket]
 
 
 def announce(what: str, *details: str) -> None:
-    """The one INFO line saying the service is up, shown even without -v."""
+    """The one INFO line saying the service is up, shown even without -v (not with -q)."""
+    _say("; ".join([what, *details]))
+
+
+def _say(line: str) -> None:
+    if logging.getLogger().getEffectiveLevel() >= logging.ERROR:  # -q
+        return
     if not log.isEnabledFor(logging.INFO):
         log.setLevel(logging.INFO)
-    log.info("%s", "; ".join([what, *details]))
+    log.info("%s", line)
+
+
+def announce_stop(what: str) -> None:
+    """The INFO line saying the service has stopped (its connections closed), paired with :func:`announce`."""
+    _say(f"{what} stopped")

@@ -71,7 +71,7 @@ def test_placement_serve_says_what_it_serves(tmp_path: Path) -> None:
     )
     assert line == (
         f"devtag-host: INFO: placement API on http://127.0.0.1:{port}; database sqlite:///{database}; "
-        "1 worker(s); any token accepted (--any-token, loopback only)\n"
+        "1 worker(s); any token accepted (--any-token, loopback only); request log: JSON lines on standard error\n"
     )
 
 

@@ -77,9 +77,11 @@ class MetadataService:
         port: int = 8775,
         fd: Optional[int] = None,
         sockets: Optional[Sequence[socket.socket]] = None,
+        on_shutdown: Sequence[Callable[[], None]] = (),
     ) -> None:
         """Serve in this thread until interrupted (SIGINT/SIGTERM): on ``sockets`` (listening already,
-        one per network), else on the descriptor ``fd``, else on ``host:port``."""
+        one per network), else on the descriptor ``fd``, else on ``host:port``.  ``on_shutdown`` runs
+        once the connections are closed, after the access log is flushed."""
         from .server import Server, server_config
 
         flush = getattr(self._access_log, "flush", None)
@@ -87,7 +89,8 @@ class MetadataService:
         # The sites are long-lived: keep the collector from re-scanning them (cheaper collections, lower p99).
         gc.freeze()
         try:
-            server = Server(server_config(self.app, host=host, port=port, fd=fd), on_shutdown=[flush] if flush else [])
+            callbacks = [flush, *on_shutdown] if flush else list(on_shutdown)
+            server = Server(server_config(self.app, host=host, port=port, fd=fd), on_shutdown=callbacks)
             server.run(sockets=list(sockets) if sockets else None)
         finally:
             self.watcher.stop()

@@ -14,7 +14,8 @@ from typing import Any, Optional
 
 from ..errors import RuntimeFailure
 from ..inputs import parse_listens, read_secret_file
-from ..serving import announce, listening_sockets, serve_exit_status
+from ..request_log import BufferedStreamSink
+from ..serving import announce, announce_stop, listening_sockets, serve_exit_status
 from .instance_data import instance_data_reader
 
 DEFAULT_LISTEN = "127.0.0.1:8775"
@@ -29,7 +30,7 @@ def register(commands: Any) -> None:
         description="Serve each domain its metadata (/openstack/..., EC2 paths), identified by source address "
         "(DHCP lease / neighbour table -> MAC) or, with --proxy-shared-secret-file, by Nova's signed "
         "X-Instance-ID headers. Follows libvirt domain events. Logs one start line (address, how instances "
-        "are identified, domains on the connection); access log: JSON lines on standard error.",
+        "are identified, domains on the connection), an access log (JSON lines on standard error) and a stop line.",
         epilog=serve_exit_status("libvirt unreachable, ..."),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -70,7 +71,6 @@ def _cmd_metadata_server(args: argparse.Namespace) -> None:
     # libvirt and starlette load only when this verb runs (devtag-host starts fast).
     from .. import virt
     from . import MetadataService
-    from .access_log import BufferedStreamSink
 
     addresses = parse_listens(args.listen or [DEFAULT_LISTEN])
     secret: Optional[bytes] = None
@@ -101,7 +101,7 @@ def _cmd_metadata_server(args: argparse.Namespace) -> None:
             "every NIC and disk listed" if args.all_devices else "tagged devices listed (as Nova)",
         )
         try:
-            service.run(sockets=listeners)
+            service.run(sockets=listeners, on_shutdown=[lambda: announce_stop(f"metadata server on {served}")])
         except OSError as exc:
             raise RuntimeFailure(f"cannot serve on {served}: {exc.strerror or exc}") from None
     finally:

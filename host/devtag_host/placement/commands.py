@@ -7,14 +7,17 @@ import dataclasses
 import ipaddress
 import logging
 import os
+import sys
 
 from ..compute import commands as compute_commands
 from ..errors import InputError, RuntimeFailure
 from ..inputs import ListenAddress, parse_listen, read_secret_file
-from ..serving import announce, listening_socket, serve_exit_status
+from ..request_log import BufferedStreamSink
+from ..serving import announce, announce_stop, listening_socket, serve_exit_status
 from ..state import placement_token_path
 from . import candidate_settings
 from .microversion import max_version_string, min_version_string
+from .requestlog import REQUEST_LOG_ENV, RequestLog
 
 log = logging.getLogger(__name__)
 DEFAULT_LISTEN = "127.0.0.1:8778"
@@ -56,7 +59,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     serve = verbs.add_parser(
         "serve",
         help="serve the placement API (uvicorn)",
-        description="Serve the placement API. Logs one start line (address, database, workers, authentication).",
+        description="Serve the placement API. Logs one start line (address, database, workers, authentication), "
+        "one JSON line per request (request id, method, path, microversion, status, time) and a stop line.",
         epilog=serve_exit_status("the database unreachable or its schema not upgradable, ..."),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -85,6 +89,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     serve.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (PostgreSQL)")
     serve.add_argument("--no-db-sync", action="store_true", help="do not create/upgrade the schema on start")
+    serve.add_argument(
+        "--no-request-log", action="store_true", help="do not log each request (JSON lines on standard error)"
+    )
     serve.add_argument(
         "--request-timeout",
         "--request-head-timeout",
@@ -230,11 +237,13 @@ def _cmd_serve(args: argparse.Namespace) -> None:
         listener.close()
         raise
     access = dataclasses.replace(listen_hosts(address.host, args.allowed_host), token=token)
+    served = f"placement API on http://{address}"
     announce(
-        f"placement API on http://{address}",
+        served,
         f"database {redacted_url(args.db or default_url())}",
         f"{args.workers} worker(s)",
         authentication,
+        "no request log" if args.no_request_log else "request log: JSON lines on standard error",
     )
     try:
         if args.workers > 1:
@@ -246,21 +255,21 @@ def _cmd_serve(args: argparse.Namespace) -> None:
                 os.environ[TOKEN_FILE_ENV] = os.path.abspath(args.auth_token_file or placement_token_path())
             os.environ[LISTEN_HOST_ENV] = address.host
             os.environ[ALLOWED_HOSTS_ENV] = ",".join(args.allowed_host)
+            os.environ[REQUEST_LOG_ENV] = "0" if args.no_request_log else "1"
             uvicorn.run(
-                "devtag_host.placement.app:create_app_from_env",
+                "devtag_host.placement.requestlog:create_app_from_env",
                 factory=True,
                 fd=listener.fileno(),
                 workers=args.workers,
                 log_level="warning",
                 http=HeadTimeoutProtocol,
             )
+            announce_stop(served)  # the workers have stopped; this process was not signalled to death
             return
-        uvicorn.run(
-            create_app(args.db, token, access=access, candidate_settings=settings),
-            fd=listener.fileno(),
-            log_level="warning",
-            http=HeadTimeoutProtocol,
-        )
+        sink = None if args.no_request_log else BufferedStreamSink(sys.stderr)
+        placement = create_app(args.db, token, access=access, candidate_settings=settings)
+        app = RequestLog(placement, sink, on_shutdown=[lambda: announce_stop(served)])
+        uvicorn.run(app, fd=listener.fileno(), log_level="warning", http=HeadTimeoutProtocol)
     finally:
         listener.close()
 
