@@ -95,8 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log what is done to standard error")
-    parser.add_argument("--debug", action="store_true", help="debug logging and tracebacks on errors")
+    _verbosity_options(parser, default=False)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def connect_option(sub: argparse.ArgumentParser) -> None:
@@ -184,7 +183,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     for module_name in COMMAND_MODULES:
         importlib.import_module(module_name).register(commands)
+    _verbosity_after_verbs(parser)
     return parser
+
+
+def _verbosity_options(parser: argparse.ArgumentParser, default: Any) -> None:
+    parser.add_argument("-v", "--verbose", action="store_true", default=default, help="say what is done (stderr)")
+    parser.add_argument("-q", "--quiet", action="store_true", default=default, help="only errors (stderr)")
+    parser.add_argument("--debug", action="store_true", default=default, help="debug logging, tracebacks on errors")
+
+
+def _verbosity_after_verbs(parser: argparse.ArgumentParser) -> None:
+    """-v/-q/--debug after any verb too (``devtag-host placement serve -v``); SUPPRESS keeps an
+    option given before the verb from being reset by the verb's default."""
+    for action in parser._subparsers._group_actions if parser._subparsers else ():
+        for sub in getattr(action, "choices", {}).values():
+            _verbosity_options(sub, default=argparse.SUPPRESS)
+            _verbosity_after_verbs(sub)
 
 
 def _print_document(document: Dict[str, Any], compact: bool = False) -> None:
@@ -212,6 +227,9 @@ def _change_tags(args: argparse.Namespace, change: Any, acpi_index: Optional[int
     virt, connection = _connect(args.connect)
     try:
         domain = virt.lookup_domain(connection, args.domain)
+        log.info(
+            "domain %s (%s) on %s: device %s", domain.name(), domain.UUIDString(), connection.getURI(), args.device
+        )
         note = ""
         if acpi_index is not None:
             _set_acpi_index(virt, domain, args.device, acpi_index, change)
@@ -241,7 +259,8 @@ def _refresh_fwcfg(handle: Any) -> None:
     from .fwcfg.domain import refresh_if_enabled
 
     try:
-        refresh_if_enabled(handle)
+        if refresh_if_enabled(handle):
+            log.info("domain %s: fw_cfg copy of the devices metadata refreshed (read at next boot)", handle.name())
     except FwCfgError as exc:
         raise RuntimeFailure(f"tags stored, but the fw_cfg copy could not be refreshed: {exc}") from None
 
@@ -271,6 +290,8 @@ def _cmd_devices(args: argparse.Namespace) -> None:
             document = devices_document(domain, all_devices=args.all_devices)
         except InvalidDocumentError as exc:  # e.g. a <serial> the schema refuses: the file is the bad input
             raise InputError(str(exc)) from None
+        log.info("domain %s: read from %s", domain.name, "standard input" if args.xml == "-" else args.xml)
+        _log_listed(domain, document, args.all_devices)
         _print_document(document, compact=args.compact)
         return
     else:
@@ -282,9 +303,20 @@ def _cmd_devices(args: argparse.Namespace) -> None:
         try:
             handle = virt.lookup_domain(connection, args.domain)
             domain = virt.read_domain(handle, inactive=args.inactive)
+            definition = "persistent" if args.inactive or not handle.isActive() else "live"
+            log.info("domain %s on %s: read its %s definition", domain.name, connection.getURI(), definition)
         finally:
             connection.close()
-    _print_document(devices_document(domain, all_devices=args.all_devices), compact=args.compact)
+    document = devices_document(domain, all_devices=args.all_devices)
+    _log_listed(domain, document, args.all_devices)
+    _print_document(document, compact=args.compact)
+
+
+def _log_listed(domain: Domain, document: Dict[str, Any], all_devices: bool) -> None:
+    if log.isEnabledFor(logging.INFO):
+        known = len(devices_document(domain, validate=False, all_devices=True)["devices"])
+        which = "every NIC and disk" if all_devices else "as Nova: tagged devices and NICs with a VLAN"
+        log.info("%d of %d NICs and disks listed (%s)", len(document["devices"]), known, which)
 
 
 def _with_entries(domain: Domain, entries: Any) -> Domain:
@@ -327,8 +359,12 @@ def _cmd_demo(args: argparse.Namespace) -> None:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.verbose and args.quiet:
+        parser.error("-v/--verbose and -q/--quiet exclude each other")
     level = logging.DEBUG if args.debug else logging.INFO if args.verbose else logging.WARNING
-    logging.basicConfig(level=level, format="devtag-host: %(levelname)s: %(message)s")
+    logging.basicConfig(level=logging.ERROR if args.quiet else level, format="devtag-host: %(levelname)s: %(message)s")
+    if not args.debug:
+        logging.getLogger("alembic").setLevel(logging.WARNING)  # its per-migration INFO lines are not ours to say
     try:
         handler = _handler(args.handler)
     except ModuleNotFoundError as exc:  # e.g. an attach verb on a host without python3-libvirt
