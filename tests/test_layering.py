@@ -32,11 +32,12 @@ LAYERS: Dict[str, Set[str]] = {
     "inputs": {"errors", "ssh_keys"},  # the operator's files and --listen, for the transports' and serving verbs
     "placement_client": {"errors", "state"},  # token, microversion, error bodies
     "serving": {"errors", "inputs"},  # the listening socket, start and stop lines of the long-running verbs
+    "config": {"errors"},  # /etc/devtag/devtag.conf: every setting, its flags and variables, the sample
     "request_log": set(),  # the request log lines both servers write (timestamp, quoting, batching sink)
     "virt": {"errors", "locks", "metadata", "state"},  # the libvirt edge
     # The transports: each on metadata/ and virt.py, never on each other.
     "configdrive": {"errors", "inputs", "metadata", "virt"},
-    "metadata_server": {"errors", "inputs", "metadata", "request_log", "serving", "virt"},
+    "metadata_server": {"config", "errors", "inputs", "metadata", "request_log", "serving", "virt"},
     "fwcfg": {"errors", "metadata", "virt"},
     # Placement's world: the service, the node reporting to it, the scheduler asking it.
     "placement": {"errors", "db", "inputs", "request_log", "serving", "state"},
@@ -46,7 +47,7 @@ LAYERS: Dict[str, Set[str]] = {
     "example": set(),
     "examples": set(),
     # The verbs register themselves: cli.py names their modules (COMMAND_MODULES), it does not import them.
-    "cli": {"devtag_host", "errors", "example", "extras", "fwcfg", "inputs", "metadata", "serving", "state", "virt"},
+    "cli": {"config", "devtag_host", "errors", "example", "extras", "fwcfg", "inputs", "metadata", "serving", "state", "virt"},
     "extras": set(),  # what the host extra provides, for one line when a module of it is missing
     "entry": {"extras", "cli"},  # the devtag-host command: cli.main, a missing host extra in one line
     "api": {"metadata", "virt"},  # the plain Python API

@@ -12,10 +12,11 @@ import argparse
 import importlib
 import json
 import logging
+import os
 import sys
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
-from . import __version__
+from . import __version__, config
 from .errors import DevtagError, InputError, Refused, RuntimeFailure
 from .extras import missing_extra
 from .inputs import key_value_pairs
@@ -47,6 +48,7 @@ MAX_XML_FILE_BYTES = 64 * 1024 * 1024
 # ``handler(args)`` raises DevtagError subclasses for exit codes 2 and 1 (a handler
 # may be named "module:function", imported only when its verb runs: see _handler).
 COMMAND_MODULES: Tuple[str, ...] = (
+    "devtag_host.config",
     "devtag_host.configdrive.commands",
     "devtag_host.metadata_server.commands",
     "devtag_host.placement.commands",
@@ -96,6 +98,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     _verbosity_options(parser, default=False)
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help=f"read settings from FILE (default: $DEVTAG_CONFIG, else {config.DEFAULT_PATH} if it exists)",
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def connect_option(sub: argparse.ArgumentParser) -> None:
@@ -357,14 +364,25 @@ def _cmd_demo(args: argparse.Namespace) -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    environment_at_start = dict(os.environ)
+    try:
+        loaded = config.load(*config.config_path(arguments, os.environ))
+        config.apply(loaded, parser, os.environ)
+    except DevtagError as exc:
+        sys.stderr.write(f"devtag-host: error: {exc}\n")
+        return exit_status(exc)
+    args = parser.parse_args(arguments)
+    args.loaded_config, args.environment_at_start = loaded, environment_at_start
     if args.verbose and args.quiet:
         parser.error("-v/--verbose and -q/--quiet exclude each other")
     level = logging.DEBUG if args.debug else logging.INFO if args.verbose else logging.WARNING
     logging.basicConfig(level=logging.ERROR if args.quiet else level, format="devtag-host: %(levelname)s: %(message)s")
     if not args.debug:
         logging.getLogger("alembic").setLevel(logging.WARNING)  # its per-migration INFO lines are not ours to say
+    for warning in loaded.warnings:
+        log.warning("%s", warning)
     try:
         handler = _handler(args.handler)
     except ModuleNotFoundError as exc:  # e.g. an attach verb on a host without python3-libvirt

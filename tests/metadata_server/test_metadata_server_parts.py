@@ -144,7 +144,7 @@ def test_access_line_is_json_whatever_the_path() -> None:
 def test_systemd_unit_verifies(tmp_path: Path) -> None:
     unit = Path(__file__).resolve().parents[2] / "packaging" / "systemd" / "devtag-metadata-server.service"
     text = unit.read_text()
-    assert "--listen ${DEVTAG_METADATA_LISTEN}" in text and "metadata-server" in text
+    assert "ExecStart=/usr/bin/devtag-host metadata-server $DEVTAG_METADATA_OPTIONS" in text
     result = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True)
     problems = [
         line

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
+from ..config import ReplacingAppend
 from ..errors import RuntimeFailure
 from ..inputs import parse_listens, read_secret_file
 from ..request_log import BufferedStreamSink
@@ -43,7 +44,7 @@ def register(commands: Any) -> None:
     server.add_argument(
         "--listen",
         metavar="ADDR:PORT",
-        action="append",
+        action=ReplacingAppend,
         help="where to listen (repeatable: one listener per network); [IPV6]:PORT; bound to one interface "
         "(name or index): '[fe80::1%%br0]:80' (a link-local address needs it), '169.254.169.254%%br0:80'; "
         f"default {DEFAULT_LISTEN}",
