@@ -46,6 +46,7 @@ setup(
             "os-traits>=3.0",
             "os-resource-classes>=1.1",
             "orjson>=3.9",  # placement: large allocation-candidate documents
+            "prometheus-client>=0.17",  # both servers' --metrics-listen
         ],
         "test": [
             "pytest>=8",

@@ -33,14 +33,15 @@ LAYERS: Dict[str, Set[str]] = {
     "placement_client": {"errors", "state"},  # token, microversion, error bodies
     "serving": {"errors", "inputs"},  # the listening socket, start and stop lines of the long-running verbs
     "config": {"errors"},  # /etc/devtag/devtag.conf: every setting, its flags and variables, the sample
+    "metrics": {"errors", "inputs", "serving"},  # Prometheus metrics of both servers (prometheus_client)
     "request_log": set(),  # the request log lines both servers write (timestamp, quoting, batching sink)
     "virt": {"errors", "locks", "metadata", "state"},  # the libvirt edge
     # The transports: each on metadata/ and virt.py, never on each other.
     "configdrive": {"errors", "inputs", "metadata", "virt"},
-    "metadata_server": {"config", "errors", "inputs", "metadata", "request_log", "serving", "virt"},
+    "metadata_server": {"config", "errors", "inputs", "metadata", "metrics", "request_log", "serving", "virt"},
     "fwcfg": {"errors", "metadata", "virt"},
     # Placement's world: the service, the node reporting to it, the scheduler asking it.
-    "placement": {"errors", "db", "inputs", "request_log", "serving", "state"},
+    "placement": {"errors", "db", "inputs", "metrics", "request_log", "serving", "state"},
     "compute": {"errors", "placement_client", "state", "virt"},
     "scheduling": {"errors", "compute", "placement_client"},
     "attach": {"db", "errors", "locks", "metadata", "state", "virt"},
@@ -73,6 +74,8 @@ IN_FUNCTION_IMPORTS: Dict[Tuple[str, str], str] = {
     "'import devtag_host' (the command's entry) works without them",
     ("devtag_host.api", "devtag_host.virt"): LIBVIRT,
     ("devtag_host.entry", "devtag_host.cli"): "importing cli.py loads the host extra: a missing one is one line",
+    ("devtag_host.metadata_server.commands", "devtag_host.metrics"): "prometheus_client: only with --metrics-listen",
+    ("devtag_host.placement.commands", "devtag_host.metrics"): "prometheus_client: only with --metrics-listen",
     ("devtag_host.placement.requestlog", "devtag_host.placement.app"): SERVICE,
     ("devtag_host.cli", "devtag_host.virt"): LIBVIRT,
     ("devtag_host.cli", "devtag_host.fwcfg"): LIBVIRT + " (fwcfg.domain imports virt)",

@@ -199,6 +199,12 @@ OPTIONS: Tuple[Option, ...] = (
     ),
     Option(
         "metadata_server",
+        "metrics_listen",
+        "Serve Prometheus metrics at http://ADDR:PORT/metrics, a listener of their own. Unset: no metrics.",
+        flags=((_METADATA, "metrics_listen", "--metrics-listen"),),
+    ),
+    Option(
+        "metadata_server",
         "all_devices",
         "List every NIC and disk in meta_data.json (false: as Nova, tagged ones and NICs with a VLAN).",
         default="false",
@@ -262,6 +268,13 @@ OPTIONS: Tuple[Option, ...] = (
         default="true",
         flags=((_SERVE, "no_request_log", "--no-request-log"),),
         convert=_negated,
+    ),
+    Option(
+        "placement",
+        "metrics_listen",
+        "Serve Prometheus metrics at http://ADDR:PORT/metrics, a listener of their own (one worker only). "
+        "Unset: no metrics.",
+        flags=((_SERVE, "metrics_listen", "--metrics-listen"),),
     ),
     Option(
         "placement",

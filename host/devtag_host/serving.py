@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import logging
 import socket
-from typing import Any, List, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 from .errors import InputError, RuntimeFailure
-from .inputs import ListenAddress
+from .inputs import ListenAddress, parse_listen
 
 log = logging.getLogger(__name__)
 
@@ -106,3 +106,13 @@ def _say(line: str) -> None:
 def announce_stop(what: str) -> None:
     """The INFO line saying the service has stopped (its connections closed), paired with :func:`announce`."""
     _say(f"{what} stopped")
+
+
+def metrics_listen(text: Optional[str]) -> Optional[ListenAddress]:
+    """``--metrics-listen`` of a serving verb, or None (no metrics)."""
+    if not text:
+        return None
+    address = parse_listen(text, host_names=True)
+    if address.scope:
+        raise InputError(f"--metrics-listen {text!r}: give an address without %INTERFACE")
+    return address

@@ -35,10 +35,10 @@ def test_a_request_line_is_json_whatever_the_path() -> None:
 def _served_log(tmp_path: Path, *options: str) -> List[str]:
     database = tmp_path / "p.sqlite"
     headers = {"x-auth-token": "admin", "openstack-api-version": "placement 1.20"}
-    with served_placement(database, *options) as url:
-        assert httpx.get(f"{url}/resource_providers?name=a%20b", headers=headers).status_code == 200
-        assert httpx.get(f"{url}/resource_providers").status_code == 401  # no token
-        assert httpx.get(f"{url}/").status_code == 200
+    with served_placement(database, *options) as url, httpx.Client(timeout=60) as client:  # workers start slowly
+        assert client.get(f"{url}/resource_providers?name=a%20b", headers=headers).status_code == 200
+        assert client.get(f"{url}/resource_providers").status_code == 401  # no token
+        assert client.get(f"{url}/").status_code == 200
     return (tmp_path / "p.sqlite.serve.log").read_text().splitlines()
 
 

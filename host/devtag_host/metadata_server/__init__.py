@@ -50,10 +50,13 @@ class MetadataService:
         access_log: Optional[Callable[[str], None]] = None,
         reconnect: Optional[Callable[[], Any]] = None,
         all_devices: bool = False,
+        metrics: Any = None,
     ) -> None:
         from .libvirt_watch import LibvirtWatcher
 
         self.directory = InstanceDirectory()
+        if reconnect is not None and metrics is not None:
+            reconnect = metrics.counting_reconnects(reconnect)
         self.watcher = LibvirtWatcher(
             connection, self.directory, extras=extras, reconnect=reconnect, all_devices=all_devices
         )
@@ -66,7 +69,9 @@ class MetadataService:
             addresses=addresses,
             log_requests=log_requests,
             access_log=access_log,
+            metrics=metrics,
         )
+        self._metrics = metrics
         self._server: Any = None
         self._access_log = access_log
 
@@ -91,6 +96,8 @@ class MetadataService:
         try:
             callbacks = [flush, *on_shutdown] if flush else list(on_shutdown)
             server = Server(server_config(self.app, host=host, port=port, fd=fd), on_shutdown=callbacks)
+            if self._metrics is not None:
+                self._metrics.watch_connections(server.server_state.connections)
             server.run(sockets=list(sockets) if sockets else None)
         finally:
             self.watcher.stop()

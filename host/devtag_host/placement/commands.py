@@ -13,7 +13,7 @@ from ..compute import commands as compute_commands
 from ..errors import InputError, RuntimeFailure
 from ..inputs import ListenAddress, parse_listen, read_secret_file
 from ..request_log import BufferedStreamSink
-from ..serving import announce, announce_stop, listening_socket, serve_exit_status
+from ..serving import announce, announce_stop, listening_socket, metrics_listen, serve_exit_status
 from ..state import placement_token_path
 from . import candidate_settings
 from .microversion import max_version_string, min_version_string
@@ -91,6 +91,11 @@ def register(commands: argparse._SubParsersAction) -> None:
     serve.add_argument("--no-db-sync", action="store_true", help="do not create/upgrade the schema on start")
     serve.add_argument(
         "--no-request-log", action="store_true", help="do not log each request (JSON lines on standard error)"
+    )
+    serve.add_argument(
+        "--metrics-listen",
+        metavar="ADDR:PORT",
+        help="serve Prometheus metrics at http://ADDR:PORT/metrics (default: no metrics; one worker only)",
     )
     serve.add_argument(
         "--request-timeout",
@@ -227,6 +232,9 @@ def _cmd_serve(args: argparse.Namespace) -> None:
         authentication = "any token accepted (--any-token, loopback only)"
     else:
         authentication = f"token from {placement_token_path()}"
+    metrics_address = metrics_listen(args.metrics_listen)
+    if metrics_address is not None and args.workers > 1:
+        raise InputError("--metrics-listen needs --workers 1: each worker process would count alone")
     if not args.no_db_sync:
         _sync(args.db)
     listener = listening_socket(address)
@@ -238,12 +246,19 @@ def _cmd_serve(args: argparse.Namespace) -> None:
         raise
     access = dataclasses.replace(listen_hosts(address.host, args.allowed_host), token=token)
     served = f"placement API on http://{address}"
+    metrics = None
+    if metrics_address is not None:
+        from ..metrics import ServiceMetrics
+
+        metrics = ServiceMetrics("placement")
+        metrics.serve(metrics_address)
     announce(
         served,
         f"database {redacted_url(args.db or default_url())}",
         f"{args.workers} worker(s)",
         authentication,
         "no request log" if args.no_request_log else "request log: JSON lines on standard error",
+        f"metrics on http://{metrics_address}/metrics" if metrics_address else "no metrics",
     )
     try:
         if args.workers > 1:
@@ -268,8 +283,15 @@ def _cmd_serve(args: argparse.Namespace) -> None:
             return
         sink = None if args.no_request_log else BufferedStreamSink(sys.stderr)
         placement = create_app(args.db, token, access=access, candidate_settings=settings)
-        app = RequestLog(placement, sink, on_shutdown=[lambda: announce_stop(served)])
-        uvicorn.run(app, fd=listener.fileno(), log_level="warning", http=HeadTimeoutProtocol)
+        app = RequestLog(placement, sink, on_shutdown=[lambda: announce_stop(served)], metrics=metrics)
+        server = uvicorn.Server(
+            uvicorn.Config(app, fd=listener.fileno(), log_level="warning", http=HeadTimeoutProtocol)
+        )
+        if metrics is not None:
+            metrics.watch_connections(server.server_state.connections)
+        server.run()
+        if not server.started:
+            raise RuntimeFailure(f"{served} did not start")
     finally:
         listener.close()
 

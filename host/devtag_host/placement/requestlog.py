@@ -14,15 +14,21 @@ stop line, written before uvicorn re-raises SIGTERM and ends the process.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
-from typing import Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
+
+if TYPE_CHECKING:
+    from ..metrics import ServiceMetrics
 
 from ..request_log import BufferedStreamSink, iso_timestamp, quote
 
 MAX_LOGGED_PATH = 2048
 REQUEST_ID_HEADER = b"x-openstack-request-id"
 MICROVERSION_HEADER = b"openstack-api-version"
+# Statuses counted as refusals in the metrics (the rest are the API's answers), by reason.
+REFUSALS = {401: "unauthenticated", 403: "forbidden", 413: "body_too_large", 431: "headers_too_large"}
 REQUEST_LOG_ENV = "DEVTAG_PLACEMENT_REQUEST_LOG"  # serve -> its worker processes: "0" is --no-request-log
 
 
@@ -55,10 +61,13 @@ class RequestLog:
         sink: Optional[Callable[[str], None]],
         *,
         on_shutdown: Sequence[Callable[[], None]] = (),
+        metrics: Optional[ServiceMetrics] = None,
     ) -> None:
         self.app = app
         self.sink = sink
         self.on_shutdown = list(on_shutdown)
+        self.metrics = metrics
+        self.route = route_matcher() if metrics is not None else None
 
     def __getattr__(self, name: str) -> Any:  # the wrapped application's own attributes (store, ...)
         return getattr(self.app, name)
@@ -67,7 +76,7 @@ class RequestLog:
         if scope["type"] == "lifespan":
             await self.app(scope, receive, self._lifespan_send(send))
             return
-        if scope["type"] != "http" or self.sink is None:
+        if scope["type"] != "http" or (self.sink is None and self.metrics is None):
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
@@ -89,23 +98,31 @@ class RequestLog:
         try:
             await self.app(scope, receive, observed)
         finally:
-            client = scope.get("client")
-            query = scope.get("query_string", b"").decode("latin-1")
-            path = scope["path"] + (f"?{query}" if query else "")
-            elapsed = (time.perf_counter() - started) * 1000
-            self.sink(
-                request_line(
-                    time.time(),
-                    seen["request_id"],
-                    client[0] if client else None,
-                    scope["method"],
-                    path,
-                    seen["microversion"],
-                    seen["status"],
-                    seen["bytes"],
-                    elapsed,
-                )
-            )
+            seconds = time.perf_counter() - started
+            if self.sink is not None:
+                self._log(scope, seen, seconds * 1000)
+            if self.metrics is not None and self.route is not None and seen["status"] is not None:
+                self.metrics.observe(self.route(scope["path"]), scope["method"], seen["status"], seconds)
+                reason = REFUSALS.get(seen["status"])
+                if reason is not None:
+                    self.metrics.refused(reason)
+
+    def _log(self, scope: Any, seen: dict, ms: float) -> None:
+        client = scope.get("client")
+        query = scope.get("query_string", b"").decode("latin-1")
+        path = scope["path"] + (f"?{query}" if query else "")
+        line = request_line(
+            time.time(),
+            seen["request_id"],
+            client[0] if client else None,
+            scope["method"],
+            path,
+            seen["microversion"],
+            seen["status"],
+            seen["bytes"],
+            ms,
+        )
+        self.sink(line)  # type: ignore[misc]  # only called with a sink
 
     def _lifespan_send(self, send: Callable) -> Callable:
         async def lifespan_send(message: Any) -> None:
@@ -123,6 +140,21 @@ class RequestLog:
         callbacks, self.on_shutdown = self.on_shutdown, []
         for callback in callbacks:
             callback()
+
+
+def route_matcher() -> Callable[[str], str]:
+    """path -> its route template in the application's table (``/resource_providers/{uuid}``), else ``other``."""
+    from .app import ROUTES
+
+    table = [(re.compile("^" + re.sub(r"\{\w+\}", "[^/]+", template) + r"\Z"), template) for template in ROUTES]
+
+    def route(path: str) -> str:
+        for pattern, template in table:
+            if pattern.match(path):
+                return template
+        return "other"
+
+    return route
 
 
 def create_app_from_env() -> RequestLog:
