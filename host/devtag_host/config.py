@@ -306,6 +306,7 @@ OPTIONS: Tuple[Option, ...] = (
         "placement_client",
         "url",
         "The placement endpoint 'placement report' and the scheduling verbs talk to.",
+        default="http://127.0.0.1:8778",
         env="DEVTAG_PLACEMENT_URL",
         flags=((_REPORT, "placement_url", "--placement-url"),),
     ),
