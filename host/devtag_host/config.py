@@ -297,9 +297,11 @@ OPTIONS: Tuple[Option, ...] = (
         "api",
         "auth_strategy",
         "How placement authenticates requests: noauth2 (X-Auth-Token: any token, or the one in "
-        "[placement] auth_token_file).",
+        "[placement] auth_token_file) or keystone (keystonemiddleware's auth_token validates tokens "
+        "against Keystone, set up in [keystone_authtoken]; the roles admin and service may use the API).",
         default="noauth2",
-        convert=_one_of("noauth2"),
+        flags=((_SERVE, "auth_strategy", "--auth-strategy"),),
+        convert=_one_of("noauth2", "keystone"),
     ),
     # -- the compute node reporting to placement ---------------------------------------------------
     Option(

@@ -8,6 +8,7 @@ import ipaddress
 import logging
 import os
 import sys
+from typing import Any
 
 from ..compute import commands as compute_commands
 from ..errors import InputError, RuntimeFailure
@@ -79,6 +80,13 @@ def register(commands: argparse._SubParsersAction) -> None:
         "--any-token",
         action="store_true",
         help="accept any X-Auth-Token, as OpenStack's noauth2 (loopback only; every local user may change placement)",
+    )
+    serve.add_argument(
+        "--auth-strategy",
+        choices=("noauth2", "keystone"),
+        default="noauth2",
+        help="noauth2: X-Auth-Token as above (default); keystone: tokens validated by keystonemiddleware "
+        "against Keystone ([keystone_authtoken] of the configuration file), roles admin or service",
     )
     serve.add_argument(
         "--allowed-host",
@@ -210,7 +218,13 @@ def _cmd_serve(args: argparse.Namespace) -> None:
     from .db import DEFAULT_DB_ENV, default_url
     from .serve_limits import HeadTimeoutProtocol, configure_limits, raise_open_files_limit
 
-    address = loopback_or_token(parse_listen(args.listen, host_names=True), args.auth_token_file)
+    keystone = args.auth_strategy == "keystone"
+    address = parse_listen(args.listen, host_names=True)
+    if keystone:
+        if args.auth_token_file or args.any_token or args.workers > 1:
+            raise InputError("--auth-strategy keystone takes no --auth-token-file or --any-token, and one worker")
+    else:
+        loopback_or_token(address, args.auth_token_file)
     check_database_url(args.db)
     if not args.request_timeout > 0:
         raise InputError("--request-timeout must be positive")
@@ -225,7 +239,9 @@ def _cmd_serve(args: argparse.Namespace) -> None:
     candidate_settings.to_env(settings)  # for the worker processes
     raise_open_files_limit()
     token: str | None = None
-    if args.auth_token_file:
+    if keystone:  # auth_token has checked the token; placement's policy reads the roles it passes on
+        authentication = "Keystone tokens (keystonemiddleware)"
+    elif args.auth_token_file:
         token = read_secret_file(args.auth_token_file, "--auth-token-file")
         authentication = "token from --auth-token-file"
     elif args.any_token:
@@ -239,7 +255,7 @@ def _cmd_serve(args: argparse.Namespace) -> None:
         _sync(args.db)
     listener = listening_socket(address)
     try:
-        if not (args.auth_token_file or args.any_token):
+        if not (args.auth_token_file or args.any_token or keystone):
             token = generated_token()  # once the address is ours: a refused start leaves no state
     except BaseException:
         listener.close()
@@ -282,8 +298,16 @@ def _cmd_serve(args: argparse.Namespace) -> None:
             announce_stop(served)  # the workers have stopped; this process was not signalled to death
             return
         sink = None if args.no_request_log else BufferedStreamSink(sys.stderr)
-        placement = create_app(args.db, token, access=access, candidate_settings=settings)
-        app = RequestLog(placement, sink, on_shutdown=[lambda: announce_stop(served)], metrics=metrics)
+        placement: Any = create_app(args.db, token, access=access, candidate_settings=settings)
+        if keystone:
+            from uvicorn.middleware.wsgi import WSGIMiddleware
+
+            from .keystone import keystone_app
+
+            config_file = getattr(args, "loaded_config", None)
+            placement = WSGIMiddleware(keystone_app(placement.wsgi, config_file.path if config_file else None))
+        stop = [lambda: announce_stop(served)]
+        app = RequestLog(placement, sink, on_shutdown=stop, metrics=metrics, app_lifespan=not keystone)
         server = uvicorn.Server(
             uvicorn.Config(app, fd=listener.fileno(), log_level="warning", http=HeadTimeoutProtocol)
         )

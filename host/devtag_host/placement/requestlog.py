@@ -62,8 +62,10 @@ class RequestLog:
         *,
         on_shutdown: Sequence[Callable[[], None]] = (),
         metrics: Optional[ServiceMetrics] = None,
+        app_lifespan: bool = True,
     ) -> None:
         self.app = app
+        self.app_lifespan = app_lifespan  # False: the app speaks no ASGI lifespan (a WSGI adapter), answer it here
         self.sink = sink
         self.on_shutdown = list(on_shutdown)
         self.metrics = metrics
@@ -74,7 +76,10 @@ class RequestLog:
 
     async def __call__(self, scope: Any, receive: Callable, send: Callable) -> None:
         if scope["type"] == "lifespan":
-            await self.app(scope, receive, self._lifespan_send(send))
+            if self.app_lifespan:
+                await self.app(scope, receive, self._lifespan_send(send))
+            else:
+                await self._lifespan(receive, send)
             return
         if scope["type"] != "http" or (self.sink is None and self.metrics is None):
             await self.app(scope, receive, send)
@@ -123,6 +128,16 @@ class RequestLog:
             ms,
         )
         self.sink(line)  # type: ignore[misc]  # only called with a sink
+
+    async def _lifespan(self, receive: Callable, send: Callable) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                self.stopped()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
 
     def _lifespan_send(self, send: Callable) -> Callable:
         async def lifespan_send(message: Any) -> None:
