@@ -39,7 +39,11 @@ PAGES: Dict[str, Dict[str, Section]] = {
             ("DEVTAG_LOCK_DIR", "lock files (default: /run/lock/devtag for root, else $XDG_RUNTIME_DIR/devtag-UID)"),
             ("DEVTAG_PLACEMENT_DB", "placement database URL, as --db of placement serve and db-sync"),
             ("DEVTAG_PLACEMENT_TOKEN_FILE", "token file of the placement application under uvicorn --factory"),
-            ("DEVTAG_PLACEMENT_HEAD_TIMEOUT", "as --request-head-timeout of placement serve (seconds)"),
+            ("DEVTAG_PLACEMENT_REQUEST_TIMEOUT", "as --request-timeout of placement serve (seconds)"),
+            ("DEVTAG_PLACEMENT_PER_SOURCE_LIMIT", "as --connections-per-source of placement serve"),
+            ("DEVTAG_PLACEMENT_ANY_TOKEN", "1: as --any-token of placement serve"),
+            ("DEVTAG_PLACEMENT_ALLOWED_HOSTS", "comma-separated: as --allowed-host of placement serve"),
+            ("DEVTAG_PLACEMENT_LISTEN_HOST", "the listen address, for the workers of placement serve"),
             (
                 "DEVTAG_PLACEMENT_MAX_ALLOCATION_CANDIDATES",
                 "as --max-allocation-candidates of placement serve (default: -1, no limit)",

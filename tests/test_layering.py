@@ -41,14 +41,17 @@ LAYERS: Dict[str, Set[str]] = {
     "metadata_server": {"config", "errors", "inputs", "metadata", "metrics", "request_log", "serving", "virt"},
     "fwcfg": {"errors", "metadata", "virt"},
     # Placement's world: the service, the node reporting to it, the scheduler asking it.
-    "placement": {"errors", "db", "inputs", "metrics", "request_log", "serving", "state"},
+    "placement": {"config", "errors", "db", "inputs", "metrics", "request_log", "serving", "state"},
     "compute": {"errors", "placement_client", "state", "virt"},
     "scheduling": {"errors", "compute", "placement_client"},
     "attach": {"db", "errors", "locks", "metadata", "state", "virt"},
     "example": set(),
     "examples": set(),
     # The verbs register themselves: cli.py names their modules (COMMAND_MODULES), it does not import them.
-    "cli": {"config", "devtag_host", "errors", "example", "extras", "fwcfg", "inputs", "metadata", "serving", "state", "virt"},
+    "cli": {
+        *("config", "devtag_host", "errors", "example", "extras", "fwcfg"),
+        *("inputs", "metadata", "serving", "state", "virt"),
+    },
     "extras": set(),  # what the host extra provides, for one line when a module of it is missing
     "entry": {"extras", "cli"},  # the devtag-host command: cli.main, a missing host extra in one line
     "api": {"metadata", "virt"},  # the plain Python API

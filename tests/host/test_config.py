@@ -19,9 +19,20 @@ from tests.support.services import free_port, wait_for_port
 REPO = Path(__file__).resolve().parents[2]
 DEVTAG_HOST = [sys.executable, "-m", "devtag_host.cli"]
 # Variables that are no setting: the file's own, serve's hand-over to its workers, the agent's.
-NOT_SETTINGS = {"DEVTAG_CONFIG", "DEVTAG_PLACEMENT_REQUEST_LOG", "DEVTAG_TAG_"}
+NOT_SETTINGS = {
+    "DEVTAG_CONFIG",
+    "DEVTAG_TAG_",
+    "DEVTAG_PLACEMENT_",  # the prefix of the allocation candidates' variables
+    *("DEVTAG_PLACEMENT_REQUEST_LOG", "DEVTAG_PLACEMENT_LISTEN_HOST"),  # what serve tells its workers
+}
 # Flags of the service verbs that stay flags: per-run choices or lists, not a host's setting.
 FLAG_ONLY = {
+    # Read from the environment by the code itself when the flag is not given: the file's value is exported there.
+    ("placement", "serve"): {
+        "max_allocation_candidates",
+        "allocation_candidates_generation_strategy",
+        "randomize_allocation_candidates",
+    },
     ("placement", "report"): {
         "connect",  # [libvirt] uri
         "trait",
@@ -103,7 +114,7 @@ def test_bad_files_are_one_line_and_exit_2(tmp_path: Path, monkeypatch: pytest.M
 def test_unknown_settings_are_a_warning_and_upstream_sections_are_quiet(tmp_path: Path) -> None:
     path = tmp_path / "placement.conf"
     path.write_text(
-        "[placement]\nlisten = 127.0.0.1:1\nrandomize_allocation_candidates = true\n[keystone_authtoken]\nx=1\n"
+        "[placement]\nlisten = 127.0.0.1:1\nincomplete_consumer_project_id = x\n[keystone_authtoken]\nx=1\n"
     )
     done = subprocess.run(
         [*DEVTAG_HOST, "config", "show"],
@@ -115,7 +126,7 @@ def test_unknown_settings_are_a_warning_and_upstream_sections_are_quiet(tmp_path
     assert done.returncode == 0, done.stderr
     assert (
         done.stderr
-        == f"devtag-host: WARNING: {path}: [placement] randomize_allocation_candidates: not a devtag setting, ignored\n"
+        == f"devtag-host: WARNING: {path}: [placement] incomplete_consumer_project_id: not a devtag setting, ignored\n"
     )
     assert f"[placement] listen = 127.0.0.1:1  ({path})" in done.stdout
     assert "[placement] workers = 1  (default)" in done.stdout
@@ -125,7 +136,7 @@ def test_placement_serve_from_the_file_alone(tmp_path: Path) -> None:
     port = free_port()
     path = tmp_path / "devtag.conf"
     path.write_text(
-        f"[placement]\nlisten = 127.0.0.1:{port}\nrequest_log = false\n"
+        f"[placement]\nlisten = 127.0.0.1:{port}\nrequest_log = false\nany_token = yes\n"
         f"[placement_database]\nconnection = sqlite:///{tmp_path / 'p.sqlite'}\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("DEVTAG_")}

@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 from ..compute import commands as compute_commands
+from ..config import ReplacingAppend
 from ..errors import InputError, RuntimeFailure
 from ..inputs import ListenAddress, parse_listen, read_secret_file
 from ..request_log import BufferedStreamSink
@@ -90,7 +91,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     serve.add_argument(
         "--allowed-host",
-        action="append",
+        action=ReplacingAppend,
         default=[],
         metavar="NAME",
         help="also answer requests whose Host header is NAME (a DNS name clients use; repeatable)",
