@@ -46,6 +46,7 @@ setup(
             "os-traits>=3.0",
             "os-resource-classes>=1.1",
             "orjson>=3.9",  # placement: large allocation-candidate documents
+            "prometheus-client>=0.17",  # both servers' --metrics-listen
         ],
         "test": [
             "pytest>=8",
@@ -66,7 +67,13 @@ setup(
             # and Nova, whose scheduler report client drives a compute node against both.
             "openstack-placement>=16.0",
             "nova>=31.0",
+            # tests/placement/test_keystone.py (marker "keystone"): a real Keystone, and the
+            # middleware placement serve --auth-strategy keystone runs.
+            "keystone>=26.0",
+            "keystonemiddleware>=10.0",
         ],
+        # placement serve --auth-strategy keystone: tokens validated by Keystone.
+        "keystone": ["keystonemiddleware>=10.0"],
         # The reference implementation for benchmarks/placement_*.py (also in "test"), and
         # the PostgreSQL driver it needs there (it reads cursor.lastrowid, which psycopg 3 lacks).
         "bench": ["openstack-placement>=16.0", "psycopg2-binary>=2.9"],

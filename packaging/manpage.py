@@ -29,6 +29,7 @@ _AGENT_DOCS = "/usr/share/doc/devtag-agent"
 PAGES: Dict[str, Dict[str, Section]] = {
     "devtag-host": {
         "ENVIRONMENT": [
+            ("DEVTAG_CONFIG", "the configuration file (default: /etc/devtag/devtag.conf, as --config)"),
             ("DEVTAG_LIBVIRT_URI", "libvirt URI when --connect is not given (default: the embedded QEMU driver)"),
             (
                 "DEVTAG_STATE_DIR",
@@ -55,6 +56,10 @@ PAGES: Dict[str, Dict[str, Section]] = {
                 "DEVTAG_PLACEMENT_RANDOMIZE_ALLOCATION_CANDIDATES",
                 "true/false: as --randomize-allocation-candidates of placement serve (default: false)",
             ),
+            ("DEVTAG_PLACEMENT_LISTEN", "as --listen of placement serve"),
+            ("DEVTAG_PLACEMENT_WORKERS", "as --workers of placement serve"),
+            ("DEVTAG_PLACEMENT_REQUEST_LOG", "0: no request log, for the workers of placement serve --no-request-log"),
+            ("DEVTAG_METADATA_LISTEN", "as --listen of metadata-server (comma-separated)"),
             ("DEVTAG_PLACEMENT_URL", "placement endpoint of schedule, rebuild-check and placement report"),
             ("DEVTAG_IMAGE_METADATA_PREFILTER", "1/true/yes/on: as --image-metadata-prefilter (default: off)"),
             ("DEVTAG_ATTACH_DB", "attachment store URL, as --db of the attach commands"),
@@ -64,6 +69,7 @@ PAGES: Dict[str, Dict[str, Section]] = {
             ("DEVTAG_ATTACH_SECRETS_DIR", "display passwords of shelved domains (default: STATE_DIR/secrets)"),
         ],
         "FILES": [
+            ("/etc/devtag/devtag.conf", "the configuration file: every setting, commented (devtag-host config sample)"),
             (
                 "/var/lib/devtag/",
                 "root's state directory: libvirt/ (embedded root), placement.sqlite, attach.sqlite (0600), "

@@ -31,21 +31,27 @@ LAYERS: Dict[str, Set[str]] = {
     "ssh_keys": set(),  # what an OpenSSH public key line looks like (config drive and instance data)
     "inputs": {"errors", "ssh_keys"},  # the operator's files and --listen, for the transports' and serving verbs
     "placement_client": {"errors", "state"},  # token, microversion, error bodies
-    "serving": {"errors", "inputs"},  # the listening socket and start line of the long-running verbs
+    "serving": {"errors", "inputs"},  # the listening socket, start and stop lines of the long-running verbs
+    "config": {"errors"},  # /etc/devtag/devtag.conf: every setting, its flags and variables, the sample
+    "metrics": {"errors", "inputs", "serving"},  # Prometheus metrics of both servers (prometheus_client)
+    "request_log": set(),  # the request log lines both servers write (timestamp, quoting, batching sink)
     "virt": {"errors", "locks", "metadata", "state"},  # the libvirt edge
     # The transports: each on metadata/ and virt.py, never on each other.
     "configdrive": {"errors", "inputs", "metadata", "virt"},
-    "metadata_server": {"errors", "inputs", "metadata", "serving", "virt"},
+    "metadata_server": {"config", "errors", "inputs", "metadata", "metrics", "request_log", "serving", "virt"},
     "fwcfg": {"errors", "metadata", "virt"},
     # Placement's world: the service, the node reporting to it, the scheduler asking it.
-    "placement": {"errors", "db", "inputs", "serving", "state"},
-    "compute": {"errors", "placement_client", "virt"},
+    "placement": {"config", "errors", "db", "inputs", "metrics", "request_log", "serving", "state"},
+    "compute": {"errors", "placement_client", "state", "virt"},
     "scheduling": {"errors", "compute", "placement_client"},
     "attach": {"db", "errors", "locks", "metadata", "state", "virt"},
     "example": set(),
     "examples": set(),
     # The verbs register themselves: cli.py names their modules (COMMAND_MODULES), it does not import them.
-    "cli": {"devtag_host", "errors", "example", "extras", "fwcfg", "inputs", "metadata", "serving", "state", "virt"},
+    "cli": {
+        *("config", "devtag_host", "errors", "example", "extras", "fwcfg"),
+        *("inputs", "metadata", "serving", "state", "virt"),
+    },
     "extras": set(),  # what the host extra provides, for one line when a module of it is missing
     "entry": {"extras", "cli"},  # the devtag-host command: cli.main, a missing host extra in one line
     "api": {"metadata", "virt"},  # the plain Python API
@@ -71,6 +77,12 @@ IN_FUNCTION_IMPORTS: Dict[Tuple[str, str], str] = {
     "'import devtag_host' (the command's entry) works without them",
     ("devtag_host.api", "devtag_host.virt"): LIBVIRT,
     ("devtag_host.entry", "devtag_host.cli"): "importing cli.py loads the host extra: a missing one is one line",
+    ("devtag_host.metadata_server.commands", "devtag_host.metrics"): "prometheus_client: only with --metrics-listen",
+    ("devtag_host.placement.commands", "devtag_host.metrics"): "prometheus_client: only with --metrics-listen",
+    ("devtag_host.placement.requestlog", "devtag_host.placement.app"): SERVICE,
+    ("devtag_host.placement.commands", "devtag_host.placement.keystone"): SERVICE + " (--auth-strategy keystone)",
+    ("devtag_host.placement.commands", "uvicorn.middleware.wsgi"): SERVICE + " (--auth-strategy keystone)",
+    ("devtag_host.placement.keystone", "keystonemiddleware"): "keystonemiddleware: only --auth-strategy keystone",
     ("devtag_host.cli", "devtag_host.virt"): LIBVIRT,
     ("devtag_host.cli", "devtag_host.fwcfg"): LIBVIRT + " (fwcfg.domain imports virt)",
     ("devtag_host.cli", "devtag_host.fwcfg.domain"): LIBVIRT,
@@ -88,7 +100,6 @@ IN_FUNCTION_IMPORTS: Dict[Tuple[str, str], str] = {
     ("devtag_host.metadata_server", "devtag_host.metadata_server.server"): "uvicorn: only run() serves",
     ("devtag_host.metadata_server.commands", "devtag_host.virt"): LIBVIRT,
     ("devtag_host.metadata_server.commands", "devtag_host.metadata_server"): STARLETTE,
-    ("devtag_host.metadata_server.commands", "devtag_host.metadata_server.access_log"): STARLETTE,
     ("devtag_host.db", "alembic"): "Alembic: loads only when a schema is upgraded or read (a second of start-up)",
     ("devtag_host.db", "alembic.config"): "Alembic, as above",
     ("devtag_host.db", "alembic.runtime.migration"): "Alembic, as above",

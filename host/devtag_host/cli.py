@@ -12,10 +12,11 @@ import argparse
 import importlib
 import json
 import logging
+import os
 import sys
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
-from . import __version__
+from . import __version__, config
 from .errors import DevtagError, InputError, Refused, RuntimeFailure
 from .extras import missing_extra
 from .inputs import key_value_pairs
@@ -47,6 +48,7 @@ MAX_XML_FILE_BYTES = 64 * 1024 * 1024
 # ``handler(args)`` raises DevtagError subclasses for exit codes 2 and 1 (a handler
 # may be named "module:function", imported only when its verb runs: see _handler).
 COMMAND_MODULES: Tuple[str, ...] = (
+    "devtag_host.config",
     "devtag_host.configdrive.commands",
     "devtag_host.metadata_server.commands",
     "devtag_host.placement.commands",
@@ -95,8 +97,12 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log what is done to standard error")
-    parser.add_argument("--debug", action="store_true", help="debug logging and tracebacks on errors")
+    _verbosity_options(parser, default=False)
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help=f"read settings from FILE (default: $DEVTAG_CONFIG, else {config.DEFAULT_PATH} if it exists)",
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def connect_option(sub: argparse.ArgumentParser) -> None:
@@ -184,7 +190,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     for module_name in COMMAND_MODULES:
         importlib.import_module(module_name).register(commands)
+    _verbosity_after_verbs(parser)
     return parser
+
+
+def _verbosity_options(parser: argparse.ArgumentParser, default: Any) -> None:
+    parser.add_argument("-v", "--verbose", action="store_true", default=default, help="say what is done (stderr)")
+    parser.add_argument("-q", "--quiet", action="store_true", default=default, help="only errors (stderr)")
+    parser.add_argument("--debug", action="store_true", default=default, help="debug logging, tracebacks on errors")
+
+
+def _verbosity_after_verbs(parser: argparse.ArgumentParser) -> None:
+    """-v/-q/--debug after any verb too (``devtag-host placement serve -v``); SUPPRESS keeps an
+    option given before the verb from being reset by the verb's default."""
+    for action in parser._subparsers._group_actions if parser._subparsers else ():
+        for sub in getattr(action, "choices", {}).values():
+            _verbosity_options(sub, default=argparse.SUPPRESS)
+            _verbosity_after_verbs(sub)
 
 
 def _print_document(document: Dict[str, Any], compact: bool = False) -> None:
@@ -212,6 +234,9 @@ def _change_tags(args: argparse.Namespace, change: Any, acpi_index: Optional[int
     virt, connection = _connect(args.connect)
     try:
         domain = virt.lookup_domain(connection, args.domain)
+        log.info(
+            "domain %s (%s) on %s: device %s", domain.name(), domain.UUIDString(), connection.getURI(), args.device
+        )
         note = ""
         if acpi_index is not None:
             _set_acpi_index(virt, domain, args.device, acpi_index, change)
@@ -241,7 +266,8 @@ def _refresh_fwcfg(handle: Any) -> None:
     from .fwcfg.domain import refresh_if_enabled
 
     try:
-        refresh_if_enabled(handle)
+        if refresh_if_enabled(handle):
+            log.info("domain %s: fw_cfg copy of the devices metadata refreshed (read at next boot)", handle.name())
     except FwCfgError as exc:
         raise RuntimeFailure(f"tags stored, but the fw_cfg copy could not be refreshed: {exc}") from None
 
@@ -271,6 +297,8 @@ def _cmd_devices(args: argparse.Namespace) -> None:
             document = devices_document(domain, all_devices=args.all_devices)
         except InvalidDocumentError as exc:  # e.g. a <serial> the schema refuses: the file is the bad input
             raise InputError(str(exc)) from None
+        log.info("domain %s: read from %s", domain.name, "standard input" if args.xml == "-" else args.xml)
+        _log_listed(domain, document, args.all_devices)
         _print_document(document, compact=args.compact)
         return
     else:
@@ -282,9 +310,20 @@ def _cmd_devices(args: argparse.Namespace) -> None:
         try:
             handle = virt.lookup_domain(connection, args.domain)
             domain = virt.read_domain(handle, inactive=args.inactive)
+            definition = "persistent" if args.inactive or not handle.isActive() else "live"
+            log.info("domain %s on %s: read its %s definition", domain.name, connection.getURI(), definition)
         finally:
             connection.close()
-    _print_document(devices_document(domain, all_devices=args.all_devices), compact=args.compact)
+    document = devices_document(domain, all_devices=args.all_devices)
+    _log_listed(domain, document, args.all_devices)
+    _print_document(document, compact=args.compact)
+
+
+def _log_listed(domain: Domain, document: Dict[str, Any], all_devices: bool) -> None:
+    if log.isEnabledFor(logging.INFO):
+        known = len(devices_document(domain, validate=False, all_devices=True)["devices"])
+        which = "every NIC and disk" if all_devices else "as Nova: tagged devices and NICs with a VLAN"
+        log.info("%d of %d NICs and disks listed (%s)", len(document["devices"]), known, which)
 
 
 def _with_entries(domain: Domain, entries: Any) -> Domain:
@@ -325,10 +364,25 @@ def _cmd_demo(args: argparse.Namespace) -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    environment_at_start = dict(os.environ)
+    try:
+        loaded = config.load(*config.config_path(arguments, os.environ))
+        config.apply(loaded, parser, os.environ)
+    except DevtagError as exc:
+        sys.stderr.write(f"devtag-host: error: {exc}\n")
+        return exit_status(exc)
+    args = parser.parse_args(arguments)
+    args.loaded_config, args.environment_at_start = loaded, environment_at_start
+    if args.verbose and args.quiet:
+        parser.error("-v/--verbose and -q/--quiet exclude each other")
     level = logging.DEBUG if args.debug else logging.INFO if args.verbose else logging.WARNING
-    logging.basicConfig(level=level, format="devtag-host: %(levelname)s: %(message)s")
+    logging.basicConfig(level=logging.ERROR if args.quiet else level, format="devtag-host: %(levelname)s: %(message)s")
+    if not args.debug:
+        logging.getLogger("alembic").setLevel(logging.WARNING)  # its per-migration INFO lines are not ours to say
+    for warning in loaded.warnings:
+        log.warning("%s", warning)
     try:
         handler = _handler(args.handler)
     except ModuleNotFoundError as exc:  # e.g. an attach verb on a host without python3-libvirt

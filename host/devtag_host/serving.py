@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import logging
 import socket
-from typing import Any, List, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 from .errors import InputError, RuntimeFailure
-from .inputs import ListenAddress
+from .inputs import ListenAddress, parse_listen
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,28 @@ def listening_sockets(addresses: Sequence[ListenAddress]) -> List[socket.socket]
 
 
 def announce(what: str, *details: str) -> None:
-    """The one INFO line saying the service is up, shown even without -v."""
+    """The one INFO line saying the service is up, shown even without -v (not with -q)."""
+    _say("; ".join([what, *details]))
+
+
+def _say(line: str) -> None:
+    if logging.getLogger().getEffectiveLevel() >= logging.ERROR:  # -q
+        return
     if not log.isEnabledFor(logging.INFO):
         log.setLevel(logging.INFO)
-    log.info("%s", "; ".join([what, *details]))
+    log.info("%s", line)
+
+
+def announce_stop(what: str) -> None:
+    """The INFO line saying the service has stopped (its connections closed), paired with :func:`announce`."""
+    _say(f"{what} stopped")
+
+
+def metrics_listen(text: Optional[str]) -> Optional[ListenAddress]:
+    """``--metrics-listen`` of a serving verb, or None (no metrics)."""
+    if not text:
+        return None
+    address = parse_listen(text, host_names=True)
+    if address.scope:
+        raise InputError(f"--metrics-listen {text!r}: give an address without %INTERFACE")
+    return address

@@ -314,6 +314,8 @@ def update_tags(domain: libvirt.virDomain, change: Callable[[Domain], Tuple[TagE
             raise first_miss or InputError(f"domain {domain.name()!r} is neither running nor defined")
         for flag, entries in writes:
             _write_tag_entries(domain, entries, flag)
+        written = " and ".join("live" if flag == libvirt.VIR_DOMAIN_AFFECT_LIVE else "persistent" for flag, _ in writes)
+        log.info("domain %s: tags stored in the <metadata> of its %s definition", domain.name(), written)
 
 
 def _write_tag_entries(domain: libvirt.virDomain, entries: Tuple[TagEntry, ...], flag: int) -> None:

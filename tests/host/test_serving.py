@@ -71,7 +71,8 @@ def test_placement_serve_says_what_it_serves(tmp_path: Path) -> None:
     )
     assert line == (
         f"devtag-host: INFO: placement API on http://127.0.0.1:{port}; database sqlite:///{database}; "
-        "1 worker(s); any token accepted (--any-token, loopback only)\n"
+        "1 worker(s); any token accepted (--any-token, loopback only); request log: JSON lines on standard error; "
+        "no metrics\n"
     )
 
 
@@ -91,7 +92,7 @@ def test_metadata_server_says_what_it_serves() -> None:
     line = _first_line_then_stop([*DEVTAG_HOST, "metadata-server", "--connect", uri, "--listen", f"127.0.0.1:{port}"])
     assert line == (
         f"devtag-host: INFO: metadata server on http://127.0.0.1:{port}; instances identified by source address; "
-        f"0 domain(s) on {uri}; access log: JSON lines on standard error; tagged devices listed (as Nova)\n"
+        f"0 domain(s) on {uri}; access log: JSON lines on standard error; tagged devices listed (as Nova); no metrics\n"
     ), line
     assert time.monotonic() - started < 60
     shutil.rmtree(root, ignore_errors=True)

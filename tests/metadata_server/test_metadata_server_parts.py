@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -104,6 +105,9 @@ def test_cli_verb_serves_until_terminated_and_logs_json(tmp_path: Path) -> None:
     assert server.returncode in (0, -signal.SIGTERM), err
     lines = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
     assert lines and lines[0]["status"] == 404 and lines[0]["instance"] is None
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", lines[0]["ts"])
+    last = err.splitlines()[-1]
+    assert last == f"devtag-host: INFO: metadata server on http://127.0.0.1:{port} stopped", err
 
     bad = subprocess.run([*command, "--listen", "nowhere"], capture_output=True, text=True)
     assert bad.returncode == 2 and "ADDR:PORT" in bad.stderr
@@ -126,6 +130,7 @@ def test_access_line_is_json_whatever_the_path() -> None:
     line = access_line(1.5, "::1", "GET", nasty, 404, 9, None, 'why "not"', 0.25)
     record = json.loads(line)
     assert record["path"] == nasty and record["instance"] is None and record["ms"] == 0.25
+    assert record["ts"] == "1970-01-01T00:00:01.500Z"
     assert line.isascii() and "\n" not in line
 
     stream = io.StringIO()
@@ -139,7 +144,7 @@ def test_access_line_is_json_whatever_the_path() -> None:
 def test_systemd_unit_verifies(tmp_path: Path) -> None:
     unit = Path(__file__).resolve().parents[2] / "packaging" / "systemd" / "devtag-metadata-server.service"
     text = unit.read_text()
-    assert "--listen ${DEVTAG_METADATA_LISTEN}" in text and "metadata-server" in text
+    assert "ExecStart=/usr/bin/devtag-host metadata-server $DEVTAG_METADATA_OPTIONS" in text
     result = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True)
     problems = [
         line

@@ -75,6 +75,10 @@ def test_host_package_vendors_its_libraries_and_runs(debs: Path, tmp_path: Path)
     assert "/usr/bin/devtag-host" in files
     assert "/usr/lib/devtag-host/vendor/devtag_host/cli.py" in files
     assert "/usr/lib/devtag-host/vendor/sqlalchemy/__init__.py" in files
+    assert "/usr/lib/devtag-host/vendor/prometheus_client/__init__.py" in files  # --metrics-listen
+    assert "/etc/devtag/devtag.conf" in files
+    conffiles = subprocess.run(["dpkg-deb", "-I", str(host), "conffiles"], capture_output=True, text=True).stdout
+    assert "/etc/devtag/devtag.conf" in conffiles.split(), "an operator's edits survive upgrades"
     assert not [f for f in files if "/vendor/libvirt" in f], "libvirt comes from python3-libvirt"
     subprocess.run(["dpkg-deb", "-x", str(host), str(tmp_path)], check=True)
     wrapper = (tmp_path / "usr/bin/devtag-host").read_text()

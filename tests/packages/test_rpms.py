@@ -60,5 +60,6 @@ def test_host_rpm(rpms: Path) -> None:
     assert "/usr/bin/devtag-host" in files
     assert "/usr/lib/devtag-host/vendor/devtag_host/cli.py" in files
     assert "/usr/lib/systemd/system/devtag-metadata-server.service" in files
+    assert "/etc/devtag/devtag.conf" in query(host, "--configfiles")
     assert [f for f in files if f.startswith("/usr/share/man/man1/devtag-host.1")]
     assert not [f for f in files if "/vendor/libvirt" in f]

@@ -131,7 +131,8 @@ def test_report_from_embedded_libvirt(libvirt_conn, define_domain, placement, im
 
 
 @pytest.mark.libvirt
-def test_report_command(libvirt_conn, libvirt_uri, tmp_path):
+def test_report_command(libvirt_conn, libvirt_uri, tmp_path, monkeypatch):
+    monkeypatch.setenv("DEVTAG_STATE_DIR", str(tmp_path / "state"))  # its compute_id, not this host's
     with served_placement(tmp_path / "p.sqlite") as url:
         from devtag_host.cli import main
 
@@ -157,7 +158,8 @@ def test_report_command(libvirt_conn, libvirt_uri, tmp_path):
 
 
 @pytest.mark.libvirt
-def test_periodic_report_survives_an_unreachable_placement(libvirt_conn, libvirt_uri, monkeypatch, caplog):
+def test_periodic_report_survives_an_unreachable_placement(libvirt_conn, libvirt_uri, monkeypatch, caplog, tmp_path):
+    monkeypatch.setenv("DEVTAG_STATE_DIR", str(tmp_path / "state"))  # its compute_id, not this host's
     from devtag_host.cli import main
 
     sleeps = []

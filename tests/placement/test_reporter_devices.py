@@ -297,7 +297,8 @@ def test_a_pf_and_its_vfs_cannot_both_be_given(host):
         )
 
 
-def test_report_command_with_pci_devices(tmp_path, capsys):
+def test_report_command_with_pci_devices(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("DEVTAG_STATE_DIR", str(tmp_path / "state"))  # its compute_id, not this host's
     pytest.importorskip("libvirt")
     with served_placement(tmp_path / "p.sqlite") as url:
         argv = ["placement", "report", "--connect", TEST_URI, "--placement-url", url, "--name", "cn1"]

@@ -27,8 +27,9 @@ def write(path: Path, data) -> str:
 
 
 @pytest.fixture
-def service(libvirt_conn, libvirt_uri, tmp_path):
+def service(libvirt_conn, libvirt_uri, tmp_path, monkeypatch):
     """A served placement with the libvirt node (AVX2 as an operator trait) and the arm node."""
+    monkeypatch.setenv("DEVTAG_STATE_DIR", str(tmp_path / "state"))  # its compute_id, not this host's
     with served_placement(tmp_path / "p.sqlite") as url:
         argv = ["placement", "report", "--connect", libvirt_uri, "--placement-url", url]
         node = ["--name", "cli-node", "--trait", "HW_CPU_X86_AVX2", "--disk-path", str(tmp_path)]

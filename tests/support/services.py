@@ -51,17 +51,19 @@ def wait_for_port(port: int, timeout: float = 20.0) -> None:
 
 
 @contextlib.contextmanager
-def served_placement(database: Path, *options: str) -> Iterator[str]:
+def served_placement(database: Path, *options: str, config: Optional[Path] = None) -> Iterator[str]:
     """Run ``devtag-host placement serve`` on the SQLite file ``database``; yield its URL.
 
     ``options`` go to ``serve`` (e.g. ``--auth-token-file F``); without a token
-    file the server takes ``--any-token`` (clients send 'admin').  The server is
-    the console script next to this interpreter, so the test runs what a user runs.
+    file (or Keystone) the server takes ``--any-token`` (clients send 'admin'); ``config`` is
+    its ``--config`` file.  The server is the console script next to this
+    interpreter, so the test runs what a user runs.
     """
     port = free_port()
-    command = [str(Path(sys.executable).parent / "devtag-host"), "placement", "serve"]
+    command = [str(Path(sys.executable).parent / "devtag-host"), *(["--config", str(config)] if config else [])]
+    command += ["placement", "serve"]
     command += ["--db", f"sqlite:///{database}", "--listen", f"127.0.0.1:{port}", *options]
-    if "--auth-token-file" not in options:
+    if "--auth-token-file" not in options and "--auth-strategy" not in options:
         command.append("--any-token")
     log = database.parent / f"{database.name}.serve.log"  # what went wrong, if it did
     with open(log, "ab") as output:

@@ -6,14 +6,18 @@ import argparse
 import logging
 import os
 import time
+import urllib.parse
 import uuid as uuidlib
+from dataclasses import replace
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..errors import InputError, RuntimeFailure
 from ..placement_client import URL_HELP, PlacementClient, client_token, service_url
+from ..state import state_dir
 from .devices import parse_device_spec
 from .host_capabilities import DEFAULT_MACHINE_TYPES
 from .host_facts import GIB, pool_gb, read_host
+from .node_identity import node_uuid
 from .reporter import ReportError, Settings, add_aggregate, report, report_shared_pool
 
 log = logging.getLogger(__name__)
@@ -32,7 +36,8 @@ def register(verbs: argparse._SubParsersAction) -> None:
         "traits COMPUTE_MANAGED_PCI_DEVICE plus the spec's; VFs count in their PF's provider; a class "
         "that moves from the node into them moves with its allocations in one POST /reshaper. "
         "With --shared-pool/--shared-path and --aggregate, also keep a sharing DISK_GB "
-        "provider up to date. Runs once, or every --interval seconds.",
+        "provider up to date. Runs once, or every --interval seconds. The node's uuid is libvirt's host uuid; "
+        "on a host without DMI the first one is kept in the state directory's compute_id file.",
     )
     sub.add_argument(
         "-c",
@@ -159,6 +164,8 @@ def _report_once(client: PlacementClient, settings: Settings, args: argparse.Nam
             machine_types=args.machine_types,
             pci_devices=bool(args.pci_device),
         )
+        if _is_local(connection.getURI()):  # a remote host's identity is that host's to keep
+            facts = replace(facts, uuid=node_uuid(facts.uuid, state=state_dir()))
         try:
             summary = report(client, facts, settings)
             if args.aggregate:
@@ -176,6 +183,10 @@ def _report_once(client: PlacementClient, settings: Settings, args: argparse.Nam
     print(f"{facts.name} ({summary.provider}): {changed}", flush=True)
     if summary.failed:
         raise RuntimeFailure("; ".join(summary.failed))
+
+
+def _is_local(uri: str) -> bool:
+    return not urllib.parse.urlsplit(uri).hostname
 
 
 def parse_machine_types(values: List[str]) -> Optional[Dict[str, Tuple[Optional[str], ...]]]:

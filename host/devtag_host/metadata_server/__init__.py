@@ -50,10 +50,13 @@ class MetadataService:
         access_log: Optional[Callable[[str], None]] = None,
         reconnect: Optional[Callable[[], Any]] = None,
         all_devices: bool = False,
+        metrics: Any = None,
     ) -> None:
         from .libvirt_watch import LibvirtWatcher
 
         self.directory = InstanceDirectory()
+        if reconnect is not None and metrics is not None:
+            reconnect = metrics.counting_reconnects(reconnect)
         self.watcher = LibvirtWatcher(
             connection, self.directory, extras=extras, reconnect=reconnect, all_devices=all_devices
         )
@@ -66,7 +69,9 @@ class MetadataService:
             addresses=addresses,
             log_requests=log_requests,
             access_log=access_log,
+            metrics=metrics,
         )
+        self._metrics = metrics
         self._server: Any = None
         self._access_log = access_log
 
@@ -77,9 +82,11 @@ class MetadataService:
         port: int = 8775,
         fd: Optional[int] = None,
         sockets: Optional[Sequence[socket.socket]] = None,
+        on_shutdown: Sequence[Callable[[], None]] = (),
     ) -> None:
         """Serve in this thread until interrupted (SIGINT/SIGTERM): on ``sockets`` (listening already,
-        one per network), else on the descriptor ``fd``, else on ``host:port``."""
+        one per network), else on the descriptor ``fd``, else on ``host:port``.  ``on_shutdown`` runs
+        once the connections are closed, after the access log is flushed."""
         from .server import Server, server_config
 
         flush = getattr(self._access_log, "flush", None)
@@ -87,7 +94,10 @@ class MetadataService:
         # The sites are long-lived: keep the collector from re-scanning them (cheaper collections, lower p99).
         gc.freeze()
         try:
-            server = Server(server_config(self.app, host=host, port=port, fd=fd), on_shutdown=[flush] if flush else [])
+            callbacks = [flush, *on_shutdown] if flush else list(on_shutdown)
+            server = Server(server_config(self.app, host=host, port=port, fd=fd), on_shutdown=callbacks)
+            if self._metrics is not None:
+                self._metrics.watch_connections(server.server_state.connections)
             server.run(sockets=list(sockets) if sockets else None)
         finally:
             self.watcher.stop()

@@ -23,6 +23,7 @@ from starlette.types import Receive, Scope, Send
 
 from .access_log import LoggerSink, access_line
 from .directory import InstanceDirectory
+from .metric_labels import refusal_label, route_label
 from .requester import AddressBook, DirectIdentifier, Identity, ProxyIdentifier, Refusal
 from .site import TEXT
 
@@ -66,10 +67,13 @@ def _request_problem(scope: Scope) -> Optional[Refusal]:
 class MetadataEndpoint:
     """ASGI: the metadata site of whoever is asking."""
 
-    def __init__(self, identifier: Any, *, access_log: Optional[Callable[[str], None]] = None) -> None:
+    def __init__(
+        self, identifier: Any, *, access_log: Optional[Callable[[str], None]] = None, metrics: Any = None
+    ) -> None:
         self._identifier = identifier
         self._access_log = access_log
-        self._log_requests = access_log is not None
+        self._metrics = metrics  # a devtag_host.metrics.ServiceMetrics, or None
+        self._log_requests = access_log is not None or metrics is not None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -101,13 +105,14 @@ class MetadataEndpoint:
         # Refused requests close the connection: an unread body must not be parsed as a request.
         await _respond(send, problem.status, TEXT, text, body, close=problem.status in (405, 413, 414, 431))
         if self._log_requests:
-            self._log(started, address, scope, path, problem.status, len(body), instance, problem.reason)
+            self._log(started, address, scope, path, problem.status, len(body), instance, problem.reason, refused=True)
 
     def log_refusal(self, client: Optional[str], status: int, reason: str) -> None:
         """An access log line for a connection the HTTP layer refused before any request reached us."""
-        if self._log_requests:
-            line = access_line(time.time(), client, "-", "-", status, 0, None, reason, 0.0)
-            self._access_log(line)  # type: ignore[misc]
+        if self._access_log is not None:
+            self._access_log(access_line(time.time(), client, "-", "-", status, 0, None, reason, 0.0))
+        if self._metrics is not None:
+            self._metrics.refused(refusal_label(status, reason))
 
     def _log(
         self,
@@ -119,12 +124,26 @@ class MetadataEndpoint:
         size: int,
         instance: Optional[str],
         note: str,
+        refused: bool = False,
     ) -> None:
-        elapsed = (time.perf_counter() - started) * 1000
-        line = access_line(
-            time.time(), address, scope["method"], path[:MAX_PATH_BYTES], status, size, instance, note, elapsed
-        )
-        self._access_log(line)  # type: ignore[misc]
+        seconds = time.perf_counter() - started
+        if self._access_log is not None:
+            line = access_line(
+                time.time(),
+                address,
+                scope["method"],
+                path[:MAX_PATH_BYTES],
+                status,
+                size,
+                instance,
+                note,
+                seconds * 1000,
+            )
+            self._access_log(line)
+        if self._metrics is not None:
+            self._metrics.observe(route_label(path), scope["method"], status, seconds)
+            if refused:
+                self._metrics.refused(refusal_label(status, note))
 
 
 async def _respond(send: Send, status: int, content_type: bytes, full: bytes, body: bytes, *, close: bool) -> None:
@@ -143,6 +162,7 @@ def create_app(
     addresses: Any = None,
     log_requests: bool = True,
     access_log: Optional[Callable[[str], None]] = None,
+    metrics: Any = None,
 ) -> MetadataApp:
     """The ASGI application.
 
@@ -150,7 +170,8 @@ def create_app(
     headers only; otherwise by source address through ``addresses`` (an
     :class:`~.requester.AddressBook`).  ``identifier`` overrides both.
     Each request is logged to ``access_log`` (default: the
-    ``devtag_host.metadata_server.access`` logger) unless ``log_requests`` is false.
+    ``devtag_host.metadata_server.access`` logger) unless ``log_requests`` is false,
+    and counted in ``metrics`` (a :class:`devtag_host.metrics.ServiceMetrics`) if given.
     """
     if identifier is None:
         if proxy_secret is not None:
@@ -163,7 +184,7 @@ def create_app(
 
     if access_log is None and log_requests:
         access_log = LoggerSink()
-    endpoint = MetadataEndpoint(identifier, access_log=access_log if log_requests else None)
+    endpoint = MetadataEndpoint(identifier, access_log=access_log if log_requests else None, metrics=metrics)
     return MetadataApp(endpoint, Starlette(routes=[Route(HEALTH_PATH, health, methods=["GET"])]))
 
 

@@ -12,9 +12,11 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
+from ..config import ReplacingAppend
 from ..errors import RuntimeFailure
 from ..inputs import parse_listens, read_secret_file
-from ..serving import announce, listening_sockets, serve_exit_status
+from ..request_log import BufferedStreamSink
+from ..serving import announce, announce_stop, listening_sockets, metrics_listen, serve_exit_status
 from .instance_data import instance_data_reader
 
 DEFAULT_LISTEN = "127.0.0.1:8775"
@@ -29,7 +31,7 @@ def register(commands: Any) -> None:
         description="Serve each domain its metadata (/openstack/..., EC2 paths), identified by source address "
         "(DHCP lease / neighbour table -> MAC) or, with --proxy-shared-secret-file, by Nova's signed "
         "X-Instance-ID headers. Follows libvirt domain events. Logs one start line (address, how instances "
-        "are identified, domains on the connection); access log: JSON lines on standard error.",
+        "are identified, domains on the connection), an access log (JSON lines on standard error) and a stop line.",
         epilog=serve_exit_status("libvirt unreachable, ..."),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -42,7 +44,7 @@ def register(commands: Any) -> None:
     server.add_argument(
         "--listen",
         metavar="ADDR:PORT",
-        action="append",
+        action=ReplacingAppend,
         help="where to listen (repeatable: one listener per network); [IPV6]:PORT; bound to one interface "
         "(name or index): '[fe80::1%%br0]:80' (a link-local address needs it), '169.254.169.254%%br0:80'; "
         f"default {DEFAULT_LISTEN}",
@@ -59,6 +61,11 @@ def register(commands: Any) -> None:
     )
     server.add_argument("--no-access-log", action="store_true", help="do not log each request")
     server.add_argument(
+        "--metrics-listen",
+        metavar="ADDR:PORT",
+        help="serve Prometheus metrics at http://ADDR:PORT/metrics (default: no metrics)",
+    )
+    server.add_argument(
         "--all-devices",
         action="store_true",
         help="list every NIC and disk in meta_data.json (default: as Nova, tagged ones, NICs with a VLAN and shares)",
@@ -70,7 +77,6 @@ def _cmd_metadata_server(args: argparse.Namespace) -> None:
     # libvirt and starlette load only when this verb runs (devtag-host starts fast).
     from .. import virt
     from . import MetadataService
-    from .access_log import BufferedStreamSink
 
     addresses = parse_listens(args.listen or [DEFAULT_LISTEN])
     secret: Optional[bytes] = None
@@ -78,8 +84,20 @@ def _cmd_metadata_server(args: argparse.Namespace) -> None:
         secret = read_secret_file(args.proxy_shared_secret_file, "--proxy-shared-secret-file").encode()
     extras = instance_data_reader(Path(args.instance_data)) if args.instance_data else (lambda _uuid: {})
     access_log = None if args.no_access_log else BufferedStreamSink(sys.stderr)
+    metrics_address = metrics_listen(args.metrics_listen)
     listeners = listening_sockets(addresses)
     served = ", ".join(f"http://{address}" for address in addresses)
+    metrics = None
+    if metrics_address is not None:
+        from ..metrics import ServiceMetrics
+
+        metrics = ServiceMetrics("metadata", libvirt=True)
+        try:
+            metrics.serve(metrics_address)
+        except BaseException:
+            for listener in listeners:
+                listener.close()
+            raise
     connection = virt.open_connection(args.connect, read_only=True)  # it only reads libvirt
     try:
         service = MetadataService(
@@ -90,6 +108,7 @@ def _cmd_metadata_server(args: argparse.Namespace) -> None:
             access_log=access_log,
             reconnect=lambda: virt.open_connection(args.connect, read_only=True),
             all_devices=args.all_devices,
+            metrics=metrics,
         )
         announce(
             f"metadata server on {served}",
@@ -99,9 +118,10 @@ def _cmd_metadata_server(args: argparse.Namespace) -> None:
             f"{_domain_count(connection)} domain(s) on {connection.getURI()}",
             "access log: JSON lines on standard error" if access_log else "no access log",
             "every NIC and disk listed" if args.all_devices else "tagged devices listed (as Nova)",
+            f"metrics on http://{metrics_address}/metrics" if metrics_address else "no metrics",
         )
         try:
-            service.run(sockets=listeners)
+            service.run(sockets=listeners, on_shutdown=[lambda: announce_stop(f"metadata server on {served}")])
         except OSError as exc:
             raise RuntimeFailure(f"cannot serve on {served}: {exc.strerror or exc}") from None
     finally:

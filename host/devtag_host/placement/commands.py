@@ -7,14 +7,19 @@ import dataclasses
 import ipaddress
 import logging
 import os
+import sys
+from typing import Any
 
 from ..compute import commands as compute_commands
+from ..config import ReplacingAppend
 from ..errors import InputError, RuntimeFailure
 from ..inputs import ListenAddress, parse_listen, read_secret_file
-from ..serving import announce, listening_socket, serve_exit_status
+from ..request_log import BufferedStreamSink
+from ..serving import announce, announce_stop, listening_socket, metrics_listen, serve_exit_status
 from ..state import placement_token_path
 from . import candidate_settings
 from .microversion import max_version_string, min_version_string
+from .requestlog import REQUEST_LOG_ENV, RequestLog
 
 log = logging.getLogger(__name__)
 DEFAULT_LISTEN = "127.0.0.1:8778"
@@ -56,7 +61,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     serve = verbs.add_parser(
         "serve",
         help="serve the placement API (uvicorn)",
-        description="Serve the placement API. Logs one start line (address, database, workers, authentication).",
+        description="Serve the placement API. Logs one start line (address, database, workers, authentication), "
+        "one JSON line per request (request id, method, path, microversion, status, time) and a stop line.",
         epilog=serve_exit_status("the database unreachable or its schema not upgradable, ..."),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -77,14 +83,29 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="accept any X-Auth-Token, as OpenStack's noauth2 (loopback only; every local user may change placement)",
     )
     serve.add_argument(
+        "--auth-strategy",
+        choices=("noauth2", "keystone"),
+        default="noauth2",
+        help="noauth2: X-Auth-Token as above (default); keystone: tokens validated by keystonemiddleware "
+        "against Keystone ([keystone_authtoken] of the configuration file), roles admin or service",
+    )
+    serve.add_argument(
         "--allowed-host",
-        action="append",
+        action=ReplacingAppend,
         default=[],
         metavar="NAME",
         help="also answer requests whose Host header is NAME (a DNS name clients use; repeatable)",
     )
     serve.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (PostgreSQL)")
     serve.add_argument("--no-db-sync", action="store_true", help="do not create/upgrade the schema on start")
+    serve.add_argument(
+        "--no-request-log", action="store_true", help="do not log each request (JSON lines on standard error)"
+    )
+    serve.add_argument(
+        "--metrics-listen",
+        metavar="ADDR:PORT",
+        help="serve Prometheus metrics at http://ADDR:PORT/metrics (default: no metrics; one worker only)",
+    )
     serve.add_argument(
         "--request-timeout",
         "--request-head-timeout",
@@ -198,7 +219,13 @@ def _cmd_serve(args: argparse.Namespace) -> None:
     from .db import DEFAULT_DB_ENV, default_url
     from .serve_limits import HeadTimeoutProtocol, configure_limits, raise_open_files_limit
 
-    address = loopback_or_token(parse_listen(args.listen, host_names=True), args.auth_token_file)
+    keystone = args.auth_strategy == "keystone"
+    address = parse_listen(args.listen, host_names=True)
+    if keystone:
+        if args.auth_token_file or args.any_token or args.workers > 1:
+            raise InputError("--auth-strategy keystone takes no --auth-token-file or --any-token, and one worker")
+    else:
+        loopback_or_token(address, args.auth_token_file)
     check_database_url(args.db)
     if not args.request_timeout > 0:
         raise InputError("--request-timeout must be positive")
@@ -213,28 +240,42 @@ def _cmd_serve(args: argparse.Namespace) -> None:
     candidate_settings.to_env(settings)  # for the worker processes
     raise_open_files_limit()
     token: str | None = None
-    if args.auth_token_file:
+    if keystone:  # auth_token has checked the token; placement's policy reads the roles it passes on
+        authentication = "Keystone tokens (keystonemiddleware)"
+    elif args.auth_token_file:
         token = read_secret_file(args.auth_token_file, "--auth-token-file")
         authentication = "token from --auth-token-file"
     elif args.any_token:
         authentication = "any token accepted (--any-token, loopback only)"
     else:
         authentication = f"token from {placement_token_path()}"
+    metrics_address = metrics_listen(args.metrics_listen)
+    if metrics_address is not None and args.workers > 1:
+        raise InputError("--metrics-listen needs --workers 1: each worker process would count alone")
     if not args.no_db_sync:
         _sync(args.db)
     listener = listening_socket(address)
     try:
-        if not (args.auth_token_file or args.any_token):
+        if not (args.auth_token_file or args.any_token or keystone):
             token = generated_token()  # once the address is ours: a refused start leaves no state
     except BaseException:
         listener.close()
         raise
     access = dataclasses.replace(listen_hosts(address.host, args.allowed_host), token=token)
+    served = f"placement API on http://{address}"
+    metrics = None
+    if metrics_address is not None:
+        from ..metrics import ServiceMetrics
+
+        metrics = ServiceMetrics("placement")
+        metrics.serve(metrics_address)
     announce(
-        f"placement API on http://{address}",
+        served,
         f"database {redacted_url(args.db or default_url())}",
         f"{args.workers} worker(s)",
         authentication,
+        "no request log" if args.no_request_log else "request log: JSON lines on standard error",
+        f"metrics on http://{metrics_address}/metrics" if metrics_address else "no metrics",
     )
     try:
         if args.workers > 1:
@@ -246,21 +287,36 @@ def _cmd_serve(args: argparse.Namespace) -> None:
                 os.environ[TOKEN_FILE_ENV] = os.path.abspath(args.auth_token_file or placement_token_path())
             os.environ[LISTEN_HOST_ENV] = address.host
             os.environ[ALLOWED_HOSTS_ENV] = ",".join(args.allowed_host)
+            os.environ[REQUEST_LOG_ENV] = "0" if args.no_request_log else "1"
             uvicorn.run(
-                "devtag_host.placement.app:create_app_from_env",
+                "devtag_host.placement.requestlog:create_app_from_env",
                 factory=True,
                 fd=listener.fileno(),
                 workers=args.workers,
                 log_level="warning",
                 http=HeadTimeoutProtocol,
             )
+            announce_stop(served)  # the workers have stopped; this process was not signalled to death
             return
-        uvicorn.run(
-            create_app(args.db, token, access=access, candidate_settings=settings),
-            fd=listener.fileno(),
-            log_level="warning",
-            http=HeadTimeoutProtocol,
+        sink = None if args.no_request_log else BufferedStreamSink(sys.stderr)
+        placement: Any = create_app(args.db, token, access=access, candidate_settings=settings)
+        if keystone:
+            from uvicorn.middleware.wsgi import WSGIMiddleware
+
+            from .keystone import keystone_app
+
+            config_file = getattr(args, "loaded_config", None)
+            placement = WSGIMiddleware(keystone_app(placement.wsgi, config_file.path if config_file else None))
+        stop = [lambda: announce_stop(served)]
+        app = RequestLog(placement, sink, on_shutdown=stop, metrics=metrics, app_lifespan=not keystone)
+        server = uvicorn.Server(
+            uvicorn.Config(app, fd=listener.fileno(), log_level="warning", http=HeadTimeoutProtocol)
         )
+        if metrics is not None:
+            metrics.watch_connections(server.server_state.connections)
+        server.run()
+        if not server.started:
+            raise RuntimeFailure(f"{served} did not start")
     finally:
         listener.close()
 
