@@ -57,6 +57,7 @@ def test_worker_app_reads_the_environment(tmp_path, monkeypatch) -> None:
     from devtag_host.placement.db import DEFAULT_DB_ENV
 
     monkeypatch.setenv(DEFAULT_DB_ENV, f"sqlite:///{tmp_path / 'p.sqlite'}")
+    monkeypatch.setenv("DEVTAG_STATE_DIR", str(tmp_path))  # where the generated token goes
     monkeypatch.setenv(candidate_settings.MAX_ENV, "7")
     app = create_app_from_env()
     assert app.candidate_settings == CandidateSettings(7)

@@ -9,7 +9,6 @@ client's delayed ACK: every request after the first on a connection waited
 from __future__ import annotations
 
 import http.client
-import statistics
 import time
 from typing import Iterator, List
 from urllib.parse import urlsplit
@@ -20,8 +19,11 @@ import requests
 from tests.support.services import served_placement
 
 HEADERS = {"X-Auth-Token": "admin", "OpenStack-API-Version": "placement 1.17"}
-# Far below the ~40 ms of a delayed ACK, far above a loopback round trip on a busy machine.
+# The delayed ACK holds *every* kept-alive request at least 40 ms (Linux's minimum
+# delayed-ACK timer); a busy machine (CI runs two suites at once) delays many requests
+# too, but not all: the fastest one is measured, against far less than 40 ms.
 KEPT_ALIVE_BUDGET = 0.015
+REQUESTS = 25
 
 
 @pytest.fixture(scope="module")
@@ -32,20 +34,21 @@ def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield served
 
 
-def _median_after_first(timings: List[float]) -> float:
-    return statistics.median(timings[1:])
+def _fastest_kept_alive(timings: List[float]) -> float:
+    """The fastest of the requests after the first (which opened the connection)."""
+    return min(timings[1:])
 
 
 @pytest.mark.parametrize("path", ["/", "/resource_providers"])
 def test_a_kept_alive_requests_session_answers_in_a_few_milliseconds(url: str, path: str) -> None:
     timings = []
     with requests.Session() as session:
-        for _ in range(12):
+        for _ in range(REQUESTS):
             started = time.perf_counter()
             response = session.get(url + path, headers=HEADERS, timeout=10)
             timings.append(time.perf_counter() - started)
             assert response.status_code == 200, response.text
-    assert _median_after_first(timings) < KEPT_ALIVE_BUDGET, timings
+    assert _fastest_kept_alive(timings) < KEPT_ALIVE_BUDGET, timings
 
 
 def test_a_kept_alive_http_client_connection_answers_in_a_few_milliseconds(url: str) -> None:
@@ -53,7 +56,7 @@ def test_a_kept_alive_http_client_connection_answers_in_a_few_milliseconds(url: 
     connection = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=10)
     timings = []
     try:
-        for _ in range(12):
+        for _ in range(REQUESTS):
             started = time.perf_counter()
             connection.request("GET", "/resource_providers", headers=HEADERS)
             response = connection.getresponse()
@@ -62,4 +65,4 @@ def test_a_kept_alive_http_client_connection_answers_in_a_few_milliseconds(url: 
             assert response.status == 200
     finally:
         connection.close()
-    assert _median_after_first(timings) < KEPT_ALIVE_BUDGET, timings
+    assert _fastest_kept_alive(timings) < KEPT_ALIVE_BUDGET, timings

@@ -252,15 +252,11 @@ def _cmd_serve(args: argparse.Namespace) -> None:
     metrics_address = metrics_listen(args.metrics_listen)
     if metrics_address is not None and args.workers > 1:
         raise InputError("--metrics-listen needs --workers 1: each worker process would count alone")
+    if not (args.auth_token_file or args.any_token or keystone):
+        token = generated_token()  # before listening: a client that can connect finds the file
     if not args.no_db_sync:
         _sync(args.db)
     listener = listening_socket(address)
-    try:
-        if not (args.auth_token_file or args.any_token or keystone):
-            token = generated_token()  # once the address is ours: a refused start leaves no state
-    except BaseException:
-        listener.close()
-        raise
     access = dataclasses.replace(listen_hosts(address.host, args.allowed_host), token=token)
     served = f"placement API on http://{address}"
     metrics = None
