@@ -87,7 +87,8 @@ PAGES: Dict[str, Dict[str, Section]] = {
             ("1", "runtime failure (libvirt, a database or a file system; the embedded root held by another process)"),
             ("2", "bad input (unknown domain or device, invalid tag or file); one line on standard error"),
             ("3", "refused (no host fits, a rebuild refused, a volume still attached; a server cannot listen)"),
-            ("143, 130", "metadata-server and placement serve stopped by SIGTERM or SIGINT (a clean stop)"),
+            ("143", "metadata-server and placement serve stopped by SIGTERM (a clean stop for systemd)"),
+            ("130", "metadata-server and placement serve stopped by SIGINT (Ctrl-C)"),
         ],
         "SEE ALSO": f"devtag-agent(1), virsh(1), libvirtd(8); the guides in {_HOST_DOCS}/ "
         "(install.md, host.md, configuration.md, troubleshooting.md, placement.md, attach.md).",

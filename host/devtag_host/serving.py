@@ -18,16 +18,19 @@ from .inputs import ListenAddress, parse_listen
 log = logging.getLogger(__name__)
 
 
-def serve_exit_status(runtime_failures: str) -> str:
-    """The exit statuses of a server's ``--help`` (``runtime_failures``: what makes it fail at run time).
+def serve_exit_status(runtime_failures: str, sigint: int) -> str:
+    """The exit statuses of a server's ``--help`` (``runtime_failures``: what makes it fail at
+    run time; ``sigint``: its status after Ctrl-C).
 
-    uvicorn closes the connections on SIGTERM or SIGINT and then re-raises the
-    signal, so the process ends by that signal (128 + its number in a shell);
-    systemd counts that as a clean stop."""
+    uvicorn closes the connections on SIGTERM or SIGINT and then raises the
+    signal again: SIGTERM's default action ends the process by the signal (143
+    in a shell; systemd counts that as a clean stop); SIGINT's is Python's
+    KeyboardInterrupt, which cli.py maps to 130."""
     return f"""\
 exit status:
-  143  stopped by SIGTERM (130: SIGINT), after closing its connections: the process
-       ends by the signal, which systemd counts as a clean stop
+  143  stopped by SIGTERM, after closing its connections: the process ends by the
+       signal, which systemd counts as a clean stop
+  {sigint:<4} stopped by SIGINT (Ctrl-C), after closing its connections
   1    runtime failure ({runtime_failures})
   2    bad input (--listen not ADDR:PORT or its interface unknown, unreadable or empty secret/token file, ...)
   3    cannot listen on ADDR:PORT (address in use, not permitted, not on this host)

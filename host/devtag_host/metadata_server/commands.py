@@ -32,7 +32,7 @@ def register(commands: Any) -> None:
         "(DHCP lease / neighbour table -> MAC) or, with --proxy-shared-secret-file, by Nova's signed "
         "X-Instance-ID headers. Follows libvirt domain events. Logs one start line (address, how instances "
         "are identified, domains on the connection), an access log (JSON lines on standard error) and a stop line.",
-        epilog=serve_exit_status("libvirt unreachable, ..."),
+        epilog=serve_exit_status("libvirt unreachable, ...", sigint=130),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     server.add_argument(
