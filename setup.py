@@ -71,6 +71,9 @@ setup(
             # middleware placement serve --auth-strategy keystone runs.
             "keystone>=26.0",
             "keystonemiddleware>=10.0",
+            # Runs upstream's gabbi files (shipped in openstack-placement) over HTTP (marker "gabbi").
+            "gabbi>=4.0",
+            "oslotest>=5.0",  # imported by upstream's gabbi fixtures
         ],
         # placement serve --auth-strategy keystone: tokens validated by Keystone.
         "keystone": ["keystonemiddleware>=10.0"],

@@ -254,10 +254,8 @@ class Placement:
             raise errors.bad_request("content-type header required when content-length > 0")
         if method == "HEAD" and "GET" in methods:
             method = "GET"
-        if method not in methods:
-            allowed = ", ".join(sorted(m for m, (minor, _h, _b) in methods.items() if version.at_least(minor)))
-            if not allowed:
-                raise errors.not_found("The resource could not be found.")
+        if method not in methods:  # as upstream: every method of the route, whatever the version
+            allowed = ", ".join(sorted(methods))
             raise PlacementError(
                 405, f"The method {method} is not allowed for this resource.", headers={"allow": allowed}
             )

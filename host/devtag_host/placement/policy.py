@@ -5,8 +5,9 @@ the service's alone, and ``GET /usages`` also lets a reader of the project it
 names.  Every rule is project-scoped: a system-scoped request is refused.
 
 The credentials come as upstream's ``noauth2`` reads them: the token is
-``user[:project]``, the roles are ``X-Roles`` (comma-separated, as Keystone
-flattens implied roles), else ``admin`` for the user ``admin``, else none;
+``user[:project]`` (``X-Project-Id`` names the project if given), the roles
+are ``X-Roles`` (comma-separated, as Keystone flattens implied roles), else
+``admin`` for the user ``admin``, else none;
 ``OpenStack-System-Scope`` makes the request system-scoped.  A service started
 with a token of its own trusts whoever holds it as an admin unless ``X-Roles``
 says otherwise.
@@ -80,7 +81,9 @@ def credentials(token: str, headers: Mapping[str, str], trusted: bool = False) -
         roles = frozenset({"admin"})
     else:
         roles = frozenset()
-    return Credentials(user_id, project_id or user_id, roles, bool(headers.get("openstack-system-scope")))
+    # oslo.context prefers X-Project-Id to the X-Tenant-Id noauth2 derives from the token.
+    project_id = headers.get("x-project-id") or project_id or user_id
+    return Credentials(user_id, project_id, roles, bool(headers.get("openstack-system-scope")))
 
 
 def allows(rule: str, who: Credentials, project_id: Optional[str] = None) -> bool:

@@ -40,4 +40,5 @@ def set_aggregates(call: Call) -> Reply:
             check_generation(provider, seen, rp.GENERATION_CHANGED)
             rp.bump_generation(connection, provider)
         aggregate.set_for_provider(connection, provider, wanted)
-    return Reply(200, _body(call, wanted, provider.generation), cache_headers(call))
+    # The list as the client sent it, as upstream answers (a GET reads them sorted).
+    return Reply(200, _body(call, list(listed), provider.generation), cache_headers(call))

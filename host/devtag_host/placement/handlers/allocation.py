@@ -100,14 +100,19 @@ def merged_resources(item: Dict[str, Any]) -> Dict[str, Dict[str, int]]:
     return {uuid: dict(per["resources"]) for uuid, per in item["allocations"].items()}
 
 
+# Before 1.8 a write names no project or user: upstream records its
+# ``incomplete_consumer_project_id`` and ``..._user_id`` defaults instead.
+INCOMPLETE_CONSUMER = "00000000-0000-0000-0000-000000000000"
+
+
 def wanted_allocations(
     call: Call, consumer: str, resources: Dict[str, Dict[str, int]], body: Dict[str, Any]
 ) -> allocation.ConsumerAllocations:
     return allocation.ConsumerAllocations(
         consumer,
         resources,
-        body.get("project_id"),
-        body.get("user_id"),
+        body.get("project_id", INCOMPLETE_CONSUMER),
+        body.get("user_id", INCOMPLETE_CONSUMER),
         generation=body.get("consumer_generation"),
         check_generation=call.want(28),
         consumer_type=body.get("consumer_type"),

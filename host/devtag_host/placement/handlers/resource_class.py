@@ -8,7 +8,7 @@ from typing import Any, Dict
 from .. import errors
 from ..objects import resource_class
 from ..schemas import resource_class as schema
-from ..web import Call, Reply, cache_headers, validate
+from ..web import Call, Reply, cache_headers, decode_json, validate
 
 _CUSTOM = re.compile(r"^CUSTOM_[A-Z0-9_]+\Z")
 
@@ -50,7 +50,7 @@ def put_class(call: Call) -> Reply:
         with call.store.write() as connection:
             created = resource_class.create(connection, name)
         return Reply(201 if created else 204, None, {"location": f"/resource_classes/{name}"})
-    body = validate(call.body, schema.PUT_V1_2)
+    body = validate(decode_json(b"") if call.body is None else call.body, schema.PUT_V1_2)
     with call.store.write() as connection:
         resource_class.rename(connection, name, body["name"])
     return Reply(200, _represent(body["name"]))
