@@ -19,6 +19,7 @@ HOST_EXTRA: Dict[str, str] = {
     "os_traits": "os-traits",
     "os_resource_classes": "os-resource-classes",
     "orjson": "orjson",
+    "prometheus_client": "prometheus-client",
 }
 
 _HOW = (
