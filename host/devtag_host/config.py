@@ -551,8 +551,8 @@ def apply(loaded: Loaded, parser: argparse.ArgumentParser, environ: MutableMappi
         from_env = environ.get(option.env) if option.env else None
         from_file = loaded.values.get(option)
         raw = from_env if from_env else from_file
-        if raw is None:
-            continue
+        if raw is None or (from_env and not option.flags):
+            continue  # nothing set; or a variable only the code reads, which checks it in its own words
         try:
             value = option.convert(raw)
         except ValueError as exc:

@@ -21,10 +21,11 @@ def test_placement_counts_requests_by_route_refusals_and_connections(tmp_path: P
     metrics_url = f"http://127.0.0.1:{port}/metrics"
     with served_placement(tmp_path / "p.sqlite", "--metrics-listen", f"127.0.0.1:{port}") as url:
         with httpx.Client(headers={"x-auth-token": "admin"}, timeout=30) as client:  # one kept-alive connection
+            # First the refused one: the server closes a connection that did not authenticate.
+            assert client.get(f"{url}/resource_providers", headers={"x-auth-token": ""}).status_code == 401
             assert client.get(f"{url}/resource_providers").status_code == 200
             for _ in range(2):
                 assert client.get(f"{url}/resource_providers/{uuid.uuid4()}").status_code == 404
-            assert client.get(f"{url}/resource_providers", headers={"x-auth-token": ""}).status_code == 401
             samples = scrape(metrics_url)
             assert samples[("devtag_placement_connections_open", ())] == 1
     route = "/resource_providers/{uuid}"
