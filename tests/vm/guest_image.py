@@ -154,6 +154,17 @@ IFUPDOWN_BY_TAG = ("legacyif", "192.0.2.129/26")
 IFUPDOWN_BY_TAG_STANZA = "auto {0}\niface {0} inet static\n    address {1}\n".format(*IFUPDOWN_BY_TAG)
 
 
+# fstab entries that name a disk by its role (docs/configure-by-role.md shows these very lines).
+# test_releases formats the disk tagged "archive" beforehand, with a file naming the role;
+# no device carries "no-such-role": `nofail` and the device timeout keep it from holding the
+# boot. In the other guests the archive disk is blank and its mount fails, which nothing waits for.
+FSTAB_BY_TAG = (
+    "/dev/disk/by-tag/archive  /srv/archive  ext4  nofail,x-systemd.device-timeout=120s  0  2\n"
+    "/dev/disk/by-tag/no-such-role  /srv/absent  ext4  nofail,x-systemd.device-timeout=5s  0  2\n"
+)
+FSTAB_MOUNTS = {"/srv/archive": "archive", "/srv/absent": "no-such-role"}
+
+
 def cache_dir() -> Path:
     path = Path(os.environ.get("DEVTAG_CACHE") or Path.home() / ".cache" / "devtag")
     path.mkdir(parents=True, exist_ok=True)
@@ -259,6 +270,10 @@ def build_guest_image(agent_deb: Path, workdir: Path, release: Release = BOOKWOR
     if dhclient_conf.exists():  # isc-dhcp-client: in every release's base
         with open(dhclient_conf, "a") as handle:
             handle.write(UNCONNECTED_NIC_DHCP)
+    with open(root / "etc/fstab", "a") as fstab:
+        fstab.write(FSTAB_BY_TAG)
+    for mountpoint in FSTAB_MOUNTS:
+        (root / mountpoint.lstrip("/")).mkdir(parents=True, exist_ok=True)
     _configure_networkd(root)
     wants = root / "etc/systemd/system/multi-user.target.wants"
     wants.mkdir(parents=True, exist_ok=True)
