@@ -10,7 +10,8 @@ that single boot:
   and ``devtag-agent check`` (test_end_to_end.check_report);
 - the tagged NICs got their addresses from files that select them by tag
   (systemd-networkd by property and by altname, ifupdown by altname:
-  guest_image.NIC_BY_TAG_NETWORKS, IFUPDOWN_BY_TAG), checked by MAC;
+  guest_image.NIC_BY_TAG_NETWORKS, IFUPDOWN_BY_TAG; on Debian 13 netplan by
+  altname instead of networkd's altname file: NETPLAN_BY_TAG), checked by MAC;
 - ``udevadm verify`` accepts the rules file where udevadm has the verb
   (systemd >= 253: Debian 13);
 - the boot cost: kernel start to tags ready, the agent's share, and the floor
