@@ -178,7 +178,7 @@ IFUPDOWN_BY_TAG_STANZA = "auto {0}\niface {0} inet static\n    address {1}\n".fo
 # no device carries "no-such-role": `nofail` and the device timeout keep it from holding the
 # boot. In the other guests the archive disk is blank and its mount fails, which nothing waits for.
 FSTAB_BY_TAG = (
-    "/dev/disk/by-tag/archive  /srv/archive  ext4  nofail,x-systemd.device-timeout=120s  0  2\n"
+    "/dev/disk/by-tag/archive  /srv/archive  ext4  nofail,x-systemd.device-timeout=10min  0  2\n"
     "/dev/disk/by-tag/no-such-role  /srv/absent  ext4  nofail,x-systemd.device-timeout=5s  0  2\n"
 )
 FSTAB_MOUNTS = {"/srv/archive": "archive", "/srv/absent": "no-such-role"}
