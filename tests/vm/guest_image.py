@@ -21,6 +21,7 @@ never appear in the guest.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import os
@@ -53,6 +54,9 @@ class Release:
     suite: str
     # Packages this release needs beyond PACKAGES (e.g. one split out of systemd).
     extra_packages: Tuple[str, ...] = ()
+    # Configure the NIC tagged nfvfunc2 with netplan (renderer networkd, as Ubuntu ships it)
+    # instead of a .network file: netplan.io is installed into that release's image.
+    netplan: bool = False
 
     @property
     def packages(self) -> str:
@@ -61,7 +65,7 @@ class Release:
 
 BULLSEYE = Release(11, "bullseye")  # Python 3.9, jsonschema 3.2, systemd/udev 247
 BOOKWORM = Release(12, "bookworm")  # Python 3.11, jsonschema 4.10, systemd 252
-TRIXIE = Release(13, "trixie")  # Python 3.13, jsonschema 4.19, systemd 257
+TRIXIE = Release(13, "trixie", netplan=True)  # Python 3.13, jsonschema 4.19, systemd 257
 RELEASES = {release.version: release for release in (BULLSEYE, BOOKWORM, TRIXIE)}
 IMAGE_SIZE = "3G"
 REPORT_SCRIPT = Path(__file__).with_name("guest_report.py")
@@ -146,12 +150,38 @@ NIC_BY_TAG_NETWORKS = {
 # finished (on a loaded machine Debian 11's did not, within the test's wait).
 METADATA_NIC_NETWORK = "[Match]\nMACAddress=52:54:00:e2:e0:99\n\n[Network]\nAddress=169.254.0.15/16\n"
 NIC_BY_TAG_ADDRESSES = {"nfvfunc1": "192.0.2.1/26", "nfvfunc2": "192.0.2.65/26"}
+# netplan's way to the same NIC (docs/configure-by-role.md): a match on the role's altname;
+# netplan writes a .network file whose Name= networkd matches against altnames too.
+NETPLAN_BY_TAG = (
+    "50-devtag-nfvfunc2.yaml",
+    """\
+network:
+  version: 2
+  renderer: networkd
+  ethernets:
+    nfvfunc2:
+      match:
+        name: nfvfunc2
+      addresses: [192.0.2.65/26]
+""",
+)
 # ifupdown names interfaces, it matches no properties: the altname is its only
 # handle on a tag, and only `auto` stanzas (networking.service, ordered after
 # the agent) use it; `allow-hotplug` is keyed by the kernel name udev reports.
 # Only test_releases' domains have this NIC; elsewhere `ifup -a` reports it missing.
 IFUPDOWN_BY_TAG = ("legacyif", "192.0.2.129/26")
 IFUPDOWN_BY_TAG_STANZA = "auto {0}\niface {0} inet static\n    address {1}\n".format(*IFUPDOWN_BY_TAG)
+
+
+# fstab entries that name a disk by its role (docs/configure-by-role.md shows these very lines).
+# test_releases formats the disk tagged "archive" beforehand, with a file naming the role;
+# no device carries "no-such-role": `nofail` and the device timeout keep it from holding the
+# boot. In the other guests the archive disk is blank and its mount fails, which nothing waits for.
+FSTAB_BY_TAG = (
+    "/dev/disk/by-tag/archive  /srv/archive  ext4  nofail,x-systemd.device-timeout=10min  0  2\n"
+    "/dev/disk/by-tag/no-such-role  /srv/absent  ext4  nofail,x-systemd.device-timeout=5s  0  2\n"
+)
+FSTAB_MOUNTS = {"/srv/archive": "archive", "/srv/absent": "no-such-role"}
 
 
 def cache_dir() -> Path:
@@ -177,18 +207,25 @@ def _chroot_apt(root: Path, *arguments: str) -> None:
     _run("chroot", str(root), "env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "-q", "-y", *arguments)
 
 
-def _download_agent_dependencies(root: Path) -> None:
-    """The release's package lists, and its .debs of the agent's dependencies, kept in the base."""
+@contextlib.contextmanager
+def _guest_resolver(root: Path) -> Iterator[None]:
+    """The host's resolv.conf in the guest's root while apt there fetches from the release's archive."""
     resolv = root / "etc/resolv.conf"
     had_resolv = resolv.exists() or resolv.is_symlink()
     if not had_resolv:
         shutil.copy("/etc/resolv.conf", resolv)
     try:
-        _chroot_apt(root, "update")
-        _chroot_apt(root, "install", "--download-only", *AGENT_DEPENDENCIES)
+        yield
     finally:
         if not had_resolv:
             resolv.unlink()
+
+
+def _download_agent_dependencies(root: Path) -> None:
+    """The release's package lists, and its .debs of the agent's dependencies, kept in the base."""
+    with _guest_resolver(root):
+        _chroot_apt(root, "update")
+        _chroot_apt(root, "install", "--download-only", *AGENT_DEPENDENCIES)
 
 
 def _configure_base(root: Path) -> None:
@@ -259,7 +296,11 @@ def build_guest_image(agent_deb: Path, workdir: Path, release: Release = BOOKWOR
     if dhclient_conf.exists():  # isc-dhcp-client: in every release's base
         with open(dhclient_conf, "a") as handle:
             handle.write(UNCONNECTED_NIC_DHCP)
-    _configure_networkd(root)
+    with open(root / "etc/fstab", "a") as fstab:
+        fstab.write(FSTAB_BY_TAG)
+    for mountpoint in FSTAB_MOUNTS:
+        (root / mountpoint.lstrip("/")).mkdir(parents=True, exist_ok=True)
+    _configure_networkd(root, release)
     wants = root / "etc/systemd/system/multi-user.target.wants"
     wants.mkdir(parents=True, exist_ok=True)
     for name, text in (
@@ -281,9 +322,22 @@ def build_guest_image(agent_deb: Path, workdir: Path, release: Release = BOOKWOR
     return image
 
 
-def _configure_networkd(root: Path) -> None:
-    """systemd-networkd with the NIC-by-tag files; it manages only the NICs they match."""
-    for name, text in {**NIC_BY_TAG_NETWORKS, "60-devtag-e2e-metadata.network": METADATA_NIC_NETWORK}.items():
+def _configure_networkd(root: Path, release: Release) -> None:
+    """systemd-networkd with the NIC-by-tag files; it manages only the NICs they match.
+
+    A netplan release gets nfvfunc2's configuration from netplan instead of its .network file.
+    """
+    networks = {**NIC_BY_TAG_NETWORKS, "60-devtag-e2e-metadata.network": METADATA_NIC_NETWORK}
+    if release.netplan:
+        with _guest_resolver(root):
+            _chroot_apt(root, "update")  # the base's lists may be older than the archive
+            _chroot_apt(root, "install", "--no-install-recommends", "netplan.io")
+        del networks["50-devtag-nfvfunc2.network"]
+        (root / "etc/netplan").mkdir(parents=True, exist_ok=True)
+        netplan_file = root / "etc/netplan" / NETPLAN_BY_TAG[0]
+        netplan_file.write_text(NETPLAN_BY_TAG[1])
+        netplan_file.chmod(0o600)  # netplan warns about configuration others can read
+    for name, text in networks.items():
         (root / "etc/systemd/network" / name).write_text(text)
     _run("chroot", str(root), "systemctl", "enable", "systemd-networkd.service")
     # Nothing here waits for the network; a wait-online timeout would only slow every boot.

@@ -692,6 +692,23 @@ def configdrive_readers():
     return figures
 
 
+def fstab_by_tag():
+    """What became of the fstab entries that name a disk by role (guest_image.FSTAB_BY_TAG)."""
+    mounts = {}
+    for mountpoint in ("/srv/archive", "/srv/absent"):
+        unit = run("systemd-escape", "--path", "--suffix=mount", mountpoint)[1].strip()
+        show = run("systemctl", "show", unit, "-p", "ActiveState", "-p", "Result")[1]
+        state = dict(line.split("=", 1) for line in show.splitlines() if "=" in line)
+        source = run("findmnt", "-n", "-o", "SOURCE", "--mountpoint", mountpoint)[1].strip()
+        try:
+            with open(os.path.join(mountpoint, "role")) as handle:
+                role = handle.read().strip()
+        except OSError:
+            role = None
+        mounts[mountpoint] = {"unit": unit, **state, "source": source or None, "role_file": role}
+    return mounts
+
+
 def main():
     report = {"boot_id": open("/proc/sys/kernel/random/boot_id").read().strip()}
     code, out, err = run("devtag-agent", "list", "--json")
@@ -719,6 +736,7 @@ def main():
     report["addresses"] = addresses()
     report["release"] = release()
     report["udev_verify"] = udev_verify()
+    report["fstab_by_tag"] = fstab_by_tag()
     report["journal"] = run("journalctl", "-b", "-u", "devtag-agent.service", "--no-pager", "-o", "short-monotonic")[1][
         -6000:
     ]

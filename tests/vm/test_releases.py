@@ -10,7 +10,8 @@ that single boot:
   and ``devtag-agent check`` (test_end_to_end.check_report);
 - the tagged NICs got their addresses from files that select them by tag
   (systemd-networkd by property and by altname, ifupdown by altname:
-  guest_image.NIC_BY_TAG_NETWORKS, IFUPDOWN_BY_TAG), checked by MAC;
+  guest_image.NIC_BY_TAG_NETWORKS, IFUPDOWN_BY_TAG; on Debian 13 netplan by
+  altname instead of networkd's altname file: NETPLAN_BY_TAG), checked by MAC;
 - ``udevadm verify`` accepts the rules file where udevadm has the verb
   (systemd >= 253: Debian 13);
 - the boot cost: kernel start to tags ready, the agent's share, and the floor
@@ -18,11 +19,14 @@ that single boot:
   for docs/benchmarks.md; and that the boot run imports none of the modules it must
   not (requests, pyudev, jsonschema, dataclasses, typing, ...) on the
   release's own Python;
+- fstab entries naming disks by role (guest_image.FSTAB_BY_TAG): the disk
+  tagged "archive" mounts on the right disk (by serial), and an entry whose
+  role no device carries does not hold the boot (nofail, device timeout);
 - a tagged disk hot-plugged through the attach flow gets its /dev/disk/by-tag
   link and udev properties, and loses them on detach (the metadata service
   answers the hot-plug unit; test_end_to_end.hot_plug_and_unplug);
 - after a reboot of the same domain all of the above holds again (tags,
-  links, NIC addresses by tag on the right NICs by MAC).
+  links, NIC addresses by tag on the right NICs by MAC, fstab mounts by role).
 
 Debian 12 runs here too, so the three releases' figures come from the same
 test; test_end_to_end covers 12's other paths (fw_cfg alone, mkfs, metadata
@@ -34,6 +38,7 @@ Run alone:  .venv/bin/pytest -m vm tests/vm/test_releases.py -v
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Tuple
@@ -45,8 +50,9 @@ from devtag_host.metadata_server import AddressBook, MetadataService
 from devtag_host.metadata_server.server import BackgroundServer
 
 from .conftest import BOOT_COST_PROPERTY
-from .guest_image import IFUPDOWN_BY_TAG, NIC_BY_TAG_ADDRESSES, RELEASES, GuestImage, Release
+from .guest_image import FSTAB_MOUNTS, IFUPDOWN_BY_TAG, NIC_BY_TAG_ADDRESSES, RELEASES, GuestImage, Release
 from .test_end_to_end import (
+    EXPECTED_DISKS,
     EXPECTED_NICS,
     METADATA_NIC,
     NICS,
@@ -56,6 +62,7 @@ from .test_end_to_end import (
     domain_xml,
     hot_plug_and_unplug,
     own_root_disk,
+    serials_of,
     wait_for_report,
 )
 
@@ -102,6 +109,29 @@ def check_nics_by_tag(report: Dict[str, Any]) -> None:
         if ifname not in wanted and set(wanted.values()) & set(found)
     }
     assert not elsewhere, elsewhere
+
+
+def format_disk_for_fstab(directory: Path, role: str = "archive", dev: str = "sdd") -> None:
+    """The disk tagged ``role`` gets an ext4 file system holding a file that names the role."""
+    content = directory / f"{dev}-content"
+    content.mkdir()
+    (content / "role").write_text(role + "\n")
+    subprocess.run(
+        ["mkfs.ext4", "-q", "-F", "-d", str(content), str(directory / f"{dev}.img")], check=True, timeout=120
+    )
+
+
+def check_fstab_by_tag(report: Dict[str, Any]) -> None:
+    """The fstab entry by role mounted the disk with that role's serial; the absent role's entry mounted nothing.
+
+    That the report exists at all says the absent role's entry did not hold the boot.
+    """
+    mounts = report["fstab_by_tag"]
+    archive = mounts["/srv/archive"]
+    assert archive["ActiveState"] == "active" and archive["role_file"] == FSTAB_MOUNTS["/srv/archive"], mounts
+    assert EXPECTED_DISKS["archive"] in serials_of(report, archive["source"]), (archive, report["block"])
+    absent = mounts["/srv/absent"]
+    assert absent["ActiveState"] != "active" and absent["source"] is None, mounts
 
 
 def check_udev_verify(report: Dict[str, Any], version: int) -> None:
@@ -342,6 +372,7 @@ def test_release_resolves_tags_configures_nics_hot_plugs_and_reboots(
     try:
         iso = directory / "config.iso"
         assert devtag_host(["configdrive", "--connect", libvirt_uri, name, "-o", str(iso), "--attach"]) == 0
+        format_disk_for_fstab(directory)
         domain.create()
         first = wait_for_report(directory, 1, BOOT_TIMEOUT, domain)
         assert first["release"]["version_id"] == str(version), first["release"]
@@ -350,6 +381,7 @@ def test_release_resolves_tags_configures_nics_hot_plugs_and_reboots(
         assert first["fw_cfg_loaded"], "qemu_fw_cfg not loaded (the package's modules-load.d file)"
         check_configdrive_readers(first)
         check_nics_by_tag(first)
+        check_fstab_by_tag(first)
         check_udev_verify(first, version)
         check_network_stage_order(first, version)
         report_boot_cost(request, boot_cost_line(version, first))
@@ -360,6 +392,7 @@ def test_release_resolves_tags_configures_nics_hot_plugs_and_reboots(
         assert second["boot_id"] != first["boot_id"]
         check_report(second)
         check_nics_by_tag(second)
+        check_fstab_by_tag(second)
         report_boot_cost(request, boot_cost_line(version, second) + " (after reboot)")
     finally:
         if domain.isActive():
