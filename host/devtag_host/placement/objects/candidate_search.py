@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
+import math
 import random
 import sys
 from dataclasses import dataclass, field
@@ -49,6 +50,9 @@ log = logging.getLogger(__name__)
 # answer of billions of candidates asked for without ``limit`` or
 # ``max_allocation_candidates``) stops, answers what it found and says so in the log.
 MAX_SEARCH_STEPS = 2_000_000
+# Below this many arrangements of an anchor's parts, the search runs without its quick
+# feasibility checks (they cost more than trying the few arrangements).
+_FEW_ARRANGEMENTS = 64
 
 
 # An inventory row as read: (provider, class, capacity, used, min_unit, max_unit,
@@ -468,13 +472,15 @@ def _anchor_candidates(plan: _Plan, lists: List[List[Part]]) -> Iterator[Candida
     count = len(lists)
     if not count:
         return
+    # The quick checks pay only where there are many arrangements to try.
+    many = math.prod(len(listed) for listed in lists) > _FEW_ARRANGEMENTS
     room: Dict[Tuple[int, int], int] = {}
     if plan.track:
-        found = _room(plan, lists)
+        found = _room(plan, lists, many)
         if found is None:
             return
         room = found
-    if plan.isolate and not _isolation_may_fit(plan, lists):
+    if many and plan.isolate and not _isolation_may_fit(plan, lists):
         return
     order = sorted(range(count), key=lambda index: (len(lists[index]), index))
     position = {group: depth for depth, group in enumerate(order)}
@@ -484,19 +490,22 @@ def _anchor_candidates(plan: _Plan, lists: List[List[Part]]) -> Iterator[Candida
     keep_apart = [plan.isolate and plan.numbered[group] for group in order]
     track = plan.track
     # Per level: (part, what it takes as ((provider, class), amount) pairs, its providers).
-    needs: Dict[int, Need] = {}
     levels: List[List[_Entry]] = []
-    for group in order:
-        level = []
-        for part in lists[group]:
-            need = needs.get(id(part))
-            if need is None:
-                need = needs[id(part)] = tuple(
-                    ((rp_id, rc_id), amount) for rp_id, amounts in part[1] for rc_id, amount in amounts
-                )
-            level.append((part, need if track else (), tuple(rp_id for rp_id, _amounts in part[1])))
-        levels.append(level)
-    one_need = [all(len(entry[1]) == 1 for entry in level) for level in levels]
+    if track:
+        needs: Dict[int, Need] = {}
+        for group in order:
+            level = []
+            for part in lists[group]:
+                need = needs.get(id(part))
+                if need is None:
+                    need = needs[id(part)] = tuple(
+                        ((rp_id, rc_id), amount) for rp_id, amounts in part[1] for rc_id, amount in amounts
+                    )
+                level.append((part, need, tuple(rp_id for rp_id, _amounts in part[1])))
+            levels.append(level)
+    else:  # nothing to sum: only the parts themselves
+        levels = [[(part, (), ()) for part in lists[group]] for group in order]
+    one_need = [track and all(len(entry[1]) == 1 for entry in level) for level in levels]
 
     def viable(depth: int) -> List[_Entry]:
         """The level's parts that fit beside the levels above: what they hold does not
@@ -584,11 +593,12 @@ def _anchor_candidates(plan: _Plan, lists: List[List[Part]]) -> Iterator[Candida
         plan.steps = steps
 
 
-def _room(plan: _Plan, lists: List[List[Part]]) -> Optional[Dict[Tuple[int, int], int]]:
+def _room(plan: _Plan, lists: List[List[Part]], check: bool) -> Optional[Dict[Tuple[int, int], int]]:
     """What each (provider, class) of the anchor's parts can still give (capacity left,
-    at most max_unit); None when the groups together want more of a class than all of
-    them have: a quick necessary condition, so that a request that cannot fit a tree
-    (more groups than providers) is not searched through every arrangement."""
+    at most max_unit); with ``check``, None when the groups together want more of a
+    class than all of them have: a quick necessary condition, so that a request that
+    cannot fit a tree (more groups than providers) is not searched through every
+    arrangement."""
     rows = plan.world.rows
     room: Dict[Tuple[int, int], int] = {}
     for listed in lists:
@@ -598,6 +608,8 @@ def _room(plan: _Plan, lists: List[List[Part]]) -> Optional[Dict[Tuple[int, int]
                     if (rp_id, rc_id) not in room:
                         _rp, _rc, capacity, used, _min_unit, max_unit, _step = rows[rc_id][rp_id]
                         room[(rp_id, rc_id)] = max(0, min(int(capacity) - used, max_unit))
+    if not check:
+        return room
     demand: Dict[int, int] = {}
     for listed in lists:
         for rc_id, amount in _amounts_of(listed[0]):
