@@ -72,7 +72,9 @@ import hashlib
 import io
 import json
 import logging
+import os
 import random
+import signal
 import statistics
 import subprocess
 import sys
@@ -797,10 +799,16 @@ def run_side(args: argparse.Namespace, which: str, url: str = "", timeout: Optio
         command += ["--url", url]
     if args.http:
         command += ["--http"]
+    # A session of its own: a side given up is ended with the server it may have started.
+    child = subprocess.Popen(command, start_new_session=True)
     try:
-        subprocess.run(command, check=True, timeout=timeout)
+        status = child.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
         return {"timeout": timeout}
+    if status != 0:
+        raise subprocess.CalledProcessError(status, command)
     return json.loads(out.read_text(encoding="utf-8"))
 
 
