@@ -3,7 +3,7 @@
     .venv/bin/pip install -e '.[bench]'   # openstack-placement (+ psycopg2 for it on PostgreSQL)
     .venv/bin/python benchmarks/placement_bench.py [--providers 5000] [--nested 1000] [--repeat 20]
         [--no-stock] [--no-contention] [--threads 8] [--writes 100] [--capacity 150]
-        [--workdir DIR] [--json FILE]
+        [--workdir DIR] [--json FILE] [--wide [--wide-timeout 60]] [--http] [--stock-api-load 5000]
 
 Same data for both, loaded through each service's HTTP API in-process by the
 same minimal WSGI caller (theirs: the app ``placement.direct`` builds, with
@@ -20,7 +20,24 @@ provider); the query
         &member_of=<aggregate>&required=HW_CPU_X86_AVX2
 
 (both services at 1.21, where member_of arrived, and at 1.39, compared version by
-version).  Targets: >= 10x faster and < 50 ms; loading >= 20x faster.
+version).  Targets: >= 10x faster and < 50 ms; loading >= 20x faster.  The same
+query with Nova's limit=1000 (``max_placement_results``) at 1.39: at 50,000
+providers < 20 ms and >= 20x faster.  Beyond --stock-api-load providers, upstream's
+rows are copied by SQL from providers of the same kind that its API loaded (its API
+would take hours for 50,000); its query time is what is compared.
+
+Wide trees (``--wide``): upstream's own shapes (its functional
+TestWideTreeAllocationCandidateExplosion: computes x PFs x VFs per PF, N granular
+groups of CUSTOM_VF:1, group_policy=none, limit=1000), ours with upstream's default
+settings; upstream with its defaults (given up after --wide-timeout seconds) and
+with the settings it recommends for wide trees (max_allocation_candidates=1000,
+breadth-first, [workarounds]optimize_for_wide_provider_trees).  Target: < 50 ms.
+
+``--http``: each scenario also over HTTP, each service served on a loopback port
+in a child process (ours by ``devtag-host placement serve``, upstream's WSGI app
+under uvicorn) and called through one ``requests.Session``, whose connection stays
+open between requests as Nova's report client's does; GET / repeated on it shows
+what a request on a kept-alive connection costs.
 
 Nested (issue 13): M compute nodes (HW_CPU_X86_AVX2), each with 2 NUMA children
 (VCPU 32, MEMORY_MB 65536) and 2 NIC children (NET_BW_EGR/IGR_KILOBIT_PER_SEC,
@@ -55,7 +72,9 @@ import hashlib
 import io
 import json
 import logging
+import os
 import random
+import signal
 import statistics
 import subprocess
 import sys
@@ -143,11 +162,13 @@ def expect(result: Tuple[int, Any], status: int) -> Any:
     return result[1]
 
 
-def time_query(call: Call, version: str, repeat: int) -> Dict[str, Any]:
+def time_query(call: Call, version: str, repeat: int, limit: Optional[int] = None) -> Dict[str, Any]:
     query = (
         "/allocation_candidates?resources=VCPU:1,DISK_GB:10,MEMORY_MB:256"
         f"&member_of={AGGREGATES[0]}&required=HW_CPU_X86_AVX2"
     )
+    if limit is not None:
+        query += f"&limit={limit}"
     body = expect(call("GET", query, None, version), 200)  # warm up
     times = []
     cpu = []  # this process's CPU time: less bent by other processes on a shared machine
@@ -319,6 +340,204 @@ def time_nested(call: Call, repeat: int) -> Dict[str, Any]:
     }
 
 
+# --- wide trees ----------------------------------------------------------------
+# OpenStack Placement's own wide-tree shapes (its functional
+# TestWideTreeAllocationCandidateExplosion): (computes, PFs per compute, VFs per PF,
+# granular groups of CUSTOM_VF:1), each asked with limit=1000 as Nova asks.
+WIDE_SHAPES: List[Tuple[int, int, int, int]] = [
+    (2, 8, 8, 2),
+    (2, 8, 8, 4),
+    (1, 8, 1, 8),
+    (1, 21, 1, 8),
+    (1, 21, 1, 16),
+    (1, 21, 1, 21),
+    (2, 21, 1, 8),
+    (2, 21, 1, 21),
+]
+# Upstream's settings for wide trees, as its tests and its option's help recommend.
+UPSTREAM_TUNED = {
+    ("placement", "max_allocation_candidates"): 1000,
+    ("placement", "allocation_candidates_generation_strategy"): "breadth-first",
+    ("workarounds", "optimize_for_wide_provider_trees"): True,
+}
+
+
+def shape_name(shape: Tuple[int, int, int, int]) -> str:
+    computes, pfs, vfs, groups = shape
+    return f"{computes}x{pfs}x{vfs}, {groups} groups"
+
+
+def load_wide(call: Call, computes: int, pfs: int, vfs: int) -> List[str]:
+    """Upstream's ``create_tree``: each compute with VCPU, MEMORY_MB, DISK_GB and ``pfs``
+    children of ``vfs`` CUSTOM_VF each; the compute UUIDs."""
+    expect(call("PUT", "/resource_classes/CUSTOM_VF", None, "1.7"), 201)
+    roots = []
+    for i in range(computes):
+        root = str(uuid.UUID(int=10_000 + i))
+        roots.append(root)
+        expect(call("POST", "/resource_providers", {"name": f"compute{i}", "uuid": root}, "1.14"), 201)
+        body = {
+            "resource_provider_generation": 0,
+            "inventories": {"VCPU": {"total": 8}, "MEMORY_MB": {"total": 4096}, "DISK_GB": {"total": 500}},
+        }
+        expect(call("PUT", f"/resource_providers/{root}/inventories", body, "1.14"), 200)
+        for j in range(pfs):
+            child = str(uuid.UUID(int=20_000 + 100 * i + j))
+            body = {"name": f"compute{i}:PF{j}", "uuid": child, "parent_provider_uuid": root}
+            expect(call("POST", "/resource_providers", body, "1.14"), 201)
+            body = {"resource_provider_generation": 0, "inventories": {"CUSTOM_VF": {"total": vfs}}}
+            expect(call("PUT", f"/resource_providers/{child}/inventories", body, "1.14"), 200)
+    return roots
+
+
+def wide_query(groups: int) -> str:
+    query = "/allocation_candidates?resources=DISK_GB:20,MEMORY_MB:2048,VCPU:2"
+    for g in range(groups):
+        query += f"&resources{g}=CUSTOM_VF:1"
+    return query + "&group_policy=none&limit=1000"
+
+
+def time_wide(call: Call, roots: List[str], groups: int, repeat: int) -> Dict[str, Any]:
+    query = wide_query(groups)
+    body = expect(call("GET", query, None, "1.38"), 200)  # warm up
+    times, serve = [], []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        expect(call("GET", query, None, "1.38"), 200)
+        times.append(time.perf_counter() - started)
+        serve.append(LAST_SERVE_WALL[0])
+    used = {rp for request in body["allocation_requests"] for rp in request["allocations"] if rp in roots}
+    return {
+        "query_ms": statistics.median(times) * 1000,
+        "query_min_ms": min(times) * 1000,
+        "serve_ms": statistics.median(serve) * 1000,
+        "candidates": len(body["allocation_requests"]),
+        "roots": len(used),
+    }
+
+
+# --- over HTTP, a kept-alive connection ---------------------------------------------
+
+
+def http_call(url: str) -> Tuple[Call, Any]:
+    """(call, session): the same calls over HTTP through one ``requests.Session``, as
+    Nova's report client connects (keystoneauth keeps its connections alive)."""
+    import requests
+
+    session = requests.Session()
+    session.headers.update({"x-auth-token": "admin", "accept": "application/json"})
+
+    def call(method: str, path: str, body: Any, version: str) -> Tuple[int, Any]:
+        headers = {"openstack-api-version": f"placement {version}"}
+        started_wall = time.perf_counter()
+        response = session.request(method, url + path, json=body, headers=headers, timeout=600)
+        data = response.content
+        LAST_SERVE_WALL[0] = time.perf_counter() - started_wall
+        started_cpu = time.process_time()
+        decoded = orjson.loads(data) if data else None
+        LAST_DECODE_CPU[0] = time.process_time() - started_cpu
+        return response.status_code, decoded
+
+    return call, session
+
+
+def time_root(call: Call, repeat: int = 30) -> Dict[str, Any]:
+    """GET / again and again on one connection: what each request after the first costs."""
+    expect(call("GET", "/", None, "1.0"), 200)
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        expect(call("GET", "/", None, "1.0"), 200)
+        times.append(time.perf_counter() - started)
+    return {"root_ms": statistics.median(times) * 1000, "root_min_ms": min(times) * 1000}
+
+
+@contextlib.contextmanager
+def served(service: str, database: Path, overrides: Optional[Dict[Tuple[str, str], Any]] = None) -> Any:
+    """The side's service on a loopback port, in a child process: ours as a user runs
+    it (``devtag-host placement serve``, uvicorn), upstream under uvicorn too (its WSGI
+    app through uvicorn's WSGI adapter, keeping connections alive as its usual
+    servers do); yield the URL."""
+    from tests.support.services import free_port, served_placement, wait_for_port
+
+    if service == "ours":
+        with served_placement(database, "--no-db-sync") as url:
+            yield url
+        return
+    port = free_port()
+    command = [sys.executable, __file__, "--serve-stock", f"{database}:{port}"]
+    if overrides:
+        command += ["--stock-tuned"]
+    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_port(port, timeout=120)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        child.terminate()
+        child.wait(timeout=30)
+
+
+def serve_stock(where: str, tuned: bool) -> None:
+    import uvicorn
+
+    database, port = where.rsplit(":", 1)
+    logging.getLogger("placement").setLevel(logging.ERROR)
+    app = upstream_app(Path(database), UPSTREAM_TUNED if tuned else None)
+    uvicorn.run(app, host="127.0.0.1", port=int(port), interface="wsgi", log_level="warning")
+
+
+# --- a large flat cloud for upstream ------------------------------------------------
+
+
+def sql_load_rest(database: Path, providers: List[Dict[str, Any]], loaded: int) -> None:
+    """Upstream's rows for ``providers[loaded:]``, copied by SQL from a provider of the
+    same kind (aggregates, traits) that its API loaded: the same rows its API would
+    write, in minutes instead of hours.  Only the query is timed on such a cloud."""
+    from sqlalchemy import MetaData, select
+
+    engine = create_engine(f"sqlite:///{database}")
+    meta = MetaData()
+    tables = ["resource_providers", "inventories", "resource_provider_aggregates", "resource_provider_traits"]
+    meta.reflect(engine, only=tables)
+    rps = meta.tables["resource_providers"]
+
+    def kind(rp: Dict[str, Any]) -> Tuple[Tuple[str, ...], bool]:
+        return tuple(rp["aggregates"]), rp["avx2"]
+
+    with engine.begin() as connection:
+        ids = {row.uuid: row.id for row in connection.execute(select(rps.c.id, rps.c.uuid))}
+        templates: Dict[Any, int] = {}
+        for rp in providers[:loaded]:
+            templates.setdefault(kind(rp), ids[rp["uuid"]])
+        own_rows: Dict[str, Dict[int, List[Dict[str, Any]]]] = {}
+        for name in tables:
+            table = meta.tables[name]
+            column = table.c.id if name == "resource_providers" else table.c.resource_provider_id
+            own_rows[name] = {}
+            for row in connection.execute(select(table).where(column.in_(sorted(templates.values())))):
+                values = dict(row._mapping)
+                key = values["id"] if name == "resource_providers" else values["resource_provider_id"]
+                own_rows[name].setdefault(key, []).append(values)
+        next_id = max(ids.values()) + 1
+        batches: Dict[str, List[Dict[str, Any]]] = {name: [] for name in tables}
+        for rp in providers[loaded:]:
+            template = templates[kind(rp)]
+            (row,) = own_rows["resource_providers"][template]
+            batches["resource_providers"].append(
+                {**row, "id": next_id, "uuid": rp["uuid"], "name": rp["name"], "root_provider_id": next_id}
+            )
+            for name in tables[1:]:
+                for row in own_rows[name].get(template, []):
+                    copied = {**row, "resource_provider_id": next_id}
+                    copied.pop("id", None)
+                    batches[name].append(copied)
+            next_id += 1
+        for name in tables:
+            if batches[name]:
+                connection.execute(meta.tables[name].insert(), batches[name])
+    engine.dispose()
+
+
 CAPACITY_WORDS = "would exceed the capacity"
 
 # Read from each service's own database after the run (both schemas name these tables and
@@ -460,7 +679,7 @@ def contention(call: Call, threads: int, writes: int, capacity: int, url: str) -
 
 
 def side(args: argparse.Namespace) -> Dict[str, Any]:
-    kind, service = args.side.split(":")
+    kind, service, *index = args.side.split(":")
     workdir = Path(args.workdir)
     results: Dict[str, Any] = {}
     if kind == "contention":
@@ -474,6 +693,26 @@ def side(args: argparse.Namespace) -> Dict[str, Any]:
             url = args.url.replace("+psycopg://", "+psycopg2://")
             results = contention(wsgi_call(stock_app(url)), args.threads, args.writes, args.capacity, url)
         return results
+    if kind == "wide":
+        shape = WIDE_SHAPES[int(index[0])]
+        database = workdir / f"wide-{index[0]}-{service}.sqlite"
+        database.unlink(missing_ok=True)
+        overrides = UPSTREAM_TUNED if service == "tuned" else None
+        if service == "ours":
+            store = Store(f"sqlite:///{database}")
+            schema_upgrade.upgrade(store)
+            call = ours_call(store)
+        else:
+            call = wsgi_call(upstream_app(database, overrides))
+        roots = load_wide(call, *shape[:3])
+        repeat = args.repeat if service == "ours" else args.stock_repeat
+        results["in_process"] = time_wide(call, roots, shape[3], repeat)
+        if args.http:
+            with served("ours" if service == "ours" else "stock", database, overrides) as url:
+                over_http, session = http_call(url)
+                results["http"] = time_wide(over_http, roots, shape[3], repeat)
+                session.close()
+        return results
     database = workdir / f"{kind}-{service}.sqlite"
     fresh = not database.exists()
     if service == "ours":
@@ -482,21 +721,53 @@ def side(args: argparse.Namespace) -> Dict[str, Any]:
         call = ours_call(store)
     else:
         call = wsgi_call(stock_app(database))
+    repeat = args.repeat if service == "ours" else args.stock_repeat
     if kind == "nested":
         if fresh:
             results["load_s"] = load_nested(call, nested_dataset(args.nested))
-        results.update(time_nested(call, args.repeat if service == "ours" else args.stock_repeat))
+        results.update(time_nested(call, repeat))
+        if args.http:
+            with served(service, database) as url:
+                over_http, session = http_call(url)
+                results["http"] = {**time_nested(over_http, repeat), **time_root(over_http)}
+                session.close()
         return results
     providers = dataset(args.providers)
     if fresh:
-        results.update(load(call, providers))
+        if service == "stock" and args.providers > args.stock_api_load:
+            # Through its API until every kind of provider is there, the rest copied by SQL.
+            kinds = {(tuple(rp["aggregates"]), rp["avx2"]) for rp in providers}
+            loaded = args.stock_api_load
+            while {(tuple(rp["aggregates"]), rp["avx2"]) for rp in providers[:loaded]} != kinds:
+                loaded += 100
+            results.update(load(call, providers[:loaded]))
+            started = time.perf_counter()
+            sql_load_rest(database, providers, loaded)
+            results["sql_loaded"] = {"after": loaded, "seconds": time.perf_counter() - started}
+        else:
+            results.update(load(call, providers))
     for version in ("1.21", "1.39"):
-        results[version] = time_query(call, version, args.repeat if service == "ours" else args.stock_repeat)
+        results[version] = time_query(call, version, repeat)
+    results["limit"] = time_query(call, "1.39", repeat, limit=NOVA_LIMIT)
+    if args.http:
+        with served(service, database) as url:
+            over_http, session = http_call(url)
+            results["http"] = {
+                "1.39": time_query(over_http, "1.39", repeat),
+                "limit": time_query(over_http, "1.39", repeat, limit=NOVA_LIMIT),
+                **time_root(over_http),
+            }
+            session.close()
     return results
 
 
-def run_side(args: argparse.Namespace, which: str, url: str = "") -> Dict[str, Any]:
-    """Run one side in a child process; return its figures."""
+# Nova's [scheduler]max_placement_results: the limit it sends.
+NOVA_LIMIT = 1000
+
+
+def run_side(args: argparse.Namespace, which: str, url: str = "", timeout: Optional[float] = None) -> Dict[str, Any]:
+    """Run one side in a child process; return its figures ({"timeout": seconds} when it
+    had not finished after ``timeout`` seconds)."""
     out = Path(args.workdir) / f"{which.replace(':', '-')}.json"
     command = [
         sys.executable,
@@ -521,10 +792,23 @@ def run_side(args: argparse.Namespace, which: str, url: str = "") -> Dict[str, A
         str(args.writes),
         "--capacity",
         str(args.capacity),
+        "--stock-api-load",
+        str(args.stock_api_load),
     ]
     if url:
         command += ["--url", url]
-    subprocess.run(command, check=True)
+    if args.http:
+        command += ["--http"]
+    # A session of its own: a side given up is ended with the server it may have started.
+    child = subprocess.Popen(command, start_new_session=True)
+    try:
+        status = child.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+        return {"timeout": timeout}
+    if status != 0:
+        raise subprocess.CalledProcessError(status, command)
     return json.loads(out.read_text(encoding="utf-8"))
 
 
@@ -554,9 +838,27 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--capacity", type=int, default=150, help="VCPU of each of the 4 contended providers")
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     parser.add_argument("--workdir", metavar="DIR", help="keep the databases here; reuse (skip loading) if present")
+    parser.add_argument("--wide", action="store_true", help="also upstream's wide-tree shapes (limit=1000)")
+    parser.add_argument(
+        "--wide-timeout", type=float, default=60, help="seconds before an upstream wide-tree side is given up"
+    )
+    parser.add_argument(
+        "--http", action="store_true", help="also over HTTP: each service served, one kept-alive requests.Session"
+    )
+    parser.add_argument(
+        "--stock-api-load",
+        type=int,
+        default=5000,
+        help="flat providers loaded through upstream's API; the rest copied by SQL (its API takes hours for 50,000)",
+    )
     parser.add_argument("--side", help=argparse.SUPPRESS)  # internal: KIND:SERVICE in this process
     parser.add_argument("--url", help=argparse.SUPPRESS)  # internal: the PostgreSQL database of a side
+    parser.add_argument("--serve-stock", help=argparse.SUPPRESS)  # internal: DATABASE:PORT, upstream over HTTP
+    parser.add_argument("--stock-tuned", action="store_true", help=argparse.SUPPRESS)  # with UPSTREAM_TUNED
     args = parser.parse_args(argv)
+    if args.serve_stock:
+        serve_stock(args.serve_stock, args.stock_tuned)
+        return 0
     if args.side:
         # Upstream logs every refused claim at WARNING: the figures are what is wanted here.
         logging.getLogger("placement").setLevel(logging.ERROR)
@@ -592,7 +894,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                         f"{mine['serve_ms']:.1f} vs {stock['serve_ms']:.1f} ms)",
                         flush=True,
                     )
-            if all("load_s" in flat[service] for service in services):
+            print_flat_limit(flat, services, args.providers)
+            if all("load_s" in flat[service] for service in services) and "sql_loaded" not in flat.get("stock", {}):
                 print_load(flat, services)
         if args.nested:
             nested = results["nested"] = {service: run_side(args, f"nested:{service}") for service in services}
@@ -609,6 +912,15 @@ def main(argv: Optional[List[str]] = None) -> int:
                     f"{figures['candidates']} candidates, {figures['summaries']} summaries{loaded}",
                     flush=True,
                 )
+            for service in services:
+                if "http" in nested[service]:
+                    http = nested[service]["http"]
+                    print(
+                        f"  {service:5s} over HTTP (one kept-alive requests.Session): {http['query_ms']:.1f} ms "
+                        f"({http['query_min_ms']:.1f} ms); GET / {http['root_ms']:.1f} ms "
+                        f"({http['root_min_ms']:.1f} ms)",
+                        flush=True,
+                    )
             if "stock" in nested:
                 same = nested["ours"]["answer_sha256"] == nested["stock"]["answer_sha256"]
                 results["nested_same_answer"] = same
@@ -621,6 +933,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                     f"same answer: {'yes' if same else 'NO'}",
                     flush=True,
                 )
+        if args.wide:
+            results["wide"] = run_wide(args, services)
         if not args.no_contention:
             pg_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="placement-bench-pg-"))
             with throwaway_postgres(Path(pg_dir) / "pg") as url:
@@ -654,6 +968,69 @@ def main(argv: Optional[List[str]] = None) -> int:
     results["uptime_after"] = _uptime()
     print(f"load: {results['uptime_after']}")
     return _finish(args, results)
+
+
+def print_flat_limit(flat: Dict[str, Any], services: List[str], providers: int) -> None:
+    """The flat query with Nova's limit, in-process and (with --http) over a kept-alive connection."""
+    print(f"flat, {providers} providers, limit={NOVA_LIMIT} at 1.39 (median, min):")
+    for service in services:
+        figures = flat[service]
+        line = (
+            f"  {service:5s} {figures['limit']['query_ms']:.1f} ms ({figures['limit']['query_min_ms']:.1f} ms), "
+            f"{figures['limit']['candidates']} candidates (without limit {figures['1.39']['candidates']})"
+        )
+        if "http" in figures:
+            http = figures["http"]
+            line += (
+                f"; over HTTP: {http['limit']['query_ms']:.1f} ms ({http['limit']['query_min_ms']:.1f} ms), "
+                f"without limit {http['1.39']['query_ms']:.1f} ms, GET / {http['root_ms']:.1f} ms "
+                f"({http['root_min_ms']:.1f} ms)"
+            )
+        if "sql_loaded" in figures:
+            line += f" [providers after the first {figures['sql_loaded']['after']} copied by SQL]"
+        print(line, flush=True)
+    if "stock" in flat:
+        ours, stock = flat["ours"], flat["stock"]
+        line = (
+            f"  ours {ratio(stock['limit']['query_ms'], ours['limit']['query_ms'])} faster with limit (medians), "
+            f"{ratio(stock['limit']['query_min_ms'], ours['limit']['query_min_ms'])} (minima)"
+        )
+        if "http" in ours and "http" in stock:
+            line += (
+                f"; over HTTP {ratio(stock['http']['limit']['query_ms'], ours['http']['limit']['query_ms'])} "
+                f"with limit, {ratio(stock['http']['1.39']['query_ms'], ours['http']['1.39']['query_ms'])} without"
+            )
+        print(line, flush=True)
+
+
+def run_wide(args: argparse.Namespace, services: List[str]) -> Dict[str, Any]:
+    """Every wide shape: ours with upstream's defaults; upstream with its defaults (given
+    up after --wide-timeout) and with the settings it recommends for wide trees."""
+    sides = ["ours"] + (["stock", "tuned"] if "stock" in services else [])
+    found: Dict[str, Any] = {}
+    print(f"wide trees, limit={NOVA_LIMIT} at 1.38 (median, min; ours with upstream's default settings):")
+    for index, shape in enumerate(WIDE_SHAPES):
+        name = shape_name(shape)
+        found[name] = {
+            service: run_side(args, f"wide:{service}:{index}", timeout=None if service == "ours" else args.wide_timeout)
+            for service in sides
+        }
+        parts = []
+        for service in sides:
+            figures = found[name][service]
+            label = {"ours": "ours", "stock": "upstream", "tuned": "upstream tuned"}[service]
+            if "timeout" in figures:
+                parts.append(f"{label} no answer in {figures['timeout']:.0f} s")
+                continue
+            text = (
+                f"{label} {figures['in_process']['query_ms']:.1f} ms ({figures['in_process']['query_min_ms']:.1f} ms) "
+                f"{figures['in_process']['candidates']} candidates on {figures['in_process']['roots']} roots"
+            )
+            if "http" in figures:
+                text += f", HTTP {figures['http']['query_ms']:.1f} ms"
+            parts.append(text)
+        print(f"  {name}: " + "; ".join(parts), flush=True)
+    return found
 
 
 def print_load(flat: Dict[str, Any], services: List[str]) -> None:

@@ -177,3 +177,49 @@ def test_required_traits_still_apply_when_a_sharing_provider_cannot_help(client)
     found = candidates(client, "resources=VCPU:1,MEMORY_MB:512&required=HW_CPU_X86_AVX2")
     assert as_sets(found) == {frozenset({(avx, frozenset({("VCPU", 1), ("MEMORY_MB", 512)}))})}
     assert list(found["provider_summaries"]) == [avx]
+
+
+def test_limit_on_the_single_provider_path_is_the_first_of_the_whole_answer(client):
+    """With ``limit`` the single-provider path picks its providers walking them in order
+    (the work stops at the limit); the answer is still the first ``limit`` candidates
+    of the answer without it, whatever the traits, aggregates and capacity say."""
+    import random
+
+    rnd = random.Random(7)  # noqa: S311 - a reproducible cloud
+    aggregates = [str(uuid.UUID(int=i + 1)) for i in range(3)]
+    for trait in ("CUSTOM_A", "CUSTOM_B"):
+        assert client.put(f"/traits/{trait}").status_code in (201, 204)
+    for index in range(40):
+        rp = new_provider(client, f"p{index}")
+        inventory = {"VCPU": {"total": rnd.choice([1, 2, 4])}, "MEMORY_MB": {"total": rnd.choice([256, 1024])}}
+        if rnd.random() < 0.2:
+            inventory["DISK_GB"] = {"total": 10}  # a class nobody asks for: 1.27 summaries show it
+        set_inventory(client, rp, **inventory)
+        chosen = rnd.sample(aggregates, rnd.randint(0, 2))
+        if chosen:
+            client.put(f"/resource_providers/{rp}/aggregates", json=chosen, headers=V1_18)
+        traits = rnd.sample(["CUSTOM_A", "CUSTOM_B"], rnd.randint(0, 2))
+        if traits:
+            generation = client.get(f"/resource_providers/{rp}").json()["generation"]
+            body = {"traits": traits, "resource_provider_generation": generation}
+            assert client.put(f"/resource_providers/{rp}/traits", json=body).status_code == 200
+    queries = [
+        "resources=VCPU:2",
+        "resources=VCPU:1,MEMORY_MB:512",
+        "resources=VCPU:1&required=CUSTOM_A",
+        "resources=VCPU:1&required=CUSTOM_A,!CUSTOM_B",
+        "resources=VCPU:1&required=in:CUSTOM_A,CUSTOM_B",
+        f"resources=VCPU:1&member_of={aggregates[0]}",
+        f"resources=VCPU:1&member_of=in:{aggregates[0]},{aggregates[1]}&member_of={aggregates[2]}",
+        f"resources=MEMORY_MB:1024&member_of=!{aggregates[1]}&required=!CUSTOM_A",
+    ]
+    for version in ("1.24", "1.27", "1.39"):
+        for query in queries:
+            if version != "1.39" and ("in:CUSTOM" in query or "member_of=!" in query):
+                continue
+            whole = candidates(client, query, version)
+            for limit in (1, 3, 1000):
+                cut = candidates(client, f"{query}&limit={limit}", version)
+                assert cut["allocation_requests"] == whole["allocation_requests"][:limit], (version, query, limit)
+                kept = {rp for request in cut["allocation_requests"] for rp in request["allocations"]}
+                assert cut["provider_summaries"] == {rp: whole["provider_summaries"][rp] for rp in kept}

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 from socketserver import ThreadingMixIn
-from typing import Callable, Dict, Iterator, Union
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple, Union
 from wsgiref.simple_server import WSGIServer, make_server
 
 from sqlalchemy import create_engine, text
@@ -35,9 +35,10 @@ _TABLES = (
 )
 
 
-def upstream_app(database: Union[Path, str]) -> Callable:
+def upstream_app(database: Union[Path, str], overrides: Optional[Dict[Tuple[str, str], Any]] = None) -> Callable:
     """openstack-placement's WSGI app as ``placement.direct`` builds it (noauth2), on
-    the SQLite file ``database`` or the SQLAlchemy URL (the benchmark's PostgreSQL)."""
+    the SQLite file ``database`` or the SQLAlchemy URL (the benchmark's PostgreSQL);
+    ``overrides``: {(group, option): value} of its configuration."""
     # Imported here: upstream (oslo.*) is heavy and only the differential tests want it.
     from oslo_config import cfg
     from placement import conf as placement_conf
@@ -50,6 +51,8 @@ def upstream_app(database: Union[Path, str]) -> Callable:
     conf.set_override("sync_on_startup", True, group="placement_database")
     conf([], default_config_files=[])
     conf.set_override("auth_strategy", "noauth2", group="api")
+    for (group, option), value in (overrides or {}).items():
+        conf.set_override(option, value, group=group)
     return deploy.loadapp(conf)
 
 

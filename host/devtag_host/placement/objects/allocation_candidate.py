@@ -535,7 +535,18 @@ def _own_candidates(
     return Candidates(requests, summaries)
 
 
-_CLASSES_IN_USE = select(inventories.c.resource_class_id).distinct()
+def _classes_in_use() -> Select[Any]:
+    """SQL: the classes with an inventory, one index seek per class (a recursive walk
+    from each class to the next): a DISTINCT reads every entry of the class index,
+    12 ms at 50,000 providers."""
+    rc = inventories.c.resource_class_id
+    walk = select(func.min(rc).label("id")).cte("classes_in_use", recursive=True)
+    following = select(select(func.min(rc)).where(rc > walk.c.id).scalar_subquery()).where(walk.c.id.is_not(None))
+    walk = walk.union_all(following)
+    return select(walk.c.id).where(walk.c.id.is_not(None))
+
+
+_CLASSES_IN_USE = _classes_in_use()
 
 
 def _other_classes(
@@ -576,6 +587,10 @@ def _own_query(
     Every value is a bound parameter (``b_amount_<class id>``, ``b_trait_<n>`` or
     ``b_traits_<n>`` per required trait (set), ``b_member_<n>`` or ``b_members_<n>``
     per member_of, ``b_forbidden_traits``, ``b_forbidden_members``)."""
+    if limit is not None:
+        return _own_query_limited(
+            class_ids, required, forbidden_traits, members, forbidden_members, with_traits, dialect, limit
+        )
     inv = inventories
     rp_id = inv.c.resource_provider_id
     source = inv.join(resource_providers, resource_providers.c.id == rp_id)
@@ -637,7 +652,78 @@ def _own_query(
         .having(func.count() == len(class_ids))
         .order_by(rp_id)
     )
-    return query if limit is None else query.limit(limit)
+    return query
+
+
+def _own_query_limited(
+    class_ids: Tuple[int, ...],
+    required: Tuple[int, ...],
+    forbidden_traits: bool,
+    members: Tuple[int, ...],
+    forbidden_members: bool,
+    with_traits: bool,
+    dialect: str,
+    limit: int,
+) -> Select[Any]:
+    """``_own_query`` with a limit (Nova sends one): the first ``limit`` providers by id
+    that pass every condition are chosen walking the providers in id order, each
+    condition an index lookup, so the walk stops once it has them, whatever the size
+    of the cloud; only their inventory rows are then read (those of other classes
+    add nothing to the requested classes' columns).  Without the
+    limit every fitting row is grouped and sorted before any is returned."""
+    rps = resource_providers
+    # Traits and aggregates first: a provider lacking one is passed over after one lookup.
+    chosen_conditions: List[ColumnElement[bool]] = []
+    for index, size in enumerate(required):
+        trait_ids = (
+            provider_traits.c.trait_id == bindparam(f"b_trait_{index}")
+            if size == 1
+            else provider_traits.c.trait_id.in_(bindparam(f"b_traits_{index}", expanding=True))
+        )
+        chosen_conditions.append(exists().where(provider_traits.c.resource_provider_id == rps.c.id, trait_ids))
+    if forbidden_traits:
+        chosen_conditions.append(
+            ~exists().where(
+                provider_traits.c.resource_provider_id == rps.c.id,
+                provider_traits.c.trait_id.in_(bindparam("b_forbidden_traits", expanding=True)),
+            )
+        )
+    for index, size in enumerate(members):
+        member_ids = (
+            provider_aggregates.c.aggregate_uuid == bindparam(f"b_member_{index}")
+            if size == 1
+            else provider_aggregates.c.aggregate_uuid.in_(bindparam(f"b_members_{index}", expanding=True))
+        )
+        chosen_conditions.append(exists().where(provider_aggregates.c.resource_provider_id == rps.c.id, member_ids))
+    if forbidden_members:
+        chosen_conditions.append(
+            ~exists().where(
+                provider_aggregates.c.resource_provider_id == rps.c.id,
+                provider_aggregates.c.aggregate_uuid.in_(bindparam("b_forbidden_members", expanding=True)),
+            )
+        )
+    for rc_id in class_ids:
+        chosen_conditions.append(
+            exists().where(
+                inventories.c.resource_provider_id == rps.c.id,
+                fitting_rows({rc_id: bindparam(f"b_amount_{rc_id}", type_=Integer)}),
+            )
+        )
+    chosen = select(rps.c.id).where(*chosen_conditions).order_by(rps.c.id).limit(limit).subquery("chosen")
+    inv = inventories
+    rp_id = inv.c.resource_provider_id
+    columns = []
+    for rc_id in class_ids:
+        columns.append(func.max(case((inv.c.resource_class_id == rc_id, _capacity()))))
+        columns.append(func.max(case((inv.c.resource_class_id == rc_id, used_of_inventory()))))
+    traits_column = _trait_list(dialect) if with_traits else null()
+    source = chosen.join(inv, rp_id == chosen.c.id).join(rps, rps.c.id == rp_id)
+    return (
+        select(rp_id, rps.c.uuid, traits_column, *columns)
+        .select_from(source)
+        .group_by(rp_id, rps.c.uuid)
+        .order_by(rp_id)
+    )
 
 
 def _request(parts: List[Tuple[str, Dict[str, int]]], dict_format: bool) -> Dict[str, Any]:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
+import math
 import random
 import sys
 from dataclasses import dataclass, field
@@ -49,6 +50,9 @@ log = logging.getLogger(__name__)
 # answer of billions of candidates asked for without ``limit`` or
 # ``max_allocation_candidates``) stops, answers what it found and says so in the log.
 MAX_SEARCH_STEPS = 2_000_000
+# Below this many arrangements of an anchor's parts, the search runs without its quick
+# feasibility checks (they cost more than trying the few arrangements).
+_FEW_ARRANGEMENTS = 64
 
 
 # An inventory row as read: (provider, class, capacity, used, min_unit, max_unit,
@@ -147,6 +151,11 @@ def _fitting_rows(rows: Mapping[int, Row], amount: int) -> Set[int]:
 # entry, worked out once per part, not per candidate).  Parts are shared by every
 # candidate that uses them.
 Part = Tuple[Tuple[int, ...], Allocations, List[int]]
+
+# What a part takes, as ((provider, class), amount) pairs.
+Need = Tuple[Tuple[Tuple[int, int], int], ...]
+# A part as the search tries it: (part, what it takes, the providers it takes from).
+_Entry = Tuple[Part, Need, Tuple[int, ...]]
 
 # A candidate: one part per group (in group order), and, only when two of its parts
 # take from the same provider, their allocations merged (else None: the parts'
@@ -459,9 +468,19 @@ def _anchor_candidates(plan: _Plan, lists: List[List[Part]]) -> Iterator[Candida
     choices prune most); a candidate's parts stay in the request's group order.
 
     The search keeps its own stack (a generator per level would hand every
-    candidate up through all of them)."""
+    candidate up through all of them) and, per (provider, class), the room left."""
     count = len(lists)
-    if not count or ((plan.isolate or plan.track) and not _may_fit(plan, lists)):
+    if not count:
+        return
+    # The quick checks pay only where there are many arrangements to try.
+    many = math.prod(len(listed) for listed in lists) > _FEW_ARRANGEMENTS
+    room: Dict[Tuple[int, int], int] = {}
+    if plan.track:
+        found = _room(plan, lists, many)
+        if found is None:
+            return
+        room = found
+    if many and plan.isolate and not _isolation_may_fit(plan, lists):
         return
     order = sorted(range(count), key=lambda index: (len(lists[index]), index))
     position = {group: depth for depth, group in enumerate(order)}
@@ -469,118 +488,144 @@ def _anchor_candidates(plan: _Plan, lists: List[List[Part]]) -> Iterator[Candida
     for subtree in plan.subtrees:  # checked once its last group (in ``order``) has a part
         checks_at[max(position[group] for group in subtree)].append(subtree)
     keep_apart = [plan.isolate and plan.numbered[group] for group in order]
-    pick: List[Part] = [listed[0] for listed in lists]
-    rows = plan.world.rows
     track = plan.track
-    commons = plan.commons
-    taken: Dict[Tuple[int, int], int] = {}  # (provider, class) -> summed over the groups assigned
-    holders: Dict[int, int] = {}  # provider -> how many assigned parts take from it
-    shared = 0  # parts that take from a provider an earlier part takes from: then the pick needs merging
-    isolated: Set[int] = set()
-    # Per level, what its current part added (undone before the next part of the level).
-    added: List[List[Tuple[int, int, int]]] = [[] for _ in range(count)]
-    apart_rp: List[Optional[int]] = [None] * count
-    shares: List[int] = [0] * count
-    parts_at: List[Iterator[Part]] = [iter(())] * count
-    last = count - 1
-    depth = 0
-    parts_at[0] = iter(lists[order[0]])
-    while depth >= 0:
-        undo = added[depth]  # the level's previous part, if any
-        if undo:
-            for rp_id, rc_id, amount in undo:
-                left = taken[(rp_id, rc_id)] - amount
-                if left:
-                    taken[(rp_id, rc_id)] = left
-                else:
-                    del taken[(rp_id, rc_id)]
-            for rp_id in {entry[0] for entry in undo}:
-                holders[rp_id] -= 1
-            shared -= shares[depth]
-            shares[depth] = 0
-            undo.clear()
-        if apart_rp[depth] is not None:
-            isolated.discard(apart_rp[depth])
-            apart_rp[depth] = None
-        part = next(parts_at[depth], None)
-        if part is None:
-            depth -= 1
-            continue
-        plan.steps -= 1
-        if plan.steps < 0:
-            raise SearchExhausted()
-        if keep_apart[depth] and part[0][0] in isolated:
-            continue
-        if track and part[1]:
-            if not _fits(rows, taken, part[1]):
-                continue
-            for rp_id, amounts in part[1]:
-                for rc_id, amount in amounts:
-                    taken[(rp_id, rc_id)] = taken.get((rp_id, rc_id), 0) + amount
-                    undo.append((rp_id, rc_id, amount))
-                before = holders.get(rp_id, 0)
-                holders[rp_id] = before + 1
-                if before:
-                    shares[depth] += 1
-            shared += shares[depth]
-        group = order[depth]
-        pick[group] = part
-        checks = checks_at[depth]
-        if checks and not all(_same_subtree(commons, [pick[i] for i in subtree]) for subtree in checks):
-            continue
+    # Per level: (part, what it takes as ((provider, class), amount) pairs, its providers).
+    levels: List[List[_Entry]] = []
+    if track:
+        needs: Dict[int, Need] = {}
+        for group in order:
+            level = []
+            for part in lists[group]:
+                need = needs.get(id(part))
+                if need is None:
+                    need = needs[id(part)] = tuple(
+                        ((rp_id, rc_id), amount) for rp_id, amounts in part[1] for rc_id, amount in amounts
+                    )
+                level.append((part, need, tuple(rp_id for rp_id, _amounts in part[1])))
+            levels.append(level)
+    else:  # nothing to sum: only the parts themselves
+        levels = [[(part, (), ()) for part in lists[group]] for group in order]
+    one_need = [track and all(len(entry[1]) == 1 for entry in level) for level in levels]
+
+    def viable(depth: int) -> List[_Entry]:
+        """The level's parts that fit beside the levels above: what they hold does not
+        change while this level tries its parts (each is released before the next)."""
+        level = levels[depth]
+        if track:
+            if one_need[depth]:
+                level = [entry for entry in level if room[entry[1][0][0]] >= entry[1][0][1]]
+            else:
+                level = [entry for entry in level if all(room[key] >= amount for key, amount in entry[1])]
         if keep_apart[depth]:
-            apart_rp[depth] = part[0][0]
-            isolated.add(part[0][0])
-        if depth == last:
-            candidate = _candidate(plan, tuple(pick), taken if shared else None)
-            if candidate is not None:
-                yield candidate
-        else:
-            depth += 1
-            parts_at[depth] = iter(lists[order[depth]])
+            level = [entry for entry in level if entry[0][0][0] not in isolated]
+        return level
+
+    pick: List[Part] = [listed[0] for listed in lists]
+    commons = plan.commons
+    holders: Dict[int, int] = {}  # provider -> how many assigned parts take from it
+    shared = 0  # parts that take from a provider an earlier part takes from: the pick's allocations need merging
+    isolated: Set[int] = set()
+    # Per level, what its current part holds (released before the level's next part).
+    held: List[Optional[Need]] = [None] * count
+    held_by: List[Tuple[int, ...]] = [()] * count
+    apart_rp: List[int] = [-1] * count
+    shares: List[int] = [0] * count
+    next_at: List[int] = [0] * count
+    trying: List[List[_Entry]] = [[] for _ in range(count)]
+    last = count - 1
+    steps = plan.steps - len(levels[0])
+    trying[0] = viable(0)
+    depth = 0
+    try:
+        while depth >= 0:
+            need = held[depth]
+            if need is not None:  # release the level's previous part
+                for key, amount in need:
+                    room[key] += amount
+                for rp_id in held_by[depth]:
+                    holders[rp_id] -= 1
+                shared -= shares[depth]
+                shares[depth] = 0
+                held[depth] = None
+            if apart_rp[depth] >= 0:
+                isolated.discard(apart_rp[depth])
+                apart_rp[depth] = -1
+            level = trying[depth]
+            index = next_at[depth]
+            if index == len(level):
+                depth -= 1
+                continue
+            next_at[depth] = index + 1
+            part, need, providers = level[index]
+            if need:
+                for key, amount in need:
+                    room[key] -= amount
+                held[depth] = need
+                held_by[depth] = providers
+                added = 0
+                for rp_id in providers:
+                    before = holders.get(rp_id, 0)
+                    holders[rp_id] = before + 1
+                    if before:
+                        added += 1
+                shares[depth] = added
+                shared += added
+            group = order[depth]
+            pick[group] = part
+            checks = checks_at[depth]
+            if checks and not all(_same_subtree(commons, [pick[i] for i in subtree]) for subtree in checks):
+                continue
+            if keep_apart[depth]:
+                apart_rp[depth] = part[0][0]
+                isolated.add(part[0][0])
+            if depth == last:
+                candidate = _candidate(plan, tuple(pick), shared > 0)
+                if candidate is not None:
+                    yield candidate
+            else:
+                depth += 1
+                next_at[depth] = 0
+                steps -= len(levels[depth])
+                if steps < 0:
+                    raise SearchExhausted()
+                trying[depth] = viable(depth)
+    finally:
+        plan.steps = steps
 
 
-def _fits(rows: Dict[int, Dict[int, Row]], taken: Dict[Tuple[int, int], int], allocations: Allocations) -> bool:
-    """What ``allocations`` take, added to what earlier groups took of the same
-    providers, stays within capacity and max_unit (a part's own amounts were checked
-    on their rows)."""
-    for rp_id, amounts in allocations:
-        for rc_id, amount in amounts:
-            before = taken.get((rp_id, rc_id))
-            if before is not None:
-                _rp, _rc, capacity, used, _min_unit, max_unit, _step = rows[rc_id][rp_id]
-                total = before + amount
-                if used + total > int(capacity) or total > max_unit:
-                    return False
-    return True
-
-
-def _may_fit(plan: _Plan, lists: List[List[Part]]) -> bool:
-    """A quick necessary condition, so that a request that cannot fit a tree (more
-    groups than providers) is not searched through every arrangement: what the
-    groups take of each class fits in what the tree's candidate providers have, and
-    isolated groups have as many providers between them as there are groups."""
-    if plan.isolate:
-        numbered = [listed for listed, own in zip(lists, plan.numbered) if own]
-        if len({part[0][0] for listed in numbered for part in listed}) < len(numbered):
-            return False
-    if not plan.track:
-        return True
-    demand: Dict[int, int] = {}
-    offering: Set[Tuple[int, int]] = set()
+def _room(plan: _Plan, lists: List[List[Part]], check: bool) -> Optional[Dict[Tuple[int, int], int]]:
+    """What each (provider, class) of the anchor's parts can still give (capacity left,
+    at most max_unit); with ``check``, None when the groups together want more of a
+    class than all of them have: a quick necessary condition, so that a request that
+    cannot fit a tree (more groups than providers) is not searched through every
+    arrangement."""
+    rows = plan.world.rows
+    room: Dict[Tuple[int, int], int] = {}
     for listed in lists:
-        for rc_id, amount in _amounts_of(listed[0]):
-            demand[rc_id] = demand.get(rc_id, 0) + amount
         for part in listed:
             for rp_id, amounts in part[1]:
                 for rc_id, _amount in amounts:
-                    offering.add((rp_id, rc_id))
+                    if (rp_id, rc_id) not in room:
+                        _rp, _rc, capacity, used, _min_unit, max_unit, _step = rows[rc_id][rp_id]
+                        room[(rp_id, rc_id)] = max(0, min(int(capacity) - used, max_unit))
+    if not check:
+        return room
+    demand: Dict[int, int] = {}
+    for listed in lists:
+        for rc_id, amount in _amounts_of(listed[0]):
+            demand[rc_id] = demand.get(rc_id, 0) + amount
     supply: Dict[int, int] = {}
-    rows = plan.world.rows
-    for rp_id, rc_id in offering:
-        _rp, _rc, capacity, used, _min_unit, max_unit, _step = rows[rc_id][rp_id]
-        supply[rc_id] = supply.get(rc_id, 0) + max(0, min(int(capacity) - used, max_unit))
-    return all(supply.get(rc_id, 0) >= amount for rc_id, amount in demand.items())
+    for (_rp_id, rc_id), left in room.items():
+        supply[rc_id] = supply.get(rc_id, 0) + left
+    if any(supply.get(rc_id, 0) < amount for rc_id, amount in demand.items()):
+        return None
+    return room
+
+
+def _isolation_may_fit(plan: _Plan, lists: List[List[Part]]) -> bool:
+    """Isolated groups have as many providers between them as there are groups."""
+    numbered = [listed for listed, own in zip(lists, plan.numbered) if own]
+    return len({part[0][0] for listed in numbered for part in listed}) >= len(numbered)
 
 
 def _amounts_of(part: Part) -> List[Tuple[int, int]]:
@@ -592,17 +637,19 @@ def _amounts_of(part: Part) -> List[Tuple[int, int]]:
     return list(summed.items())
 
 
-def _candidate(plan: _Plan, pick: Tuple[Part, ...], taken: Optional[Dict[Tuple[int, int], int]]) -> Optional[Candidate]:
+def _candidate(plan: _Plan, pick: Tuple[Part, ...], merge: bool) -> Optional[Candidate]:
     """The candidate of a complete ``pick``, or None when it is not one: before 1.29
     two providers of one tree, or with sharing providers one already answered.
-    ``taken``: what the pick takes per (provider, class), when two of its parts take
-    from one provider (their allocations are merged), else None."""
+    ``merge``: two of its parts take from one provider (their allocations are summed)."""
     merged: Optional[Allocations] = None
-    if taken is not None:
-        per_provider: Dict[int, List[Tuple[int, int]]] = {}
-        for (rp_id, rc_id), amount in taken.items():
-            per_provider.setdefault(rp_id, []).append((rc_id, amount))
-        merged = tuple((rp_id, tuple(sorted(amounts))) for rp_id, amounts in per_provider.items())
+    if merge:
+        per_provider: Dict[int, Dict[int, int]] = {}
+        for part in pick:
+            for rp_id, amounts in part[1]:
+                summed = per_provider.setdefault(rp_id, {})
+                for rc_id, amount in amounts:
+                    summed[rc_id] = summed.get(rc_id, 0) + amount
+        merged = tuple((rp_id, tuple(sorted(summed.items()))) for rp_id, summed in per_provider.items())
     if not plan.nested_aware:  # before 1.29, never two providers of one tree
         root = plan.world.root
         entries = merged if merged is not None else [entry for part in pick for entry in part[1]]
