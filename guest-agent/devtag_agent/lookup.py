@@ -17,13 +17,11 @@ pyudev alone: ``context.list_devices(subsystem="block").match_property(
 
 from __future__ import annotations
 
+from typing import Any, Dict, List, Optional
+
 from .encoding import link_name
 from .state import Database
 from .sysfs import System
-
-TYPE_CHECKING = False  # typing is for the type checker only: importing it costs every run (docs/agent.md, "Boot cost")
-if TYPE_CHECKING:
-    from typing import Any, Dict, List, Optional
 
 __all__ = ["NoState", "TaggedDevice", "list_devices", "lookup"]
 
