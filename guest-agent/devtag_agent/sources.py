@@ -36,12 +36,10 @@ from __future__ import annotations
 import base64
 import binascii
 import errno
-import http.client
 import io
 import json
 import logging
 import os
-import socket
 import stat
 import subprocess
 import tempfile
@@ -311,59 +309,10 @@ def _unmount(mountpoint: str) -> None:
         log.warning("configdrive: umount %s: %s", mountpoint, exc)
 
 
-class _DeadlineSocket(socket.socket):
-    """A socket whose sends and receives end by ``deadline``, however the peer paces its bytes.
-
-    A per-operation timeout lets a server trickling one byte every few
-    seconds hold the reader for ever; here each operation gets only the time
-    left.  http.client reads through ``recv_into`` (``makefile``) and writes
-    with ``sendall``.
-    """
-
-    def __init__(self, deadline: float, family: int, kind: int, proto: int) -> None:
-        super().__init__(family, kind, proto)
-        self.deadline = deadline
-
-    def _arm(self) -> None:
-        left = self.deadline - time.monotonic()
-        if left <= 0:
-            raise socket.timeout("timed out")
-        self.settimeout(left)
-
-    def recv_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> int:
-        self._arm()
-        return super().recv_into(buffer, nbytes, flags)
-
-    def sendall(self, data: Any, flags: int = 0) -> None:
-        self._arm()
-        super().sendall(data, flags)
-
-
-class _DeadlineConnection(http.client.HTTPConnection):
-    """http.client's connection over a :class:`_DeadlineSocket`: connecting, asking and reading end by ``deadline``."""
-
-    def __init__(self, host: str, port: Optional[int], deadline: float) -> None:
-        super().__init__(host, port)
-        self.deadline = deadline
-
-    def connect(self) -> None:
-        error: OSError = OSError(f"cannot resolve {self.host}")
-        for family, kind, proto, _, address in socket.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM):
-            sock = _DeadlineSocket(self.deadline, family, kind, proto)
-            try:
-                sock._arm()
-                sock.connect(address)
-            except OSError as exc:
-                sock.close()
-                error = exc
-                continue
-            self.sock = sock
-            return
-        raise error
-
-
 def read_metadata_service(url: str, total_timeout: float = SOURCE_SECONDS, tries: int = 3) -> Dict[str, Any]:
     """The document at ``url`` (http), within ``total_timeout`` seconds for every try and read."""
+    from .metadata_http import DeadlineConnection, HTTPException, SocketTimeout  # only this source needs them
+
     deadline = time.monotonic() + total_timeout
     parts = urllib.parse.urlsplit(url)
     if parts.scheme != "http" or not parts.hostname:
@@ -376,7 +325,7 @@ def read_metadata_service(url: str, total_timeout: float = SOURCE_SECONDS, tries
         if deadline - time.monotonic() <= 0:
             last = f"no answer within {total_timeout:g} s"
             break
-        connection = _DeadlineConnection(parts.hostname, parts.port, deadline)
+        connection = DeadlineConnection(parts.hostname, parts.port, deadline)
         try:
             connection.request("GET", target, headers={"Accept": "application/json"})
             response = connection.getresponse()
@@ -385,10 +334,10 @@ def read_metadata_service(url: str, total_timeout: float = SOURCE_SECONDS, tries
             last = f"HTTP {response.status}"
             if 400 <= response.status < 500:
                 break  # will not change by asking again
-        except socket.timeout:
+        except SocketTimeout:
             last = f"no answer within {total_timeout:g} s"
             break
-        except (OSError, http.client.HTTPException) as exc:
+        except (OSError, HTTPException) as exc:
             last = str(exc) or type(exc).__name__
         finally:
             connection.close()
