@@ -10,6 +10,7 @@ from typing import Any, Optional
 __all__ = ["DeadlineConnection", "DeadlineSocket", "HTTPException", "SocketTimeout"]
 
 SocketTimeout = socket.timeout  # TimeoutError from Python 3.10 on, an OSError of its own before
+CONNECT_SECONDS = 2.0  # one connection attempt: a service not up yet is asked again, within the deadline
 
 
 class DeadlineSocket(socket.socket):
@@ -53,7 +54,12 @@ class DeadlineConnection(HTTPConnection):
             sock = DeadlineSocket(self.deadline, family, kind, proto)
             try:
                 sock.arm()
+                sock.settimeout(min(CONNECT_SECONDS, sock.gettimeout() or CONNECT_SECONDS))
                 sock.connect(address)
+            except SocketTimeout:
+                sock.close()
+                error = ConnectionError(f"no connection to {self.host} within {CONNECT_SECONDS:g} s")
+                continue
             except OSError as exc:
                 sock.close()
                 error = exc
