@@ -17,8 +17,7 @@ pyudev alone: ``context.list_devices(subsystem="block").match_property(
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence
 
 from .encoding import link_name
 from .state import Database
@@ -31,8 +30,7 @@ class NoState(LookupError):
     """``devtag-agent apply`` has not run (no /run/devtag/current)."""
 
 
-@dataclasses.dataclass
-class TaggedDevice:
+class TaggedDevice(NamedTuple):
     """One tagged device as :func:`lookup` and :func:`list_devices` return it."""
 
     type: str  # "disk" or "nic"
@@ -40,15 +38,16 @@ class TaggedDevice:
     name: str  # kernel name now: vdb, ens3
     syspath: str
     devnode: Optional[str] = None  # disks: /dev/vdb
-    links: List[str] = dataclasses.field(default_factory=list)  # disks: /dev/disk/by-tag/... (and -partN)
+    links: Sequence[str] = ()  # disks: /dev/disk/by-tag/... (and -partN)
     ifname: Optional[str] = None  # NICs
     mac: Optional[str] = None
     serial: Optional[str] = None
-    altnames: List[str] = dataclasses.field(default_factory=list)
+    altnames: Sequence[str] = ()
 
     def to_dict(self) -> Dict[str, Any]:
-        """Every field; lists are copies (the JSON of ``devtag-agent lookup --json``)."""
-        return dataclasses.asdict(self)
+        """Every field, lists copied (the JSON of ``devtag-agent lookup --json``)."""
+        fields = self._asdict().items()
+        return {key: list(value) if isinstance(value, (list, tuple)) else value for key, value in fields}
 
     def udev_device(self, context: Any = None) -> Any:
         """This device as a ``pyudev.Device`` (everything udev knows: ID_*, links, DEVTAG_*).
@@ -91,6 +90,7 @@ def _refresh(system: System, record: Dict[str, Any]) -> Optional[TaggedDevice]:
                 tags=list(record["tags"]),
                 name=nic.name,
                 syspath=nic.syspath,
+                links=[],
                 ifname=nic.name,
                 mac=nic.mac,
                 altnames=list(record.get("altnames", [])),

@@ -44,7 +44,6 @@ import stat
 import subprocess
 import tempfile
 import time
-import urllib.parse
 import zlib
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -311,7 +310,9 @@ def _unmount(mountpoint: str) -> None:
 
 def read_metadata_service(url: str, total_timeout: float = SOURCE_SECONDS, tries: int = 3) -> Dict[str, Any]:
     """The document at ``url`` (http), within ``total_timeout`` seconds for every try and read."""
-    from .metadata_http import DeadlineConnection, HTTPException, SocketTimeout  # only this source needs them
+    import urllib.parse  # here, as below: only this source needs them
+
+    from .metadata_http import DeadlineConnection, HTTPException, SocketTimeout
 
     deadline = time.monotonic() + total_timeout
     parts = urllib.parse.urlsplit(url)
