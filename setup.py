@@ -50,6 +50,7 @@ setup(
             "os-resource-classes>=1.1",
             "orjson>=3.9",  # placement: large allocation-candidate documents
             "prometheus-client>=0.17",  # both servers' --metrics-listen
+            "requests>=2.25",  # devtag_host.placement_client
         ],
         "test": [
             "pytest>=8",
