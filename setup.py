@@ -1,7 +1,8 @@
 """One distribution, three import packages.
 
-* ``devtag_agent`` (guest-agent/) -- the guest agent; needs only jsonschema,
-  pyudev and requests, so image builders can use distro packages.
+* ``devtag_agent`` (guest-agent/) -- the guest agent; needs only jsonschema
+  and pyudev (pycdlib too, to read an ISO config drive without mounting it),
+  so image builders can use distro packages.
 * ``devtag_schema`` (schema/)     -- the JSON Schema both sides load.
 * ``devtag_host`` (host/)         -- host tools; ``pip install devtag[host]``.
 """
@@ -27,12 +28,14 @@ setup(
     packages=["devtag_schema", *HOST_PACKAGES, *AGENT_PACKAGES],
     package_data={"devtag_schema": ["*.json"], "devtag_host.examples": ["*.xml"]},
     install_requires=[
-        # The guest agent's only dependencies: all three are distro-packaged.
+        # The guest agent's dependencies, both distro-packaged.
         "jsonschema>=3.2",
         "pyudev>=0.21",
-        "requests>=2.25",
     ],
     extras_require={
+        # The agent reads an ISO config drive with pycdlib when it is installed and mounts it
+        # otherwise (Debian 11 has no python3-pycdlib): a recommendation, not a requirement.
+        "iso": ["pycdlib>=1.11"],
         "host": [
             "libvirt-python>=9.0",
             "defusedxml>=0.7.1",
@@ -47,6 +50,7 @@ setup(
             "os-resource-classes>=1.1",
             "orjson>=3.9",  # placement: large allocation-candidate documents
             "prometheus-client>=0.17",  # both servers' --metrics-listen
+            "requests>=2.25",  # devtag_host.placement_client
         ],
         "test": [
             "pytest>=8",

@@ -74,7 +74,7 @@ for candidate in "$(command -v python3.9 || true)" "$HOME"/.pyenv/versions/3.9*/
 done
 if [ -n "$python39" ] && [ ! -x .venv39/bin/python ]; then
     "$python39" -m venv .venv39
-    .venv39/bin/pip install -q jsonschema==3.2.0 pyudev requests pytest pytest-timeout hypothesis
+    .venv39/bin/pip install -q jsonschema==3.2.0 pyudev pytest pytest-timeout hypothesis
 fi
 
 if [ "$run_demo" -eq 1 ]; then

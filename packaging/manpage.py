@@ -97,7 +97,7 @@ PAGES: Dict[str, Dict[str, Section]] = {
         "ENVIRONMENT": [
             ("DEVTAG_AGENT_METADATA_URL", "the metadata service, as apply --metadata-url"),
             ("DEVTAG_AGENT_UDEVADM", "under a --root other than /: the command run instead of udevadm"),
-            ("DEVTAG_AGENT_IP", "a command that sets altnames instead of rtnetlink"),
+            ("DEVTAG_AGENT_IP", "the command run instead of ip for altnames (under a --root other than /: only then)"),
             ("DEVTAG_AGENT_SYSTEMCTL", "under a --root other than /: the command --start-if-unpublished runs"),
         ],
         "FILES": [

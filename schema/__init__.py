@@ -13,14 +13,11 @@ Python 3.9 with only the standard library and ``jsonschema``.
 
 from __future__ import annotations
 
+import functools
+import json
 import os
-
-# Neither pathlib nor typing at run time: the guest agent imports this module on
-# every boot run, where each costs more than the interpreter's start under TCG
-# (docs/agent.md, "Boot cost").
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, Dict, Iterator, List
+import re
+from typing import Any, Dict, Iterator, List
 
 SCHEMA_VERSION = 1
 SCHEMA_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "device-role-tagging-1.json")  # a str
@@ -33,7 +30,6 @@ __all__ = [
     "pattern_keyword",
     "python_pattern",
     "reference_validator",
-    "schema_text",
     "validator_class",
 ]
 
@@ -66,30 +62,16 @@ def python_pattern(pattern: str) -> str:
     return "".join(out)
 
 
-# Neither functools (its cache) nor json at the top: each imports more modules,
-# on every boot run of the guest agent (docs/agent.md, "Boot cost").
-_text: List[str] = []  # the file's text, once read
-_validators: List[Any] = []  # reference_validator's, once built
-
-
-def schema_text() -> str:
-    """The schema file's text, read once per process.
-
-    The guest agent parses it with its own JSON reader (devtag_agent.jsoncodec)
-    and never calls :func:`load_schema`: that would import ``json``, and with it
-    ``re``, on every boot run.
-    """
-    if not _text:
-        with open(SCHEMA_PATH, encoding="utf-8") as handle:
-            _text.append(handle.read())
-    return _text[0]
+@functools.cache
+def _schema_text() -> str:
+    """The schema file's text, read once per process."""
+    with open(SCHEMA_PATH, encoding="utf-8") as handle:
+        return handle.read()
 
 
 def load_schema() -> Dict[str, Any]:
     """Return a fresh copy of the schema document (callers may mutate it)."""
-    import json  # the host's and jsonschema's path: the agent parses schema_text() itself
-
-    return json.loads(schema_text())
+    return json.loads(_schema_text())
 
 
 def reference_validator() -> Any:
@@ -98,9 +80,12 @@ def reference_validator() -> Any:
     Uses the 2020-12 validator where the installed ``jsonschema`` has it and
     draft 7 otherwise; the schema means the same under both (see module doc).
     """
-    if not _validators:
-        _validators.append(validator_class()(load_schema()))
-    return _validators[0]
+    return _reference_validator()
+
+
+@functools.cache
+def _reference_validator() -> Any:
+    return validator_class()(load_schema())
 
 
 def validator_class() -> Any:
@@ -117,8 +102,6 @@ _compiled: Dict[str, Any] = {}
 
 def pattern_keyword(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[Any]:
     """jsonschema's ``pattern`` keyword with ECMA-262's ``$`` (see :func:`python_pattern`)."""
-    import re  # only with jsonschema (host, or a later schema's fallback): not on the agent's boot run
-
     import jsonschema
 
     if not isinstance(instance, str):

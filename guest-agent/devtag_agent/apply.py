@@ -7,10 +7,11 @@ tagged, what was skipped and why, and which devices were re-triggered.
 
 from __future__ import annotations
 
+import json
+import logging
 import time
+from typing import Any, Dict, List, Optional
 
-from . import jsoncodec
-from .agentlog import log
 from .encoding import altname_for
 from .publish import Publisher
 from .resolve import resolve_entries
@@ -18,16 +19,13 @@ from .state import Database, db_file_text
 from .sysfs import Device, System
 from .validation import split_document, tags_per_device_limit
 
-TYPE_CHECKING = False  # typing is for the type checker only: importing it costs every run (docs/agent.md, "Boot cost")
-if TYPE_CHECKING:
-    from typing import Any, Dict, List, Optional
-
+log = logging.getLogger(__name__)
 
 __all__ = ["ApplyReport", "apply_document", "prune"]
 
 
 class ApplyReport:
-    """What one apply did (a plain class, not a dataclass: see :class:`sysfs.Device`)."""
+    """What one apply did."""
 
     def __init__(self, source: str) -> None:
         self.source = source
@@ -130,9 +128,7 @@ def _same_outcome(
     if old_index is None or old_db != new_db:
         return False
     old_records = [{k: v for k, v in r.items() if k != "altnames"} for r in old_index.get("devices", [])]
-    new_records = jsoncodec.loads(
-        jsoncodec.dumps([tagged[key] for key in sorted(tagged)])
-    )  # as stored: tuples are lists
+    new_records = json.loads(json.dumps([tagged[key] for key in sorted(tagged)]))  # as stored: tuples are lists
     if old_records != new_records:
         return False  # e.g. an interface renamed since, or another entry matched the device
     return all(old_index.get(key) == getattr(report, key) for key in ("unmatched", "ignored", "invalid"))

@@ -10,14 +10,11 @@ operators after a change.
 from __future__ import annotations
 
 import os
+from typing import List, Tuple
 
 from .encoding import encode_key, encode_name, link_name
 from .lookup import list_devices
 from .sysfs import System
-
-TYPE_CHECKING = False  # typing is for the type checker only: importing it costs every run (docs/agent.md, "Boot cost")
-if TYPE_CHECKING:
-    from typing import List, Tuple
 
 __all__ = ["check_published"]
 
@@ -28,13 +25,7 @@ def check_published(root: str = "/") -> Tuple[int, List[str]]:
     problems: List[str] = []
     devices = list_devices(root)
     for device in devices:
-        if device.type == "disk":
-            found = system.block_device(device.syspath)
-            key = "b" + (found.devnum if found and found.devnum else "?")
-        else:
-            ifindex = system.read(device.syspath + "/ifindex") or "?"
-            key = "n" + ifindex
-        properties = system.udev_properties(key)
+        properties = system.udev_properties(device.syspath)
         expected = " ".join(encode_name(t) for t in device.tags)
         if properties.get("DEVTAG_TAGS") != expected:
             seen = properties.get("DEVTAG_TAGS")

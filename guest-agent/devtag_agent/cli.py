@@ -17,14 +17,20 @@ Verbs and exit status:
 
 from __future__ import annotations
 
+import argparse
+import json
+import logging
 import os
+import re
+import shlex
+import subprocess
 import sys
 import time
+from typing import Any, List, Optional, Sequence
 
 import devtag_schema
 
-from . import jsoncodec, spawn
-from .agentlog import DEBUG, ERROR, INFO, WARNING, log
+from . import __version__
 from .apply import apply_document, prune
 from .check import check_published
 from .encoding import encode_name
@@ -42,22 +48,17 @@ from .sources import (
 )
 from .state import Database
 from .sysfs import System
-from .unit_argv import parse_unit_argv
 
-TYPE_CHECKING = False  # typing is for the type checker only: importing it costs every run (docs/agent.md, "Boot cost")
-if TYPE_CHECKING:
-    import argparse
-    from typing import Any, List, Optional, Sequence
+log = logging.getLogger("devtag_agent")
 
 
 UNRESOLVED = 4  # apply: published, but some tagged entries resolved to no device
 
 
 def _start_if_unpublished(system: System, unit: str) -> None:
-    """``systemctl --no-block start UNIT`` when no tags are published (what the boot unit's ExecStartPost did).
+    """``systemctl --no-block start UNIT`` when no tags are published: the boot's first pass pulls in the second.
 
-    One process where the unit had a shell and systemctl (docs/agent.md, "Boot cost").  Its failure is
-    logged, not the apply's: the state is what it is either way.
+    Its failure is logged, not the apply's: the state is what it is either way.
     """
     if Database(system).read_index() is not None:
         return
@@ -66,10 +67,10 @@ def _start_if_unpublished(system: System, unit: str) -> None:
         log.info("nothing published; --root %s is not the running system: not starting %s", system.root, unit)
         return
     log.info("nothing published: starting %s", unit)
-    argv = [*(systemctl.split() if systemctl else ["systemctl"]), "--no-block", "start", unit]
+    argv = [*(shlex.split(systemctl) if systemctl else ["systemctl"]), "--no-block", "start", unit]
     try:
-        done = spawn.run(argv, timeout=30)
-    except OSError as exc:  # cannot start, or spawn.CommandTimeout
+        done = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:  # cannot start, or timed out (then killed)
         log.warning("cannot start %s: %s", unit, exc)
         return
     if done.returncode != 0:
@@ -158,7 +159,7 @@ def _apply(args: Any) -> int:
         time.sleep(pause)
         pause = min(pause * 2, 2.0)
     if args.json:
-        sys.stdout.write(jsoncodec.dumps(report.to_dict(), indent=2))
+        sys.stdout.write(json.dumps(report.to_dict(), indent=2))
         sys.stdout.write("\n")
     if report.unchanged:
         return 0
@@ -207,7 +208,7 @@ def _device_path(system: System, given: str) -> str:
 def _show(devices: list, as_json: bool, with_tags: bool) -> None:
     """Print devices; tags appear \\xNN-encoded as udev shows them (JSON: \\u escapes), never raw."""
     if as_json:
-        sys.stdout.write(jsoncodec.dumps([d.to_dict() for d in devices], indent=2))
+        sys.stdout.write(json.dumps([d.to_dict() for d in devices], indent=2))
         sys.stdout.write("\n")
         return
     for device in devices:
@@ -254,35 +255,205 @@ def _prune(args: Any) -> int:
     return 0
 
 
+def reset_logging() -> None:
+    """Undo :func:`_setup_logging`: the "devtag_agent" logger as a library user finds it."""
+    for handler in [h for h in log.handlers if getattr(h, "devtag_cli", False)]:
+        log.removeHandler(handler)
+    log.setLevel(logging.NOTSET)
+
+
 def _setup_logging(verbose: int, quiet: bool) -> None:
-    """Records to stderr as ``devtag-agent: LEVEL: message``, without importing logging (agentlog.py)."""
-    level = ERROR if quiet else (DEBUG if verbose > 1 else INFO if verbose else WARNING)
+    """Records to stderr as ``devtag-agent: LEVEL: message``; under systemd the journal gets the summary."""
+    level = logging.ERROR if quiet else (logging.DEBUG if verbose > 1 else logging.INFO if verbose else logging.WARNING)
     if os.environ.get("INVOCATION_ID") and not quiet and verbose == 0:
-        level = INFO  # under systemd: the journal gets the summary
-    log.to_stderr(level)
+        level = logging.INFO
+    reset_logging()  # a previous main() in this process
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("devtag-agent: %(levelname)s: %(message)s"))
+    handler.devtag_cli = True  # type: ignore[attr-defined]
+    log.addHandler(handler)
+    log.setLevel(level)
 
 
-def build_parser(verbs: Optional[Sequence[str]] = None) -> argparse.ArgumentParser:
-    """The command line's parser, with the subparsers of ``verbs`` only (all by default): cli_parser's."""
-    from . import cli_parser  # argparse: not on the units' path (unit_argv)
+EPILOG = """\
+how tags reach applications:
+  apply writes /run/devtag/ atomically; the static rule 70-devtag.rules imports
+  it at event time and sets, per tagged device:
+    DEVTAG_TAGS=<encoded tags, space separated>   DEVTAG_TAG_<encoded tag>=1
+    disks: /dev/disk/by-tag/<encoded tag> and /dev/disk/by-tag/<encoded tag>-part<N>
+    NICs: the tag as interface altname when it is a valid, non-kernel-like name
+  Encoding: characters other than [A-Za-z0-9#+-.:=@_] and printable non-ASCII
+  become \\xNN per UTF-8 byte (udev's *_ENC convention); see the guide
+  /usr/share/doc/devtag-agent/agent.md (docs/agent.md in the source).
 
-    return cli_parser.build_parser(cli_parser.VERBS if verbs is None else verbs)
+examples:
+  devtag-agent apply                      # at boot: config drive, metadata service, cloud-init
+  devtag-agent lookup squidcache --type disk
+  mkfs.ext4 "$(devtag-agent lookup oracledb --type disk)"
+  devtag-agent list --json
+"""
 
 
-def parse_arguments(argv: Sequence[str]) -> Any:
-    """The command line's values: the units' own command lines without argparse (unit_argv), any other by it."""
-    fast = parse_unit_argv(argv)
-    if fast is not None:
-        return fast
-    from . import cli_parser  # argparse: not on the units' path (unit_argv)
+def build_parser() -> argparse.ArgumentParser:
+    """The command line's parser."""
+    parser = argparse.ArgumentParser(
+        prog="devtag-agent",
+        description="Guest agent of devtag: publishes the device role tags of this VM's NICs and disks "
+        "through udev (properties, /dev/disk/by-tag links, interface altnames) and looks devices up by tag. "
+        "Exit status: 0 success, 1 nothing matches / no usable metadata, 2 usage, 3 system error, "
+        "4 (apply) some tagged entries resolved to no device.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version="%(prog)s " + __version__)
+    parser.add_argument(
+        "--root", default="/", metavar="DIR", help="resolve every path (/sys, /dev, /run) under DIR (default: /)"
+    )
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv: debug)")
+    parser.add_argument("-q", "--quiet", action="store_true", help="log errors only")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands.required = True
+    for add in (_add_apply, _add_lookup, _add_list, _add_check, _add_prune, _add_validate):
+        add(commands)
+    return parser
 
-    return cli_parser.build_parser(cli_parser.verbs_to_build(argv)).parse_args(argv)
+
+def _add_verb(commands: Any, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+    """A verb's subparser; --root is accepted after the verb too (devtag-agent apply --root DIR)."""
+    verb: argparse.ArgumentParser = commands.add_parser(name, **kwargs)
+    verb.add_argument("--root", default=argparse.SUPPRESS, metavar="DIR", help="as above: resolve paths under DIR")
+    return verb
+
+
+def _add_apply(commands: Any) -> None:
+    apply = _add_verb(
+        commands,
+        "apply",
+        help="read the metadata, resolve devices through sysfs, publish tags through udev",
+        description="Read the devices metadata, validate it against the devtag schema (bad entries are "
+        "skipped), find each device through sysfs, write the state database under /run/devtag atomically "
+        "and re-trigger exactly the devices whose tags changed. Exit 0 applied, 1 no usable metadata "
+        "(previous state kept), 3 system error, 4 applied but some tagged entries resolved to no device "
+        "(logged as 'unmatched'; the rest is published).",
+    )
+    apply.add_argument(
+        "--source",
+        default="auto",
+        metavar="SOURCES",
+        help="auto (= fwcfg,configdrive,metadata,instance-data) or a comma-separated order of "
+        "fwcfg, configdrive, metadata, instance-data (default: auto)",
+    )
+    apply.add_argument("--metadata-url", default=None, metavar="URL", help="metadata service URL of meta_data.json")
+    apply.add_argument("--from-file", metavar="FILE", help="read this meta_data.json / devices document instead")
+    apply.add_argument(
+        "--no-trigger",
+        action="store_true",
+        help="write the state only: no udevadm trigger, no altnames (under a --root other than /, each "
+        "happens only if DEVTAG_AGENT_UDEVADM / DEVTAG_AGENT_IP name the command, split on whitespace)",
+    )
+    apply.add_argument("--json", action="store_true", help="print a JSON report of what was done")
+    apply.add_argument(
+        "--wait-for-device",
+        metavar="SYSPATH",
+        help="hot-plug: the new device (its /sys/devices/... path). The host records a new device's tag "
+        "a moment after the guest sees the device, so until the document tags this device, read the "
+        "sources again (backing off) for up to --wait seconds; an untagged device just costs the wait",
+    )
+    apply.add_argument(
+        "--second-pass",
+        action="store_true",
+        help="the boot's second pass (devtag-agent-network.service, after cloud-init's network stage): if an "
+        "earlier apply of this boot published tags, read only the sources that need no network and change "
+        "nothing unless the outcome differs (exit 0 either way); if none did, read every given source",
+    )
+    apply.add_argument(
+        "--start-if-unpublished",
+        type=_unit_name,
+        metavar="UNIT",
+        help="when this apply ends (exit 0, 1 or 4) and no tags are published (no /run/devtag/current), "
+        "start UNIT without waiting for it (systemctl --no-block start): the boot's first pass pulls in the "
+        "second, devtag-agent-network.service, this way. Under a --root other than / only if "
+        "DEVTAG_AGENT_SYSTEMCTL names the command",
+    )
+    apply.add_argument(
+        "--wait",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="with --wait-for-device: how long to keep re-reading (default: 10)",
+    )
+
+
+def _add_lookup(commands: Any) -> None:
+    lookup = _add_verb(
+        commands,
+        "lookup",
+        help="print the device(s) carrying a tag",
+        description="Print the device(s) carrying TAG: the device node for disks, the interface name for NICs, "
+        "one per line; --json for everything (links, sysfs path, MAC, serial). Exit 1 when nothing matches.",
+    )
+    lookup.add_argument("tag", metavar="TAG")
+    lookup.add_argument("--type", choices=("nic", "disk"), help="only NICs or only disks")
+    lookup.add_argument("--json", action="store_true", help="JSON list of device objects")
+
+
+def _add_list(commands: Any) -> None:
+    listing = _add_verb(
+        commands,
+        "list",
+        help="list every tagged device",
+        description="List every tagged device: type, device node or interface, tags (\\xNN-encoded). "
+        "Exit 1 when there is none.",
+    )
+    listing.add_argument("--type", choices=("nic", "disk"), help="only NICs or only disks")
+    listing.add_argument("--json", action="store_true", help="JSON list of device objects")
+
+
+def _add_check(commands: Any) -> None:
+    _add_verb(
+        commands,
+        "check",
+        help="cross-check udev's properties and /dev/disk/by-tag links against the state",
+        description="For every tagged device, check that udev holds DEVTAG_TAGS and DEVTAG_TAG_<name>=1 and that "
+        "every /dev/disk/by-tag link points at the device. Exit 0 consistent, 1 problems (printed) or no state.",
+    )
+
+
+def _add_prune(commands: Any) -> None:
+    _add_verb(
+        commands,
+        "prune",
+        help="drop detached devices from the state (run when a device goes away)",
+        description="Remove devices that no longer exist from the state database.",
+    )
+
+
+def _add_validate(commands: Any) -> None:
+    """``validate`` takes no --root: it reads a file, not the machine."""
+    validate = commands.add_parser(
+        "validate",
+        help="check a devices / meta_data.json document against the devtag schema",
+        description="Check a JSON document (a devices document or an OpenStack meta_data.json) "
+        "against the device-role-tagging schema. Exit 0 if valid, 1 if not, 2 if unreadable.",
+    )
+    validate.add_argument("file", metavar="FILE", nargs="?", default="-", help="JSON file ('-': stdin)")
+
+
+_UNIT_NAME = re.compile(r"[A-Za-z0-9:_.\\@-]{1,247}\.(service|target)\Z")
+
+
+def _unit_name(text: str) -> str:
+    """``--start-if-unpublished``'s value: a service or target unit name (an argument of systemctl:
+    no option, no path, no glob, no space), or a usage error."""
+    if text.startswith("-") or not _UNIT_NAME.match(text):
+        raise argparse.ArgumentTypeError(f"not a service or target unit name: {text!r}")
+    return text
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     if argv is None:
         argv = sys.argv[1:]
-    args = parse_arguments(argv)
+    args = build_parser().parse_args(argv)
     _setup_logging(args.verbose, args.quiet)
     if args.command == "validate":
         return _validate(args.file)

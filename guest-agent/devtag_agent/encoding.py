@@ -28,20 +28,23 @@ Examples: ``squid cache`` -> ``squid\\x20cache``; ``../etc`` ->
 
 from __future__ import annotations
 
+import re
 import unicodedata
-
-from .shapes import is_altname_text, is_kernel_like_ifname, part_suffix_start
-
-TYPE_CHECKING = False  # typing is for the type checker only: importing it costs every run (docs/agent.md, "Boot cost")
-if TYPE_CHECKING:
-    from typing import Optional
+from typing import Optional
 
 __all__ = ["MAX_LINK_NAME_BYTES", "altname_for", "decode", "encode_key", "encode_name", "link_name"]
 
 _ALNUM = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"  # ASCII: string.ascii_letters + digits
 _NAME_SAFE = frozenset(_ALNUM + "#+-.:=@_")
 _KEY_SAFE = frozenset(_ALNUM + "+-.:@_")
-_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
+_ESCAPE = re.compile(r"\\x([0-9a-fA-F]{2})")
+_PART_SUFFIX = re.compile(r"-part[0-9]+\Z")
+_ALTNAME = re.compile(r"[A-Za-z0-9_.@+=-]{1,127}\Z")
+# Names the kernel numbers (eth0, br1, ...) or udev's predictable naming hands out (enp0s3, enx..., ...).
+_KERNEL_LIKE_IFNAME = re.compile(
+    r"((eth|wlan|wwan|usb|ib|bond|team|br|veth|tap|tun|vlan|dummy|sit|gre|can|vcan|ppp|wg|virbr|docker)[0-9]+"
+    r"|(en|wl|ww|ib|sl)([opsbacvdiPuf][0-9]|x[0-9a-f]).*|lo)\Z"
+)
 # A file name is at most 255 bytes; keep room for "-part" and a partition number.
 MAX_LINK_NAME_BYTES = 240
 
@@ -58,7 +61,8 @@ def _printable_unicode(char: str) -> bool:
 
 
 def _encode(tag: str, safe: frozenset, keep_unicode: bool) -> str:
-    part_dash = part_suffix_start(tag)
+    suffix = _PART_SUFFIX.search(tag)
+    part_dash = suffix.start() if suffix else -1
     out = []
     for index, char in enumerate(tag):
         if char in safe and index != part_dash and not (index == 0 and char == "."):
@@ -82,21 +86,11 @@ def encode_key(tag: str) -> str:
 
 def decode(text: str) -> str:
     """Invert :func:`encode_name` and :func:`encode_key` exactly."""
-    if "\\" not in text:
-        return text
-    out = bytearray()
-    position = 0
-    escape = text.find("\\x")
-    while escape >= 0:  # each "\\x" and two hex digits is one byte (re.finditer(r"\\x([0-9a-fA-F]{2})"))
-        digits = text[escape + 2 : escape + 4]
-        if len(digits) == 2 and digits[0] in _HEX_DIGITS and digits[1] in _HEX_DIGITS:
-            out += text[position:escape].encode("utf-8", "surrogatepass")
-            out.append(int(digits, 16))
-            position = escape + 4
-            escape = text.find("\\x", position)
-        else:
-            escape = text.find("\\x", escape + 1)
-    out += text[position:].encode("utf-8", "surrogatepass")
+    pieces = _ESCAPE.split(text)  # text, hex digits, text, hex digits, ..., text
+    out = bytearray(pieces[0].encode("utf-8", "surrogatepass"))
+    for index in range(1, len(pieces), 2):
+        out.append(int(pieces[index], 16))
+        out += pieces[index + 1].encode("utf-8", "surrogatepass")
     return out.decode("utf-8", "surrogatepass")
 
 
@@ -116,6 +110,6 @@ def altname_for(tag: str) -> Optional[str]:
     """
     # A name the kernel or udev's predictable naming may hand out later: an
     # altname taking it would make a future interface rename fail.
-    if not is_altname_text(tag) or tag in (".", "..") or is_kernel_like_ifname(tag):
+    if not _ALTNAME.match(tag) or tag in (".", "..") or _KERNEL_LIKE_IFNAME.match(tag):
         return None
     return tag

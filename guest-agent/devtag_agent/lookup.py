@@ -17,13 +17,11 @@ pyudev alone: ``context.list_devices(subsystem="block").match_property(
 
 from __future__ import annotations
 
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence
+
 from .encoding import link_name
 from .state import Database
 from .sysfs import System
-
-TYPE_CHECKING = False  # typing is for the type checker only: importing it costs every run (docs/agent.md, "Boot cost")
-if TYPE_CHECKING:
-    from typing import Any, Dict, List, Optional
 
 __all__ = ["NoState", "TaggedDevice", "list_devices", "lookup"]
 
@@ -32,59 +30,24 @@ class NoState(LookupError):
     """``devtag-agent apply`` has not run (no /run/devtag/current)."""
 
 
-# TaggedDevice's fields, in the order of to_dict() and of the JSON output.
-_FIELDS = ("type", "tags", "name", "syspath", "devnode", "links", "ifname", "mac", "serial", "altnames")
+class TaggedDevice(NamedTuple):
+    """One tagged device as :func:`lookup` and :func:`list_devices` return it."""
 
-
-class TaggedDevice:
-    """One tagged device as :func:`lookup` and :func:`list_devices` return it.
-
-    A plain class with the fields below (``to_dict()`` gives them all, ``==``
-    compares them), not a dataclass: importing ``dataclasses`` (``inspect``,
-    ``ast``, ``dis``) would cost every ``devtag-agent`` run at boot more than the
-    interpreter's own start, and this module is part of the package's import.
-    """
-
-    __slots__ = _FIELDS
-
-    def __init__(
-        self,
-        type: str,  # "disk" or "nic"
-        tags: List[str],
-        name: str,  # kernel name now: vdb, ens3
-        syspath: str,
-        devnode: Optional[str] = None,  # disks: /dev/vdb
-        links: Optional[List[str]] = None,  # disks: /dev/disk/by-tag/... (and -partN)
-        ifname: Optional[str] = None,  # NICs
-        mac: Optional[str] = None,
-        serial: Optional[str] = None,
-        altnames: Optional[List[str]] = None,
-    ) -> None:
-        self.type = type
-        self.tags = tags
-        self.name = name
-        self.syspath = syspath
-        self.devnode = devnode
-        self.links: List[str] = links if links is not None else []
-        self.ifname = ifname
-        self.mac = mac
-        self.serial = serial
-        self.altnames: List[str] = altnames if altnames is not None else []
+    type: str  # "disk" or "nic"
+    tags: List[str]
+    name: str  # kernel name now: vdb, ens3
+    syspath: str
+    devnode: Optional[str] = None  # disks: /dev/vdb
+    links: Sequence[str] = ()  # disks: /dev/disk/by-tag/... (and -partN)
+    ifname: Optional[str] = None  # NICs
+    mac: Optional[str] = None
+    serial: Optional[str] = None
+    altnames: Sequence[str] = ()
 
     def to_dict(self) -> Dict[str, Any]:
-        """Every field; lists are copies (the JSON of ``devtag-agent lookup --json``)."""
-        return {name: _copied(getattr(self, name)) for name in _FIELDS}
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, TaggedDevice):
-            return NotImplemented
-        return self.to_dict() == other.to_dict()
-
-    __hash__ = None  # type: ignore[assignment]  # mutable, like the dataclass it was
-
-    def __repr__(self) -> str:
-        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in _FIELDS)
-        return f"TaggedDevice({fields})"
+        """Every field, lists copied (the JSON of ``devtag-agent lookup --json``)."""
+        fields = self._asdict().items()
+        return {key: list(value) if isinstance(value, (list, tuple)) else value for key, value in fields}
 
     def udev_device(self, context: Any = None) -> Any:
         """This device as a ``pyudev.Device`` (everything udev knows: ID_*, links, DEVTAG_*).
@@ -94,10 +57,6 @@ class TaggedDevice:
         import pyudev  # imported here: lookup itself needs nothing beyond the standard library
 
         return pyudev.Devices.from_sys_path(context or pyudev.Context(), self.syspath)
-
-
-def _copied(value: Any) -> Any:
-    return list(value) if isinstance(value, list) else value
 
 
 def _refresh(system: System, record: Dict[str, Any]) -> Optional[TaggedDevice]:
@@ -131,6 +90,7 @@ def _refresh(system: System, record: Dict[str, Any]) -> Optional[TaggedDevice]:
                 tags=list(record["tags"]),
                 name=nic.name,
                 syspath=nic.syspath,
+                links=[],
                 ifname=nic.name,
                 mac=nic.mac,
                 altnames=list(record.get("altnames", [])),

@@ -21,14 +21,11 @@ Each result says which of these ways found the device (``via``).
 from __future__ import annotations
 
 import os
+import re
 import stat
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .shapes import is_pci_address, udev_mangled_serial
-from .sysfs import Device, System, real_path
-
-TYPE_CHECKING = False  # typing is for the type checker only: importing it costs every run (docs/agent.md, "Boot cost")
-if TYPE_CHECKING:
-    from typing import Any, Dict, List, Optional, Sequence, Tuple
+from .sysfs import Device, System, is_pci_address
 
 __all__ = ["Resolution", "resolve_entries"]
 
@@ -200,7 +197,7 @@ class Resolver:
         return [device] if device else []
 
     def by_dev_path(self, path: str) -> List[Device]:
-        real = real_path(self.sys.path(path))
+        real = os.path.realpath(self.sys.path(path))
         if self.sys.root != "/" and not (real + "/").startswith(self.sys.root.rstrip("/") + "/"):
             return []  # a symlink pointing out of the root
         try:
@@ -246,7 +243,7 @@ class Resolver:
             return exact, "serial"
         raw = serial.encode("utf-8")
         truncated = raw[:VIRTIO_BLK_SERIAL_BYTES]
-        mangled = udev_mangled_serial(serial)
+        mangled = re.sub(r"\s", "_", serial.strip())  # udev's ID_SERIAL form
         loose = []
         how = "serial_truncated"
         for disk in self.disks():

@@ -10,46 +10,52 @@
 * ``configdrive``: the block device labelled ``config-2``/``CONFIG-2`` (iso9660
   or vfat; found through ``/dev/disk/by-label``, udev's database, or by reading
   the labels when udev has not processed the devices yet).  An iso9660 drive
-  is read in-process (iso9660.py: ``openstack/latest/meta_data.json`` from
-  the directory records, by ``pread`` of the device, nothing mounted); a vfat
-  drive, or an ISO using what that reader does not read, is mounted read-only
-  in a private temporary directory just long enough to read the file, then
-  unmounted.  (Under a test root, a *directory* standing in for the device is
-  read directly, and an image *file* by the in-process reader.)
+  is read with ``pycdlib`` from the device itself, nothing mounted (the boot
+  unit needs no mount privilege for it); a vfat drive, or any drive where
+  ``pycdlib`` is not installed (Debian 11 does not package it), is mounted
+  read-only with mount(8) in a private temporary directory just long enough
+  to read the file.  (Under a test root, a *directory* standing in for the
+  device is read directly, and an ISO image *file* with ``pycdlib``.)
 * ``metadata``: ``http://169.254.169.254/openstack/latest/meta_data.json``,
-  three tries within 10 s, never through a proxy from the environment.
+  three tries, never through a proxy.
 * ``instance-data``: cloud-init's ``/run/cloud-init/instance-data.json``,
   ``ds.meta_data.devices``.
 
 ``auto`` tries them in that order (``metadata`` is the one source that needs
-the network: :func:`local_sources` drops it for the boot's second pass); the first that answers is used whole
-(documents from two sources are never mixed, so a device detached since boot
-cannot survive from a stale copy).  ``requests`` is imported only when the
-metadata service is asked.
+the network: :func:`local_sources` drops it for the boot's second pass); the
+first that answers is used whole (documents from two sources are never mixed,
+so a device detached since boot cannot survive from a stale copy).
+
+Each source has one total deadline (:data:`SOURCE_SECONDS`): tries, reads and
+the commands it runs all end by then, so a metadata service trickling its
+answer cannot hold the boot.
 """
 
 from __future__ import annotations
 
+import base64
 import binascii
+import errno
+import io
+import json
+import logging
 import os
 import stat
-import sys
+import subprocess
+import tempfile
 import time
 import zlib
+from typing import Any, Dict, List, Optional, Tuple
 
-from . import iso9660, jsoncodec, spawn
-from .agentlog import INFO, WARNING, log
 from .sysfs import System
 
-TYPE_CHECKING = False  # typing is for the type checker only: importing it costs every run (docs/agent.md, "Boot cost")
-if TYPE_CHECKING:
-    from typing import Any, Dict, List, Optional, Tuple
-
+log = logging.getLogger(__name__)
 
 __all__ = [
     "DEFAULT_METADATA_URL",
     "NETWORK_SOURCES",
     "SOURCES",
+    "SOURCE_SECONDS",
     "CorruptSourceError",
     "SourceError",
     "fetch_document",
@@ -61,6 +67,7 @@ __all__ = [
 DEFAULT_METADATA_URL = "http://169.254.169.254/openstack/latest/meta_data.json"
 SOURCES = ("fwcfg", "configdrive", "metadata", "instance-data")
 NETWORK_SOURCES = ("metadata",)  # the others are files, devices or the firmware: no network, no waiting
+SOURCE_SECONDS = 10.0  # each source's whole budget: every try, read and command included
 FW_CFG_NAME = "opt/org.devtag/devices"
 FW_CFG_PAYLOAD_PREFIX = b"devtag-fwcfg-1:"
 _FW_CFG_DIR = "/sys/firmware/qemu_fw_cfg"
@@ -68,6 +75,7 @@ _MAX_FW_CFG_BYTES = 256 * 1024
 _MAX_DOCUMENT_BYTES = 16 * 1024 * 1024
 CONFIG_DRIVE_LABELS = ("config-2", "CONFIG-2")
 _META_DATA = "openstack/latest/meta_data.json"
+_ISO_MAGIC = b"\x01CD001"  # the primary volume descriptor, at sector 16 of an ISO 9660 image
 
 
 class SourceError(RuntimeError):
@@ -105,7 +113,7 @@ def load_json(data: bytes, where: str) -> Any:
     except UnicodeDecodeError as exc:
         raise CorruptSourceError(f"{where}: not UTF-8: {exc}") from None
     try:
-        document = jsoncodec.loads(text)
+        document = json.loads(text)
     except ValueError as exc:
         raise CorruptSourceError(f"{where}: not JSON: {exc}") from None
     except RecursionError:
@@ -120,6 +128,14 @@ def _parse(data: bytes, where: str) -> Dict[str, Any]:
     if not isinstance(document, dict):
         raise CorruptSourceError(f"{where}: not a JSON object")
     return document
+
+
+def _left(deadline: float, what: str) -> float:
+    """Seconds left before ``deadline``; SourceError once it has passed."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise SourceError(f"{what}: no answer within {SOURCE_SECONDS:g} s")
+    return left
 
 
 def read_bounded(path: str, fd: Optional[int] = None) -> bytes:
@@ -148,8 +164,8 @@ def read_bounded(path: str, fd: Optional[int] = None) -> bytes:
             os.close(fd)
 
 
-def probe_label(path: str) -> Optional[str]:
-    """The iso9660 or FAT volume label of a block device (or image file), read directly."""
+def probe_label(path: str, iso_only: bool = False) -> Optional[str]:
+    """The iso9660 or (unless ``iso_only``) FAT volume label of a block device or image file, read directly."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
@@ -161,9 +177,9 @@ def probe_label(path: str) -> Optional[str]:
         return None
     finally:
         os.close(fd)
-    if descriptor[:6] == b"\x01CD001":
+    if descriptor[:6] == _ISO_MAGIC:
         return descriptor[40:72].decode("ascii", "replace").strip()
-    if len(boot) == 512 and boot[510:512] == b"\x55\xaa":
+    if not iso_only and len(boot) == 512 and boot[510:512] == b"\x55\xaa":
         for offset in (0x47, 0x2B):  # FAT32, FAT12/16 extended boot record: signature 0x29, label
             if boot[offset - 5] == 0x29:
                 return boot[offset : offset + 11].decode("ascii", "replace").strip()
@@ -175,41 +191,23 @@ def _config_drive_device(system: System) -> Optional[str]:
         link = "/dev/disk/by-label/" + label
         if os.path.lexists(system.path(link)):
             return link
-    # Early boot, before udev made the by-label links: udev's database ...
-    for name in system.listdir("/run/udev/data"):
-        if name.startswith("b"):
-            properties = system.udev_properties(name)
-            if properties.get("ID_FS_LABEL") in CONFIG_DRIVE_LABELS and properties.get("DEVNAME"):
-                return properties["DEVNAME"]
-    # ... or before udev has even processed the device: read the labels ourselves.
-    for name in system.listdir("/sys/class/block"):
-        if name.startswith(("loop", "ram", "zram", "dm-", "md")):
-            continue
-        node = "/dev/" + name
-        if probe_label(system.path(node)) in CONFIG_DRIVE_LABELS:
-            return node
+    # Early boot, before udev made the by-label links: udev's database, or, before udev
+    # has even processed the device, the labels read from the devices themselves.
+    names = [
+        name for name in system.listdir("/sys/class/block") if not name.startswith(("loop", "ram", "zram", "dm-", "md"))
+    ]
+    for name in names:
+        properties = system.udev_properties(system.realpath("/sys/class/block/" + name))
+        if properties.get("ID_FS_LABEL") in CONFIG_DRIVE_LABELS and properties.get("DEVNAME"):
+            return properties["DEVNAME"]
+    for name in names:
+        if probe_label(system.path("/dev/" + name)) in CONFIG_DRIVE_LABELS:
+            return "/dev/" + name
     return None
 
 
-def _private_directory(prefix: str) -> str:
-    """A new directory only root can enter, under $TMPDIR or /tmp: ``tempfile.mkdtemp``'s promise.
-
-    Not tempfile itself: it imports shutil and random (bz2, lzma, hashlib), a
-    cost every boot run would pay for one directory (docs/agent.md, "Boot cost").
-    ``mkdir`` fails rather than reuse a name that exists (a planted directory or link).
-    """
-    parent = os.environ.get("TMPDIR") or "/tmp"  # noqa: S108 - a random name, created exclusively, mode 0700
-    for _ in range(100):
-        path = os.path.join(parent, prefix + os.urandom(8).hex())
-        try:
-            os.mkdir(path, 0o700)
-        except FileExistsError:
-            continue
-        return path
-    raise FileExistsError(f"no free directory name {prefix}* in {parent}")
-
-
-def read_config_drive(system: System) -> Dict[str, Any]:
+def read_config_drive(system: System, deadline: Optional[float] = None) -> Dict[str, Any]:
+    deadline = time.monotonic() + SOURCE_SECONDS if deadline is None else deadline
     device = _config_drive_device(system)
     if device is None:
         raise SourceError("configdrive: no block device labelled config-2")
@@ -220,192 +218,133 @@ def read_config_drive(system: System) -> Dict[str, Any]:
             return _parse(read_bounded(path), "configdrive")
         except OSError as exc:
             raise SourceError(f"configdrive: {exc}") from None
-    try:
+    is_iso = probe_label(real, iso_only=True) is not None
+    if is_iso and _pycdlib() is not None:
         return _parse(_read_iso9660(device, real), "configdrive")
-    except iso9660.NotIso9660:
-        pass  # vfat: mounted below
-    except iso9660.UnsupportedIso as exc:
-        log.info("configdrive: %s: %s; mounting it instead", device, exc)
     if system.root != "/":
         raise SourceError("configdrive: will not mount a device of another root")
-    mountpoint = _private_directory("devtag-configdrive-")
-    try:
-        by_syscall = _mount_read_only(real, mountpoint)
-        if not by_syscall:
-            _mount_with_command(device, real, mountpoint)
+    with tempfile.TemporaryDirectory(prefix="devtag-configdrive-") as mountpoint:
+        _mount(device, real, mountpoint, "iso9660" if is_iso else "vfat", deadline)
         try:
             return _parse(read_bounded(os.path.join(mountpoint, _META_DATA)), "configdrive")
         except OSError as exc:
             raise SourceError(f"configdrive: {exc}") from None
         finally:
-            if not (by_syscall and _unmount(mountpoint)):
-                _unmount_with_command(mountpoint)
-    finally:
-        try:
-            os.rmdir(mountpoint)
-        except OSError:
-            log.warning("configdrive: could not remove %s (still mounted?)", mountpoint)
+            _unmount(mountpoint)
+
+
+def _pycdlib() -> Any:
+    """The ``pycdlib`` module, or None where it is not installed (then ISO drives are mounted)."""
+    try:
+        import pycdlib
+    except ImportError:
+        return None
+    return pycdlib
 
 
 def _read_iso9660(device: str, real: str) -> bytes:
-    """meta_data.json read from the ISO 9660 image ``real`` by ``pread``, nothing mounted (iso9660.py says why).
+    """meta_data.json read from the ISO 9660 image ``real`` with pycdlib, nothing mounted.
 
-    Raises iso9660's NotIso9660 and UnsupportedIso for the caller to mount
-    instead, SourceError when the image has no such file or cannot be read,
-    CorruptSourceError when it is malformed.
+    Names as the kernel's isofs shows them by default: Rock Ridge where the
+    image has it, else Joliet, else the plain ISO 9660 name in upper case.
     """
+    pycdlib = _pycdlib()
     try:
-        fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # probe_label's flags: a drive without a disc
-    except OSError as exc:
-        raise SourceError(f"configdrive: {exc}") from None
-    try:
-        return iso9660.read_file(lambda offset, size: os.pread(fd, size, offset), _META_DATA, _MAX_DOCUMENT_BYTES)
-    except iso9660.FileNotInIso as exc:
-        # The words the mount path gave: "[Errno 2] No such file or directory: '<mount point>/openstack/...'".
-        raise SourceError(f"configdrive: {OSError(exc.errno, exc.strerror, device + ':/' + _META_DATA)}") from None
-    except iso9660.CorruptIso as exc:
-        raise CorruptSourceError(f"configdrive: {device}: corrupt ISO 9660 image: {exc}") from None
+        with open(real, "rb") as image:
+            iso = pycdlib.PyCdlib()
+            try:
+                iso.open_fp(image)
+            except Exception as exc:  # pycdlib parsing a hostile image: any failure means "corrupt"
+                raise CorruptSourceError(f"configdrive: {device}: corrupt ISO 9660 image: {exc}") from None
+            try:
+                return _iso_file(pycdlib, iso, device)
+            finally:
+                iso.close()
     except OSError as exc:
         raise SourceError(f"configdrive: {device}: {exc}") from None
-    finally:
-        os.close(fd)
 
 
-# mount(2) flags (linux/mount.h): the config drive is hostile input, mounted read-only, nosuid, nodev, noexec.
-_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
-_CONFIG_DRIVE_FSTYPES = ("iso9660", "vfat")
-
-
-_LIBC: List[Tuple[Any, Any]] = []  # _libc()'s answer, once made
-
-
-def _libc() -> Tuple[Any, Any]:
-    """libc's mount(2) and umount2(2) through ctypes, imported here: only the config drive needs it.
-
-    mount(8) and umount(8) are two processes (libmount, libblkid, SELinux
-    libraries loaded, mountinfo parsed) for what two system calls do: 0.5-0.9 s
-    of the boot run under TCG, against ~0.05 s for importing ctypes
-    (docs/agent.md, "Boot cost").  Made once per process: mount and unmount share it.
-    """
-    if not _LIBC:
-        import ctypes  # here, not at the top: only the config drive source needs it
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
-        libc.mount.restype = ctypes.c_int
-        libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
-        libc.umount2.restype = ctypes.c_int
-        _LIBC.append((libc, ctypes.get_errno))
-    return _LIBC[0]
-
-
-def _mount_read_only(device: str, mountpoint: str) -> bool:
-    """Mount ``device`` (a block device) as iso9660, else vfat, read-only, nosuid, nodev, noexec, by mount(2).
-
-    False when the system call is not usable (no ctypes or libc symbol, not a
-    block device, not permitted, neither file system): the caller then runs
-    mount(8), which also sets up a loop device for an image file and words the error.
-    """
+def _iso_file(pycdlib: Any, iso: Any, device: str) -> bytes:
+    """meta_data.json out of the opened image ``iso``, by its Rock Ridge, Joliet or ISO 9660 name."""
+    if iso.has_rock_ridge():
+        where = {"rr_path": "/" + _META_DATA}
+    elif iso.has_joliet():
+        where = {"joliet_path": "/" + _META_DATA}
+    else:
+        where = {"iso_path": "/" + _META_DATA.upper() + ";1"}
     try:
-        libc, errno = _libc()
-    except (ImportError, OSError, AttributeError) as exc:
-        log.debug("configdrive: mount(2) not usable: %s", exc)
-        return False
-    flags = _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC
-    for fstype in _CONFIG_DRIVE_FSTYPES:
-        if libc.mount(os.fsencode(device), os.fsencode(mountpoint), fstype.encode(), flags, None) == 0:
-            return True
-        log.debug("configdrive: mount(2) %s as %s: %s", device, fstype, os.strerror(errno()))
-    return False
-
-
-def _unmount(mountpoint: str) -> bool:
-    """umount2(2); False when it failed (the caller then runs umount(8))."""
+        size = iso.get_record(**where).get_data_length()
+    except pycdlib.pycdlibexception.PyCdlibInvalidInput:  # no such path in the image
+        missing = OSError(errno.ENOENT, os.strerror(errno.ENOENT), f"{device}:/{_META_DATA}")
+        raise SourceError(f"configdrive: {missing}") from None
+    if size > _MAX_DOCUMENT_BYTES:
+        raise CorruptSourceError(f"configdrive: {device}: {_META_DATA} is larger than 16 MiB")
+    out = io.BytesIO()
     try:
-        libc, errno = _libc()
-        if libc.umount2(os.fsencode(mountpoint), 0) == 0:
-            return True
-        log.debug("configdrive: umount2 %s: %s", mountpoint, os.strerror(errno()))
-    except (ImportError, OSError, AttributeError) as exc:
-        log.debug("configdrive: umount2 not usable: %s", exc)
-    return False
+        iso.get_file_from_iso_fp(out, **where)
+    except Exception as exc:  # an extent past the end, ...: the image is corrupt
+        raise CorruptSourceError(f"configdrive: {device}: corrupt ISO 9660 image: {exc}") from None
+    return out.getvalue()
 
 
-def _mount_with_command(device: str, real: str, mountpoint: str) -> None:
-    """mount(8), same options: for what mount(2) alone cannot do (an image file needs a loop device)."""
-    for fstype in _CONFIG_DRIVE_FSTYPES:
-        try:
-            done = spawn.run(["mount", "-t", fstype, "-o", "ro,nosuid,nodev,noexec", real, mountpoint], timeout=60)
-        except OSError as exc:
-            raise SourceError(f"configdrive: cannot mount {device}: {exc}") from None
-        if done.returncode == 0:
-            return
-    raise SourceError(f"configdrive: cannot mount {device}: {done.stderr.strip()}")
-
-
-def _unmount_with_command(mountpoint: str) -> None:
-    """umount(8), when umount2(2) was not used or failed; a failure shows when the mount point cannot be removed."""
+def _mount(device: str, real: str, mountpoint: str, fstype: str, deadline: float) -> None:
+    """mount(8) read-only, nosuid, nodev, noexec (a loop device for an image file)."""
+    argv = ["mount", "-t", fstype, "-o", "ro,nosuid,nodev,noexec", real, mountpoint]
     try:
-        spawn.run(["umount", mountpoint], timeout=60)
-    except OSError as exc:
-        log.debug("configdrive: umount %s: %s", mountpoint, exc)
+        done = subprocess.run(
+            argv, capture_output=True, text=True, errors="replace", timeout=_left(deadline, "configdrive")
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise SourceError(f"configdrive: cannot mount {device}: {exc}") from None
+    if done.returncode != 0:
+        raise SourceError(f"configdrive: cannot mount {device}: {done.stderr.strip()}")
 
 
-def read_metadata_service(url: str, total_timeout: float = 10.0, tries: int = 3) -> Dict[str, Any]:
-    import requests  # imported here: costs ~50 ms and only this source needs it
+def _unmount(mountpoint: str) -> None:
+    """umount(8); a failure shows as the mount point that cannot be removed."""
+    try:
+        subprocess.run(["umount", mountpoint], capture_output=True, timeout=60, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        log.warning("configdrive: umount %s: %s", mountpoint, exc)
+
+
+def read_metadata_service(url: str, total_timeout: float = SOURCE_SECONDS, tries: int = 3) -> Dict[str, Any]:
+    """The document at ``url`` (http), within ``total_timeout`` seconds for every try and read."""
+    import urllib.parse  # here, as below: only this source needs them
+
+    from .metadata_http import DeadlineConnection, HTTPException, SocketTimeout
 
     deadline = time.monotonic() + total_timeout
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme != "http" or not parts.hostname:
+        raise SourceError(f"metadata: {url}: not an http:// URL")
+    target = parts.path or "/"
+    if parts.query:
+        target += "?" + parts.query
     last = "no attempt"
-    session = requests.Session()
-    session.trust_env = False  # the metadata service is link-local: never through http_proxy
     for attempt in range(tries):
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
+        if deadline - time.monotonic() <= 0:
+            last = f"no answer within {total_timeout:g} s"
             break
+        connection = DeadlineConnection(parts.hostname, parts.port, deadline)
         try:
-            with session.get(url, timeout=(min(2.0, remaining), min(5.0, remaining)), stream=True) as response:
-                if response.status_code == 200:
-                    return _parse(_bounded_body(response), "metadata")
-            last = f"HTTP {response.status_code}"
-            if 400 <= response.status_code < 500:
+            connection.request("GET", target, headers={"Accept": "application/json"})
+            response = connection.getresponse()
+            if response.status == 200:
+                return _parse(response.read(_MAX_DOCUMENT_BYTES + 1), "metadata")
+            last = f"HTTP {response.status}"
+            if 400 <= response.status < 500:
                 break  # will not change by asking again
-        except requests.RequestException as exc:
-            last = str(exc)
+        except SocketTimeout:
+            last = f"no answer within {total_timeout:g} s"
+            break
+        except (OSError, HTTPException) as exc:
+            last = str(exc) or type(exc).__name__
+        finally:
+            connection.close()
         if attempt + 1 < tries:
             time.sleep(min(0.5 * 2**attempt, max(0.0, deadline - time.monotonic())))
     raise SourceError(f"metadata: {url}: {last}")
-
-
-def _bounded_body(response: Any) -> bytes:
-    """The body of a streamed ``requests`` response, read up to one byte past the cap."""
-    chunks = []
-    size = 0
-    for chunk in response.iter_content(64 * 1024):
-        chunks.append(chunk)
-        size += len(chunk)
-        if size > _MAX_DOCUMENT_BYTES:
-            break
-    return b"".join(chunks)
-
-
-_BASE64_ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
-
-
-def _strict_base64(data: bytes) -> bytes:
-    """``base64.b64decode(data, validate=True)``, on each Python exactly what it does there.
-
-    Not the ``base64`` module: it imports ``re``, a cost on every boot run
-    (docs/agent.md, "Boot cost").  From 3.11 ``b64decode`` hands ``validate``
-    to binascii's strict mode; before, it checked the standard alphabet followed
-    by at most two ``=`` with a regular expression, then decoded leniently.
-    Raises ``binascii.Error``.
-    """
-    if sys.version_info >= (3, 11):
-        return binascii.a2b_base64(data, strict_mode=True)
-    body = data.rstrip(b"=")
-    if len(data) - len(body) > 2 or body.translate(None, _BASE64_ALPHABET):
-        raise binascii.Error("Non-base64 digit found")
-    return binascii.a2b_base64(data)
 
 
 def decode_fw_cfg(data: bytes) -> Dict[str, Any]:
@@ -415,7 +354,7 @@ def decode_fw_cfg(data: bytes) -> Dict[str, Any]:
     if not data.startswith(FW_CFG_PAYLOAD_PREFIX):
         raise CorruptSourceError("fwcfg: not a devtag payload")
     try:
-        compressed = _strict_base64(data[len(FW_CFG_PAYLOAD_PREFIX) :].strip())
+        compressed = base64.b64decode(data[len(FW_CFG_PAYLOAD_PREFIX) :].strip(), validate=True)
         raw = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(compressed, _MAX_DOCUMENT_BYTES + 1)
     except (binascii.Error, zlib.error) as exc:
         raise CorruptSourceError(f"fwcfg: corrupt payload: {exc}") from None
@@ -424,13 +363,14 @@ def decode_fw_cfg(data: bytes) -> Dict[str, Any]:
     return _parse(raw, "fwcfg")
 
 
-def read_fw_cfg(system: System) -> Dict[str, Any]:
+def read_fw_cfg(system: System, deadline: Optional[float] = None) -> Dict[str, Any]:
+    deadline = time.monotonic() + SOURCE_SECONDS if deadline is None else deadline
     raw_path = f"{_FW_CFG_DIR}/by_name/{FW_CFG_NAME}/raw"
     if system.root == "/" and not os.path.isdir(_FW_CFG_DIR):
         # Debian/Ubuntu build qemu_fw_cfg as a module that nothing loads by itself.
         try:
-            spawn.run(["modprobe", "-q", "qemu_fw_cfg"], timeout=10, capture=False)
-        except OSError as exc:  # cannot start, or spawn.CommandTimeout
+            subprocess.run(["modprobe", "-q", "qemu_fw_cfg"], timeout=_left(deadline, "fwcfg"), check=False)
+        except (OSError, subprocess.SubprocessError) as exc:
             log.debug("modprobe qemu_fw_cfg: %s", exc)
     data = system.read_bytes(raw_path)
     if data is None:
@@ -473,19 +413,20 @@ def fetch_document(system: System, sources: List[str], metadata_url: str) -> Tup
     failures = []
     for source in sources:
         try:
+            deadline = time.monotonic() + SOURCE_SECONDS
             if source == "fwcfg":
-                document = read_fw_cfg(system)
+                document = read_fw_cfg(system, deadline)
             elif source == "configdrive":
-                document = read_config_drive(system)
+                document = read_config_drive(system, deadline)
             elif source == "metadata":
-                document = read_metadata_service(metadata_url)
+                document = read_metadata_service(metadata_url, SOURCE_SECONDS)
             elif source == "instance-data":
                 document = read_instance_data(system)
             else:
                 raise SourceError(f"unknown source {source!r}")
         except SourceError as exc:
             # Absent is routine (no config drive on this cloud); present but broken is worth a look.
-            log.log(WARNING if isinstance(exc, CorruptSourceError) else INFO, "%s", exc)
+            log.log(logging.WARNING if isinstance(exc, CorruptSourceError) else logging.INFO, "%s", exc)
             failures.append(str(exc))
             continue
         log.info("metadata from %s", source)

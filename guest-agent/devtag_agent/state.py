@@ -13,8 +13,7 @@ source (:meth:`Database.mark_started`): its existence says "an apply has run
 this boot, whatever it found", which is what the udev rule tests before it
 starts the hot-plug service for a new device.
 
-A generation directory is written completely (and fsync'ed unless it is on
-tmpfs, as /run is) before the
+A generation directory is written completely and fsync'ed before the
 ``current`` symlink is pointed at it with one ``rename``; a crash at any point
 leaves ``current`` on the old generation or the new one, never on a half
 written one.  Leftover generations are removed by the next apply.
@@ -25,17 +24,16 @@ tags only appear encoded inside the files (see :mod:`devtag_agent.encoding`).
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import json
 import os
+import shutil
 import time
+from typing import Any, Dict, List, Optional
 
-from . import jsoncodec
 from .encoding import encode_key, encode_name, link_name
 from .sysfs import System
-
-TYPE_CHECKING = False  # typing is for the type checker only: importing it costs every run (docs/agent.md, "Boot cost")
-if TYPE_CHECKING:
-    from typing import Any, Dict, List, Optional
 
 __all__ = ["STATE_DIR", "Database", "db_file_text"]
 
@@ -64,40 +62,10 @@ def db_file_text(tags: List[str], kind: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _memory_backed(path: str) -> bool:
-    """True when ``path`` is on tmpfs/ramfs (``/run`` on every systemd machine).
-
-    There, fsync() is a no-op for durability (a power cut loses the file system
-    anyway) and atomicity against a killed process comes from rename() alone;
-    on a disk (an image builder's ``--root``) the agent fsyncs before renaming.
-    """
-    try:
-        with open("/proc/self/mountinfo", encoding="utf-8") as handle:
-            mounts = handle.read().splitlines()
-    except OSError:
-        return False
-    real = os.path.realpath(path)
-    best, fstype = "", ""
-    for line in mounts:
-        fields = line.split(" ")
-        if " - " not in line or len(fields) < 5:
-            continue
-        mountpoint = fields[4].replace("\\040", " ")
-        if (real == mountpoint or real.startswith(mountpoint.rstrip("/") + "/")) and len(mountpoint) >= len(best):
-            best, fstype = mountpoint, line.split(" - ", 1)[1].split(" ", 1)[0]
-    return fstype in ("tmpfs", "ramfs")
-
-
 def _unlink_if_there(path: str) -> None:
-    """``os.unlink`` that ignores every ``OSError`` (leftovers of a generation: the next apply retries).
-
-    Not ``contextlib.suppress``: contextlib imports collections and functools,
-    a cost on every boot run (docs/agent.md, "Boot cost").
-    """
-    try:
+    """``os.unlink`` ignoring errors: leftovers of a generation, which the next apply retries."""
+    with contextlib.suppress(OSError):
         os.unlink(path)
-    except OSError:
-        pass
 
 
 class _ApplyLock:
@@ -130,19 +98,16 @@ class _ApplyLock:
         os.close(self.fd)  # closing the descriptor releases the flock
 
 
-def _write_file(path: str, data: bytes, sync: bool) -> None:
+def _write_file(path: str, data: bytes) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     try:
         os.write(fd, data)
-        if sync:
-            os.fsync(fd)
+        os.fsync(fd)
     finally:
         os.close(fd)
 
 
-def _fsync_dir(path: str, sync: bool) -> None:
-    if not sync:
-        return
+def _fsync_dir(path: str) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
@@ -168,7 +133,7 @@ class Database:
         """The current ``devices.json``, or None if the agent has not run."""
         try:
             with open(os.path.join(self.current, "devices.json"), encoding="utf-8") as handle:
-                return jsoncodec.loads(handle.read())
+                return json.loads(handle.read())
         except FileNotFoundError:
             return None
 
@@ -188,7 +153,6 @@ class Database:
     def write(self, index: Dict[str, Any], db: Dict[str, str]) -> str:
         """Write a new generation and make it current; return its directory name."""
         os.makedirs(self.dir, mode=0o755, exist_ok=True)
-        sync = not _memory_backed(self.dir)
         name = f"gen-{time.time_ns()}-{os.getpid()}"
         generation = os.path.join(self.dir, name)
         os.mkdir(generation, 0o755)
@@ -196,29 +160,28 @@ class Database:
         for position, (key, text) in enumerate(sorted(db.items())):
             if "/" in key or key.startswith("."):
                 raise ValueError(f"bad database key {key!r}")
-            _write_file(os.path.join(generation, "db", key), text.encode("utf-8"), sync)
+            _write_file(os.path.join(generation, "db", key), text.encode("utf-8"))
             if position == 0:
                 _crash_point("db-file")
-        _fsync_dir(os.path.join(generation, "db"), sync)
-        # One line, keys sorted, ASCII: the C encoder's output (jsoncodec); `devtag-agent list` is for reading.
-        payload = (jsoncodec.dumps(index, sort_keys=True, compact=True) + "\n").encode("ascii")
+        _fsync_dir(os.path.join(generation, "db"))
+        # One line, keys sorted, ASCII; `devtag-agent list` is for reading.
+        payload = (json.dumps(index, sort_keys=True, separators=(",", ":")) + "\n").encode("ascii")
         half = len(payload) // 2
         fd = os.open(os.path.join(generation, "devices.json"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             os.write(fd, payload[:half])
             _crash_point("index-half")
             os.write(fd, payload[half:])
-            if sync:
-                os.fsync(fd)
+            os.fsync(fd)
         finally:
             os.close(fd)
-        _fsync_dir(generation, sync)
+        _fsync_dir(generation)
         _crash_point("before-swap")
         link = os.path.join(self.dir, f".current-{os.getpid()}")
         _unlink_if_there(link)
         os.symlink(name, link)
         os.replace(link, self.current)
-        _fsync_dir(self.dir, sync)
+        _fsync_dir(self.dir)
         _crash_point("after-swap")
         self.collect_garbage(keep=name)
         return name
@@ -234,20 +197,8 @@ class Database:
 
 
 def _remove_tree(path: str) -> None:
-    """``shutil.rmtree(path, ignore_errors=True)`` for a generation directory.
-
-    Not shutil itself: it imports bz2, lzma and fnmatch, a cost every boot run
-    would pay for these few files (docs/agent.md, "Boot cost").  Symbolic links
-    are removed, never followed.
-    """
+    """Remove a generation directory (or a stray link of that name), never following links."""
     if os.path.islink(path):
         _unlink_if_there(path)
-        return
-    for directory, subdirectories, files in os.walk(path, topdown=False):
-        links = [name for name in subdirectories if os.path.islink(os.path.join(directory, name))]
-        for name in files + links:
-            _unlink_if_there(os.path.join(directory, name))
-        try:
-            os.rmdir(directory)
-        except OSError:
-            pass
+    else:
+        shutil.rmtree(path, ignore_errors=True)

@@ -12,53 +12,23 @@ udev's own database: ``b<major>:<minor>:<diskseq>`` and ``n<ifindex>``).
 from __future__ import annotations
 
 import os
+import re
+from typing import Dict, Iterator, List, Optional
 
-from .shapes import is_devnum, is_nvme_namespace, is_pci_address, is_usb_device_name
+__all__ = ["Device", "System", "is_pci_address"]
 
-TYPE_CHECKING = False  # typing is for the type checker only: importing it costs every run (docs/agent.md, "Boot cost")
-if TYPE_CHECKING:
-    from typing import Dict, Iterator, List, Optional
-
-__all__ = ["Device", "System", "real_path"]
-
-_O_PATH = getattr(os, "O_PATH", 0)  # Linux
+_PCI_ADDRESS = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]\Z")  # domain:bus:slot.function
+_USB_DEVICE = re.compile(r"[0-9]+-[0-9.]+\Z")  # bus-port.port...
+_NVME_NAMESPACE = re.compile(r"nvme[0-9]+n[0-9]+\Z")  # nvme0n1: no "block" directory above it
+_DEVNUM = re.compile(r"[0-9]+:[0-9]+\Z")  # a block device's "dev" file: major:minor
 
 
-def real_path(path: str) -> str:
-    """``os.path.realpath(path)``, resolved by the kernel when the path exists.
-
-    ``os.path.realpath`` is Python code that lstat()s and joins every
-    component: a sysfs path has 8-12 of them, and under TCG the agent's
-    realpath calls cost more than the system calls they make (docs/agent.md,
-    "Boot cost").  Opened with ``O_PATH``, the kernel resolves the path and
-    ``/proc/self/fd/N`` names the result: three system calls.  Whatever that
-    cannot answer (a missing component, a symlink loop, no /proc, a name
-    ending in `` (deleted)``) goes to ``os.path.realpath``, so the result is
-    the same in every case.
-    """
-    if _O_PATH:
-        try:
-            fd = os.open(path, _O_PATH | os.O_CLOEXEC)
-        except OSError:
-            return os.path.realpath(path)
-        try:
-            real = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            real = ""
-        finally:
-            os.close(fd)
-        if real.startswith("/") and not real.endswith(" (deleted)"):
-            return real
-    return os.path.realpath(path)
+def is_pci_address(name: str) -> bool:
+    return _PCI_ADDRESS.match(name) is not None
 
 
 class Device:
-    """A disk or NIC as the kernel shows it (paths are without the root prefix).
-
-    A plain class, not a dataclass: ``dataclasses`` imports ``inspect`` (and
-    with it ``ast``, ``dis``, ``tokenize``), which costs the boot run more than
-    the interpreter's own start (docs/agent.md, "Boot cost").
-    """
+    """A disk or NIC as the kernel shows it (paths are without the root prefix)."""
 
     __slots__ = ("devnum", "ifindex", "key", "kind", "mac", "name", "serials", "syspath")
 
@@ -106,7 +76,7 @@ class System:
 
     def realpath(self, absolute: str) -> str:
         """Resolve symlinks of an in-machine path; result is an in-machine path."""
-        return self.unroot(real_path(self.path(absolute)))
+        return self.unroot(os.path.realpath(self.path(absolute)))
 
     def exists(self, absolute: str) -> bool:
         return os.path.exists(self.path(absolute))
@@ -135,7 +105,7 @@ class System:
     # -- devices -----------------------------------------------------------
     def block_device(self, syspath: str) -> Optional[Device]:
         devnum = self.read(syspath + "/dev")
-        if not devnum or not is_devnum(devnum):
+        if not devnum or not _DEVNUM.match(devnum):
             return None
         diskseq = self.read(syspath + "/diskseq") or ""
         if not diskseq.isdigit():
@@ -152,15 +122,28 @@ class System:
         mac = (self.read(syspath + "/address") or "").lower() or None
         return Device("nic", syspath, os.path.basename(syspath), f"n{int(ifindex)}", mac=mac, ifindex=int(ifindex))
 
-    def udev_properties(self, key: str) -> Dict[str, str]:
-        """Properties udev recorded for a device (``/run/udev/data/<key>``)."""
-        properties: Dict[str, str] = {}
-        text = self.read("/run/udev/data/" + key)
-        for line in (text or "").splitlines():
-            if line.startswith("E:") and "=" in line:
-                name, _, value = line[2:].partition("=")
-                properties[name] = value
-        return properties
+    def udev_properties(self, syspath: str) -> Dict[str, str]:
+        """The properties udev recorded for the device at ``syspath`` (empty: none, or no udev).
+
+        On the running system pyudev asks libudev.  Another root (an image, a
+        test tree) has no udev to ask: its properties are those its own udev
+        database holds, ``<root>/run/udev/data/b<major:minor>`` (or
+        ``n<ifindex>``), ``E:NAME=value`` lines.
+        """
+        if self.root == "/":
+            import pyudev  # here: only a run that asks udev anything loads libudev
+
+            try:
+                device = pyudev.Devices.from_sys_path(pyudev.Context(), syspath)
+                return dict(device.properties)
+            except (pyudev.DeviceNotFoundError, OSError, ImportError):
+                return {}
+        devnum, ifindex = self.read(syspath + "/dev"), self.read(syspath + "/ifindex")
+        key = f"b{devnum}" if devnum else f"n{ifindex}" if ifindex else None
+        text = self.read(f"/run/udev/data/{key}") if key else None
+        return dict(
+            line[2:].split("=", 1) for line in (text or "").splitlines() if line.startswith("E:") and "=" in line
+        )
 
     def disk_serials(self, syspath: str, devnum: str) -> List[str]:
         """Every serial the guest can see for a disk, most direct first."""
@@ -174,7 +157,7 @@ class System:
             value = page[4 : 4 + page[3]].decode("utf-8", "surrogateescape").strip(" \0")
             if value:
                 found.append(value)
-        udev = self.udev_properties("b" + devnum)
+        udev = self.udev_properties(syspath)
         for name in ("ID_SCSI_SERIAL", "ID_SERIAL_SHORT"):
             if udev.get(name):
                 found.append(udev[name])
@@ -187,7 +170,7 @@ class System:
         for directory in self._walk(syspath, max_depth):
             parent = os.path.basename(os.path.dirname(directory))
             if parent != wanted and not (
-                kind == "disk" and is_nvme_namespace(os.path.basename(directory))
+                kind == "disk" and _NVME_NAMESPACE.match(os.path.basename(directory))
             ):  # nvme0n1: no "block" dir
                 continue
             device = self.block_device(directory) if kind == "disk" else self.net_device(directory)
@@ -209,10 +192,10 @@ class System:
             for entry in reversed(entries):
                 if not entry.is_dir(follow_symlinks=False):
                     continue
-                if is_pci_address(entry.name) or (depth > 0 and is_usb_device_name(entry.name)):
+                if is_pci_address(entry.name) or (depth > 0 and _USB_DEVICE.match(entry.name)):
                     continue  # another PCI function or USB device: not ours
                 child = current.rstrip("/") + "/" + entry.name
-                if os.path.basename(current) in ("block", "net") or is_nvme_namespace(entry.name):
+                if os.path.basename(current) in ("block", "net") or _NVME_NAMESPACE.match(entry.name):
                     yield child
                     continue
                 stack.append((child, depth + 1))

@@ -11,7 +11,6 @@ from typing import Any, Dict, List, Tuple
 import pytest
 
 from devtag_agent import cli
-from devtag_agent.agentlog import log as agent_log
 
 from . import scenario
 from .fakesys import FakeMachine
@@ -19,10 +18,9 @@ from .fakesys import FakeMachine
 
 @pytest.fixture(autouse=True)
 def agent_log_library_mode():
-    """Each test starts with the agent's log in library mode (records to logging), whatever a CLI run set."""
-    agent_log.to_logging()
+    """Each test starts with the agent's logger as a library leaves it, whatever a CLI run set."""
     yield
-    agent_log.to_logging()
+    cli.reset_logging()
 
 
 @pytest.fixture

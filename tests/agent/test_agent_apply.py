@@ -312,3 +312,22 @@ def test_untagged_entries_of_a_full_map_are_no_problem(tmp_path, caplog):
     assert index["unmatched"] == [], "an untagged entry's missing device is nobody's problem"
     assert len(index["ignored"]) == 1 and "devices/2 (nic, tags [])" in index["ignored"][0]
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING and "devices/2" in r.getMessage()]
+
+
+def test_an_entry_of_a_type_the_agent_does_not_resolve_is_one_info_line(tmp_path, capsys):
+    """Nova's virtiofs shares (``"type": "share"``) are tagged too; the agent publishes NICs and disks only."""
+    from .fakesys import FakeMachine
+
+    machine = FakeMachine(tmp_path)
+    machine.virtio_disk(machine.pci("0000:00:05.0"), "virtio1", "vdb", "252:16", serial="data-disk")
+    share = {"type": "share", "share_id": "8d1c", "tag": "fs0", "bus": "none", "address": "none", "tags": ["media"]}
+    disk = {"type": "disk", "bus": "pci", "address": "0000:00:05.0", "serial": "data-disk", "tags": ["data"]}
+    machine.config_drive({"devices": [share, disk]})
+    assert run_cli("-v", "--root", str(tmp_path), "apply", "--source", "configdrive", "--no-trigger") == 0
+    err = capsys.readouterr().err.splitlines()
+    about_share = [line for line in err if "devices/0" in line]
+    assert about_share == ["devtag-agent: INFO: ignored: devices/0 (share, tags ['media']): type 'share' is not "
+                           "published by this agent"]  # fmt: skip
+    index = json.loads((tmp_path / "run/devtag/current/devices.json").read_text())
+    assert [(d["name"], d["tags"]) for d in index["devices"]] == [("vdb", ["data"])]
+    assert index["invalid"] == [] and index["unmatched"] == []

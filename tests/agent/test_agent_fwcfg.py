@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import binascii
 import gzip
 import json
 
@@ -61,38 +60,3 @@ def test_without_fw_cfg_auto_goes_on(vm):
 def test_hostile_fw_cfg_payloads_are_refused(payload: bytes, message: str) -> None:
     with pytest.raises(SourceError, match=message):
         decode_fw_cfg(payload)
-
-
-@pytest.mark.parametrize(
-    "text",
-    [
-        b"",
-        b"QQ==",
-        b"QUJD",
-        b"QQ",
-        b"QQ=",
-        b"QQ===",
-        b"Q=Q=",
-        b"QU JD",
-        b"QUJD\n",
-        b"QU-D",
-        b"QU_D",
-        b"=",
-        b"==",
-        b"QUJDRA==",
-    ],
-)
-def test_payload_base64_is_checked_as_b64decode_validate_checks_it(text: bytes) -> None:
-    """sources._strict_base64 (no base64 module: it imports re) accepts and refuses what
-    ``base64.b64decode(validate=True)`` does, with the same ``binascii.Error``."""
-    from devtag_agent.sources import _strict_base64
-
-    try:
-        expected: object = base64.b64decode(text, validate=True)
-    except binascii.Error:
-        expected = binascii.Error
-    try:
-        got: object = _strict_base64(text)
-    except binascii.Error:
-        got = binascii.Error
-    assert got == expected, text

@@ -1,83 +1,26 @@
-"""agentlog: the "devtag_agent" logger for library users, stderr lines for the command line, no logging at boot.
-
-The command line's lines are compared with what its ``logging.StreamHandler``
-wrote before (the same format built with logging here), so the journal's
-lines do not change.
-"""
+"""The agent's log: the "devtag_agent" logger for library users, ``devtag-agent: LEVEL: message`` lines for the CLI."""
 
 from __future__ import annotations
 
-import io
 import logging
 
 import pytest
 
-from devtag_agent import agentlog, cli
-from devtag_agent.agentlog import log
+from devtag_agent import cli
 
 
-def test_library_mode_records_go_to_the_devtag_agent_logger(caplog: pytest.LogCaptureFixture) -> None:
+def test_library_records_go_to_the_devtag_agent_logger(vm, caplog: pytest.LogCaptureFixture) -> None:
+    machine, _ = vm
+    from devtag_agent.apply import apply_document
+    from devtag_agent.publish import Publisher
+    from devtag_agent.sources import read_config_drive
+    from devtag_agent.sysfs import System
+
+    system = System(str(machine.root))
     with caplog.at_level(logging.DEBUG, logger="devtag_agent"):
-        log.debug("d %s", 1)
-        log.info("i %s", 2)
-        log.warning("w %s", 3)
-        log.error("e")
-        log.log(agentlog.WARNING, "%s", "via log")
-    got = [(r.name, r.levelno, r.getMessage()) for r in caplog.records]
-    assert got == [
-        ("devtag_agent", logging.DEBUG, "d 1"),
-        ("devtag_agent", logging.INFO, "i 2"),
-        ("devtag_agent", logging.WARNING, "w 3"),
-        ("devtag_agent", logging.ERROR, "e"),
-        ("devtag_agent", logging.WARNING, "via log"),
-    ]
-
-
-def test_library_mode_respects_the_users_logger_level(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="devtag_agent"):
-        log.info("not shown")
-        log.warning("shown")
-    assert [r.getMessage() for r in caplog.records] == ["shown"]
-
-
-def _as_logging_wrote(level: int, records: list) -> str:
-    """What the CLI's old handler (StreamHandler, the same format, logger at ``level``) wrote for ``records``."""
-    stream = io.StringIO()
-    logger = logging.Logger("devtag_agent-reference", level)
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(logging.Formatter("devtag-agent: %(levelname)s: %(message)s"))
-    logger.addHandler(handler)
-    for record_level, msg, args in records:
-        logger.log(record_level, msg, *args)
-    return stream.getvalue()
-
-
-RECORDS = [
-    (agentlog.DEBUG, "running %s", ("udevadm trigger",)),
-    (agentlog.INFO, "%s %s (%s): tags %s", ("nic", "eth0", "pci", ["a", "b"])),
-    (agentlog.WARNING, "unmatched: %s", ("devices/3: 100% sure",)),
-    (agentlog.ERROR, "no args: 100% literal", ()),
-]
-
-
-@pytest.mark.parametrize("level", [agentlog.DEBUG, agentlog.INFO, agentlog.WARNING, agentlog.ERROR])
-def test_cli_mode_writes_what_logging_wrote(level: int, capsys: pytest.CaptureFixture[str]) -> None:
-    log.to_stderr(level)
-    for record_level, msg, args in RECORDS:
-        log.log(record_level, msg, *args)
-    assert capsys.readouterr().err == _as_logging_wrote(level, RECORDS)
-
-
-def test_cli_mode_follows_a_replaced_stderr_and_survives_a_closed_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    log.to_stderr(agentlog.INFO)
-    first, second = io.StringIO(), io.StringIO()
-    monkeypatch.setattr("sys.stderr", first)
-    log.info("one")
-    monkeypatch.setattr("sys.stderr", second)
-    log.info("two")
-    second.close()
-    log.error("dropped, not raised")
-    assert first.getvalue() == "devtag-agent: INFO: one\n"
+        apply_document(system, read_config_drive(system), "configdrive", Publisher(False, str(machine.root)))
+    assert caplog.records and all(r.name.startswith("devtag_agent") for r in caplog.records)
+    assert any("skipping invalid entry" in r.getMessage() for r in caplog.records)
 
 
 @pytest.mark.parametrize(
@@ -98,7 +41,17 @@ def test_cli_levels(flags, invocation, shown, monkeypatch: pytest.MonkeyPatch, c
         monkeypatch.delenv("INVOCATION_ID", raising=False)
     args = cli.build_parser().parse_args([*flags, "list"])
     cli._setup_logging(args.verbose, args.quiet)
-    for level in (agentlog.DEBUG, agentlog.INFO, agentlog.WARNING, agentlog.ERROR):
-        log.log(level, "x")
+    logger = logging.getLogger("devtag_agent.apply")
+    for level in (logging.DEBUG, logging.INFO, logging.WARNING, logging.ERROR):
+        logger.log(level, "x %s", "100%")
     lines = capsys.readouterr().err.splitlines()
     assert {line.split(": ")[1] for line in lines} == shown
+    assert all(line.startswith("devtag-agent: ") and line.endswith(": x 100%") for line in lines)
+
+
+def test_a_second_cli_run_in_one_process_writes_each_line_once(vm, capsys) -> None:
+    machine, _ = vm
+    for _ in range(2):
+        assert cli.main(["-v", "--root", str(machine.root), "apply", "--source", "configdrive", "--no-trigger"]) == 0
+        err = capsys.readouterr().err
+        assert err.count("INFO: metadata from configdrive\n") == 1

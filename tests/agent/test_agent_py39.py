@@ -1,11 +1,11 @@
-"""The agent on Python 3.9 with only jsonschema (3.2 as on Ubuntu 22.04), pyudev and requests.
+"""The agent on Python 3.9 with only jsonschema (3.2 as on Debian 11 and Ubuntu 22.04) and pyudev (no pycdlib).
 
 The interpreter is ``$DEVTAG_PYTHON39``, else the ``.venv39`` that ``setup.sh``
 makes where a Python 3.9 exists, else ``python3.9`` on PATH, else a pyenv 3.9.
 It must have the agent's runtime dependencies; to set one up::
 
     python3.9 -m venv /tmp/agent39
-    /tmp/agent39/bin/pip install jsonschema==3.2.0 pyudev requests pytest pytest-timeout hypothesis
+    /tmp/agent39/bin/pip install jsonschema==3.2.0 pyudev pytest pytest-timeout hypothesis
     DEVTAG_PYTHON39=/tmp/agent39/bin/python .venv/bin/pytest tests/agent -k py39
 
 The agent and schema packages are put on its path as they are installed
@@ -35,7 +35,7 @@ def _python39() -> Optional[str]:
     candidates += sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.9*/bin/python3.9")))
     found = [c for c in candidates if c and os.access(c, os.X_OK) and _is_39(c)]
     for candidate in found:
-        if _has(candidate, "jsonschema, pyudev, requests"):
+        if _has(candidate, "jsonschema, pyudev"):
             return candidate
     return found[0] if found else None
 
@@ -55,8 +55,8 @@ def py39(tmp_path_factory) -> Dict[str, str]:
     python = _python39()
     if python is None:
         pytest.skip("no Python 3.9 interpreter (set DEVTAG_PYTHON39, see this module's docstring)")
-    if not _has(python, "jsonschema, pyudev, requests"):
-        pytest.skip(f"{python} lacks jsonschema/pyudev/requests (set DEVTAG_PYTHON39 to a venv that has them)")
+    if not _has(python, "jsonschema, pyudev"):
+        pytest.skip(f"{python} lacks jsonschema/pyudev (set DEVTAG_PYTHON39 to a venv that has them)")
     site = tmp_path_factory.mktemp("py39-site")
     (site / "devtag_agent").symlink_to(REPO / "guest-agent" / "devtag_agent")
     (site / "devtag_schema").symlink_to(REPO / "schema")

@@ -109,7 +109,7 @@ def test_config_drive_found_through_udevs_database(vm):
     machine, _ = vm
     (machine.root / "dev/disk/by-label/config-2").unlink()
     machine.link("/dev/sr1", "/configdrive")
-    machine.write("/run/udev/data/b11:1", "E:ID_FS_LABEL=config-2\nE:DEVNAME=/dev/sr1\n")
+    machine.disk(machine.pci("0000:00:01.1"), "sr1", "11:1", udev={"ID_FS_LABEL": "config-2", "DEVNAME": "/dev/sr1"})
     assert run_cli("--root", str(machine.root), "apply", "--source", "configdrive", "--no-trigger") == 0
 
 
@@ -264,3 +264,46 @@ def test_config_drive_found_by_reading_labels_before_udev(tmp_path):
     (tmp_path / "dev/sr0").write_bytes(b"\x00" * 40000)
     (tmp_path / "dev/vdz").write_bytes(_fat_boot_sector("CONFIG-2", fat32=False) + b"\x00" * 40000)
     assert _config_drive_device(System(str(tmp_path))) == "/dev/vdz"
+
+
+class _Trickle(http.server.BaseHTTPRequestHandler):
+    """A metadata service that sends its answer one byte at a time, ``pause`` seconds apart."""
+
+    pause: ClassVar[float] = 0.3
+    in_headers: ClassVar[bool] = False
+
+    def do_GET(self):
+        body = json.dumps({"devices": []}).encode()
+        head = f"HTTP/1.1 200 OK\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+        trickled = head + body if self.in_headers else body
+        if not self.in_headers:
+            self.wfile.write(head)
+        try:
+            for index in range(len(trickled)):
+                self.wfile.write(trickled[index : index + 1])
+                self.wfile.flush()
+                time.sleep(self.pause)
+        except OSError:
+            pass  # the reader gave up: what the test wants
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.parametrize("in_headers", [False, True], ids=["body", "headers"])
+def test_a_trickled_answer_ends_at_the_sources_deadline(in_headers: bool) -> None:
+    """Each read gets a few bytes in time, but the whole answer would take ~4 s: the 1.5 s budget is a total."""
+    handler = type("Trickle", (_Trickle,), {"in_headers": in_headers})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/openstack/latest/meta_data.json"
+        started = time.monotonic()
+        with pytest.raises(Exception, match=r"no answer within 1\.5 s"):
+            read_metadata_service(url, total_timeout=1.5, tries=3)
+        assert time.monotonic() - started < 2.5
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -49,7 +49,8 @@ def test_exactly_two_packages_are_built(debs: Path) -> None:
 def test_agent_depends_only_on_distro_packages(debs: Path) -> None:
     agent = deb(debs, "devtag-agent")
     depends = {d.strip().split()[0].split(":")[0] for d in field(agent, "Depends").split(",")}
-    assert depends == {"python3", "python3-pyudev", "python3-jsonschema", "python3-requests", "udev"}
+    assert depends == {"python3", "python3-pyudev", "python3-jsonschema", "iproute2", "mount", "udev"}
+    assert field(agent, "Recommends").strip() == "python3-pycdlib"
     assert field(agent, "Architecture").strip() == "all"
     files = contents(agent)
     for expected in (
@@ -144,7 +145,7 @@ def test_agent_installs_into_debian_12_and_purges_cleanly(debs: Path, tmp_path: 
         return result
 
     # The base image has the dependencies (for the VM test); take them out first.
-    chroot_apt("purge", "--auto-remove", "cloud-init", "python3-pyudev", "python3-jsonschema", "python3-requests")
+    chroot_apt("purge", "--auto-remove", "cloud-init", "python3-pyudev", "python3-jsonschema")
     chroot_apt("update")
 
     def snapshot() -> set:
@@ -160,7 +161,7 @@ def test_agent_installs_into_debian_12_and_purges_cleanly(debs: Path, tmp_path: 
     shutil.copy(deb(debs, "devtag-agent"), root / "tmp/agent.deb")
     installed = chroot_apt("install", "/tmp/agent.deb").stdout
     pulled = new_packages(installed)
-    assert {"devtag-agent", "python3-pyudev", "python3-jsonschema", "python3-requests"} <= pulled, installed
+    assert {"devtag-agent", "python3-pyudev", "python3-jsonschema"} <= pulled, installed
     downloads = [line for line in installed.splitlines() if line.startswith("Get:") and "/tmp/agent.deb" not in line]
     assert downloads and all(" http://deb.debian.org/debian " in line for line in downloads), downloads
     assert (root / "etc/systemd/system/multi-user.target.wants/devtag-agent.service").is_symlink()

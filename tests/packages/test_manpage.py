@@ -20,7 +20,7 @@ from typing import Callable, Iterator, Set
 
 import pytest
 
-from devtag_agent.cli_parser import build_parser as agent_parser
+from devtag_agent.cli import build_parser as agent_parser
 from devtag_host.cli import build_parser as host_parser
 
 REPO = Path(__file__).resolve().parents[2]

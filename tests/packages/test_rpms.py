@@ -36,7 +36,7 @@ def query(package: Path, *flags: str) -> List[str]:
 def test_agent_rpm(rpms: Path) -> None:
     (agent,) = rpms.glob("devtag-agent-*.noarch.rpm")
     requires = {line.split()[0] for line in query(agent, "--requires") if not line.startswith("rpmlib(")}
-    assert {"python3-pyudev", "python3-jsonschema", "python3-requests", "systemd-udev"} <= requires
+    assert {"python3-pyudev", "python3-jsonschema", "iproute", "util-linux", "systemd-udev"} <= requires
     assert not [r for r in requires if r.startswith("/") and r not in ("/bin/sh", "/usr/bin/python3")], requires
     files = query(agent, "--list")
     for expected in (

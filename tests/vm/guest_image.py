@@ -37,9 +37,12 @@ PACKAGES = (
     "systemd,systemd-sysv,udev,dbus,kmod,iproute2,e2fsprogs,netbase,ifupdown,isc-dhcp-client,"
     "cloud-init,python3-cffi-backend,linux-image-amd64,initramfs-tools"
 )
-# What packaging/debian/control makes devtag-agent depend on: downloaded (not
-# installed) into the cached base, so that the agent's own install resolves
-# them offline.  A new dependency that is missing here fails that install.
+# Downloaded (not installed) into the cached base, so that the agent's own
+# install resolves them offline: packaging/debian/control's Depends (iproute2
+# and mount are in every base already).  A new dependency missing here fails
+# that install.  The tuple is part of the base's cache key: a package added
+# later goes to Release.agent_recommends (fetched per image, cached apart), so
+# that cached bases stay valid.
 AGENT_DEPENDENCIES = ("python3", "python3-pyudev", "python3-jsonschema", "python3-requests", "udev")
 ROOT_FS_UUID = "6b3f7a4e-0000-4e0a-9a57-3c1d2f0e8b11"
 # Bump when the base configuration below changes: it is part of the cache key.
@@ -54,6 +57,9 @@ class Release:
     suite: str
     # Packages this release needs beyond PACKAGES (e.g. one split out of systemd).
     extra_packages: Tuple[str, ...] = ()
+    # The agent's Recommends this release has (python3-pycdlib: from Debian 12 on):
+    # downloaded when an image is built (see _agent_recommends), not part of the base.
+    agent_recommends: Tuple[str, ...] = ()
     # Configure the NIC tagged nfvfunc2 with netplan (renderer networkd, as Ubuntu ships it)
     # instead of a .network file: netplan.io is installed into that release's image.
     netplan: bool = False
@@ -64,8 +70,9 @@ class Release:
 
 
 BULLSEYE = Release(11, "bullseye")  # Python 3.9, jsonschema 3.2, systemd/udev 247
-BOOKWORM = Release(12, "bookworm")  # Python 3.11, jsonschema 4.10, systemd 252
-TRIXIE = Release(13, "trixie", netplan=True)  # Python 3.13, jsonschema 4.19, systemd 257
+BOOKWORM = Release(12, "bookworm", agent_recommends=("python3-pycdlib",))  # Python 3.11, jsonschema 4.10, systemd 252
+# Python 3.13, jsonschema 4.19, systemd 257
+TRIXIE = Release(13, "trixie", agent_recommends=("python3-pycdlib",), netplan=True)
 RELEASES = {release.version: release for release in (BULLSEYE, BOOKWORM, TRIXIE)}
 IMAGE_SIZE = "3G"
 REPORT_SCRIPT = Path(__file__).with_name("guest_report.py")
@@ -228,6 +235,35 @@ def _download_agent_dependencies(root: Path) -> None:
         _chroot_apt(root, "install", "--download-only", *AGENT_DEPENDENCIES)
 
 
+def _agent_recommends(root: Path, release: Release) -> None:
+    """The .debs of ``release.agent_recommends`` into the unpacked base's archive cache.
+
+    Fetched with the chroot's apt (network) on first use and kept in the cache
+    directory, keyed by the base and the package names: the install of the
+    agent's .deb then takes them from the archive cache, as it does its Depends.
+    """
+    if not release.agent_recommends:
+        return
+    key = hashlib.sha256(f"{_base_key(release)}|{release.agent_recommends}".encode()).hexdigest()[:16]
+    cached = cache_dir() / f"{release.suite}-recommends-{key}"
+    archives = root / "var/cache/apt/archives"
+    with open(cache_dir() / f"recommends-{release.suite}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not cached.is_dir():
+            before = {path.name for path in archives.glob("*.deb")}
+            with _guest_resolver(root):
+                _chroot_apt(root, "install", "--download-only", *release.agent_recommends)
+            partial = cached.with_suffix(".partial")
+            shutil.rmtree(partial, ignore_errors=True)
+            partial.mkdir()
+            for path in archives.glob("*.deb"):
+                if path.name not in before:
+                    shutil.copy(path, partial / path.name)
+            partial.rename(cached)
+    for path in cached.glob("*.deb"):
+        shutil.copy(path, archives / path.name)
+
+
 def _configure_base(root: Path) -> None:
     """What every test guest needs: no root password, a console, a fixed root fs."""
     _run("chroot", str(root), "passwd", "-d", "root")
@@ -274,6 +310,7 @@ def build_guest_image(agent_deb: Path, workdir: Path, release: Release = BOOKWOR
     root = workdir / "rootfs"
     root.mkdir(parents=True)
     _run("tar", "--numeric-owner", "--xattrs", "-C", str(root), "-xf", str(base_tarball(release)))
+    _agent_recommends(root, release)
     shutil.copy(agent_deb, root / "tmp" / agent_deb.name)
     # Not --no-download: bullseye's apt (2.2) then refuses the local .deb ("Pathname to
     # install is not absolute").  Nothing is fetched either way: the dependencies are in
