@@ -20,6 +20,7 @@ HOST_EXTRA: Dict[str, str] = {
     "os_resource_classes": "os-resource-classes",
     "orjson": "orjson",
     "prometheus_client": "prometheus-client",
+    "requests": "requests",
 }
 
 _HOW = (
