@@ -38,13 +38,6 @@ from .sysfs import System
 __all__ = ["STATE_DIR", "Database", "db_file_text"]
 
 STATE_DIR = "/run/devtag"
-_FAIL_AFTER_ENV = "DEVTAG_AGENT_TEST_CRASH_AT"  # tests: crash at a named step
-
-
-def _crash_point(name: str) -> None:
-    """Let tests kill the process between two steps of a write (no-op otherwise)."""
-    if os.environ.get(_FAIL_AFTER_ENV) == name:
-        os._exit(99)
 
 
 def db_file_text(tags: List[str], kind: str) -> str:
@@ -157,12 +150,10 @@ class Database:
         generation = os.path.join(self.dir, name)
         os.mkdir(generation, 0o755)
         os.mkdir(os.path.join(generation, "db"), 0o755)
-        for position, (key, text) in enumerate(sorted(db.items())):
+        for key, text in sorted(db.items()):
             if "/" in key or key.startswith("."):
                 raise ValueError(f"bad database key {key!r}")
             _write_file(os.path.join(generation, "db", key), text.encode("utf-8"))
-            if position == 0:
-                _crash_point("db-file")
         _fsync_dir(os.path.join(generation, "db"))
         # One line, keys sorted, ASCII; `devtag-agent list` is for reading.
         payload = (json.dumps(index, sort_keys=True, separators=(",", ":")) + "\n").encode("ascii")
@@ -170,19 +161,16 @@ class Database:
         fd = os.open(os.path.join(generation, "devices.json"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             os.write(fd, payload[:half])
-            _crash_point("index-half")
             os.write(fd, payload[half:])
             os.fsync(fd)
         finally:
             os.close(fd)
         _fsync_dir(generation)
-        _crash_point("before-swap")
         link = os.path.join(self.dir, f".current-{os.getpid()}")
         _unlink_if_there(link)
         os.symlink(name, link)
         os.replace(link, self.current)
         _fsync_dir(self.dir)
-        _crash_point("after-swap")
         self.collect_garbage(keep=name)
         return name
 

@@ -1,8 +1,9 @@
 """Killing `apply` at any point leaves the previous state or the new one, never a mix.
 
-Two ways: the agent's named crash points (``DEVTAG_AGENT_TEST_CRASH_AT``: after
-the first database file, half-way through the index, just before and just after
-the swap), and SIGKILL at random moments of real runs.
+Two ways: the process ended at named steps of its write (crash_at.py, from
+outside the shipped code: after the first database file, half-way through the
+index, just before and just after the swap), and SIGKILL at random moments of
+real runs.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from typing import Dict, List, Optional
 import pytest
 
 from devtag_agent.state import db_file_text
+
+CRASH_AT = Path(__file__).with_name("crash_at.py")
 
 
 def _state(root: Path) -> Optional[Dict[str, List[str]]]:
@@ -51,12 +54,9 @@ def _documents(tmp_path: Path, document: dict) -> List[Path]:
 
 
 def _apply(root: Path, document: Path, crash_at: Optional[str] = None) -> subprocess.Popen:
-    env = dict(os.environ)
-    env.pop("DEVTAG_AGENT_TEST_CRASH_AT", None)
-    if crash_at:
-        env["DEVTAG_AGENT_TEST_CRASH_AT"] = crash_at
-    argv = [sys.executable, "-m", "devtag_agent.cli", "--root", str(root), "-q", "apply", "--from-file", str(document)]
-    return subprocess.Popen([*argv, "--no-trigger"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    agent = [sys.executable, str(CRASH_AT), crash_at] if crash_at else [sys.executable, "-m", "devtag_agent.cli"]
+    argv = [*agent, "--root", str(root), "-q", "apply", "--from-file", str(document), "--no-trigger"]
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
 @pytest.mark.parametrize("point", ["db-file", "index-half", "before-swap", "after-swap"])

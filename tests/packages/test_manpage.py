@@ -30,7 +30,7 @@ PROGRAMS = {
 }
 # DEVTAG_* strings that are not environment variables: udev properties the agent writes,
 # and a crash point only the agent's tests set.
-NOT_SETTINGS = {"DEVTAG_TAGS", "DEVTAG_AGENT_TEST_CRASH_AT"}
+NOT_SETTINGS = {"DEVTAG_TAGS"}
 
 
 def _manpage_module() -> ModuleType:
