@@ -223,3 +223,32 @@ def test_limit_on_the_single_provider_path_is_the_first_of_the_whole_answer(clie
                 assert cut["allocation_requests"] == whole["allocation_requests"][:limit], (version, query, limit)
                 kept = {rp for request in cut["allocation_requests"] for rp in request["allocations"]}
                 assert cut["provider_summaries"] == {rp: whole["provider_summaries"][rp] for rp in kept}
+
+
+def test_member_of_applies_to_a_sharing_provider_itself(client):
+    """A sharing provider lends to a tree only when it is in the requested aggregates
+    itself: the anchor's membership does not carry over to it (as upstream answers
+    its gabbit for bug 1792503)."""
+    agg_a, agg_c = str(uuid.uuid4()), str(uuid.uuid4())
+    node = new_provider(client, "cn1")
+    set_inventory(client, node, VCPU={"total": 8})
+    client.put(f"/resource_providers/{node}/aggregates", json=[agg_a, agg_c], headers=V1_18)
+    in_a, in_c = new_provider(client, "ss1"), new_provider(client, "ss2")
+    for rp, aggregate in ((in_a, agg_a), (in_c, agg_c)):
+        set_inventory(client, rp, DISK_GB={"total": 2000})
+        share(client, rp, aggregate)
+    query = "resources=VCPU:1,DISK_GB:100"
+
+    def answer(member_of: str) -> set:
+        return as_sets(candidates(client, f"{query}&member_of={member_of}", "1.32"))
+
+    def pair(share_rp: str) -> frozenset:
+        return frozenset({(node, frozenset({("VCPU", 1)})), (share_rp, frozenset({("DISK_GB", 100)}))})
+
+    assert as_sets(candidates(client, query, "1.32")) == {pair(in_a), pair(in_c)}
+    assert answer(agg_a) == {pair(in_a)}
+    assert answer(agg_c) == {pair(in_c)}
+    assert answer(f"in:{agg_a},{agg_c}") == {pair(in_a), pair(in_c)}
+    assert answer(f"{agg_a}&member_of={agg_c}") == set()
+    # A forbidden aggregate on the anchor rules out every share it would borrow.
+    assert answer(f"!{agg_c}") == set()

@@ -44,7 +44,6 @@ _RESHAPER_ROLE = (
 _CLIENT = "httpx (gabbi's client) refuses to send a non-integer Content-Length, to any server"
 _CORS = "needs upstream's CORS middleware configured (CORSFixture); neither server has one by default"
 # devtag only: the allocation candidate search (its own work, not the HTTP layer).
-_SHARED_MEMBER_OF = "member_of with sharing providers: devtag answers 6 and 2 candidates where upstream answers 4 and 0"
 _TRAIT_ORDER = "provider_summaries list a provider's traits by name; upstream in the database's (trait id) order"
 
 EXPECTED_FAILURES: Dict[str, Dict[str, str]] = {
@@ -52,10 +51,6 @@ EXPECTED_FAILURES: Dict[str, Dict[str, str]] = {
         "post new resource provider": _OPEN_POLICY,
         "put some aggregates": _OPEN_POLICY,
         "get those aggregates": _OPEN_POLICY,
-    },
-    "allocation-candidates-bug-1792503": {
-        "get allocation candidates with shared storage with aggregate A": _SHARED_MEMBER_OF,
-        "get allocation candidates with shared storage with aggregate B": _SHARED_MEMBER_OF,
     },
     "allocation-candidates-policy": {
         "get allocation candidates": _OPEN_POLICY,

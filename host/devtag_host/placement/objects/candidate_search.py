@@ -12,7 +12,8 @@ OpenStack Placement's semantics:
 * the unsuffixed group may spread its classes over the providers of one tree
   and the sharing providers tied to that tree by an aggregate; its required
   traits must be on the union of those providers and its forbidden traits on
-  none of them; its aggregates on each provider or that provider's root;
+  none of them; its aggregates on each provider of the tree or that provider's
+  root, and on each sharing provider itself;
 * every group of a candidate is anchored on the same tree; with
   ``group_policy=isolate`` the suffixed groups use distinct providers;
 * before 1.29 a candidate never uses two providers of one tree.
@@ -695,6 +696,20 @@ def _aggregates_ok(world: World, group: Group, rp_id: int, root: Optional[int]) 
     return all(own & any_of for any_of in wanted.required) or all(of_root & any_of for any_of in wanted.required)
 
 
+def _shared_aggregates_ok(world: World, group: Group, rp_id: int, anchor: int) -> bool:
+    """The unsuffixed group's member_of on a sharing provider lending to another tree:
+    the sharing provider itself must be in the aggregates (the anchor's membership
+    does not carry over to it, as in OpenStack Placement), and neither it nor the
+    anchor in a forbidden one."""
+    wanted = group.aggregates
+    if not wanted:
+        return True
+    own = world.aggregates.get(rp_id, set())
+    if (own | world.aggregates.get(anchor, set())) & wanted.forbidden:
+        return False
+    return all(own & any_of for any_of in wanted.required)
+
+
 def _same_provider_parts(world: World, f: _Filters, anchors_of: Dict[int, Set[int]]) -> Dict[int, List[Part]]:
     """A suffixed group: each provider that has all of it, under every anchor it serves."""
     if f.amounts:
@@ -745,9 +760,12 @@ def _tree_parts(world: World, f: _Filters, anchors_of: Dict[int, Set[int]]) -> D
                 anchors = anchors_of.get(rp_id, {world.root[rp_id]}) if f.tree_root is None else {world.root[rp_id]}
             else:
                 anchors = {world.root[rp_id]}
+            own_root = world.root[rp_id]
             for anchor in anchors:
-                root_for_aggregates = anchor if rp_id in world.sharing else world.root[rp_id]
-                if not _aggregates_ok(world, f.group, rp_id, root_for_aggregates):
+                if anchor == own_root:
+                    if not _aggregates_ok(world, f.group, rp_id, own_root):
+                        continue
+                elif not _shared_aggregates_ok(world, f.group, rp_id, anchor):
                     continue
                 options.setdefault(anchor, {}).setdefault(rc_id, []).append(rp_id)
     parts: Dict[int, List[Part]] = {}
