@@ -252,3 +252,28 @@ def test_member_of_applies_to_a_sharing_provider_itself(client):
     assert answer(f"{agg_a}&member_of={agg_c}") == set()
     # A forbidden aggregate on the anchor rules out every share it would borrow.
     assert answer(f"!{agg_c}") == set()
+
+
+def test_summaries_list_traits_in_trait_id_order(client):
+    """Standard traits first, custom ones in the order they were created, as upstream
+    lists them: on the one-provider path and with a sharing provider alike."""
+    for name in ("CUSTOM_ZEBRA", "CUSTOM_APPLE"):
+        assert client.put(f"/traits/{name}").status_code == 201
+    node = new_provider(client, "cn1")
+    set_inventory(client, node, VCPU={"total": 8})
+    generation = client.get(f"/resource_providers/{node}").json()["generation"]
+    body = {"traits": ["CUSTOM_APPLE", "HW_CPU_X86_AVX2", "CUSTOM_ZEBRA"], "resource_provider_generation": generation}
+    assert client.put(f"/resource_providers/{node}/traits", json=body).status_code == 200
+    listed = ["HW_CPU_X86_AVX2", "CUSTOM_ZEBRA", "CUSTOM_APPLE"]
+    assert candidates(client, "resources=VCPU:1")["provider_summaries"][node]["traits"] == listed
+    aggregate = str(uuid.uuid4())
+    client.put(f"/resource_providers/{node}/aggregates", json=[aggregate], headers=V1_18)
+    disk = new_provider(client, "ss1")
+    set_inventory(client, disk, DISK_GB={"total": 100})
+    share(client, disk, aggregate, "CUSTOM_APPLE", "STORAGE_DISK_SSD")
+    summaries = candidates(client, "resources=VCPU:1,DISK_GB:10")["provider_summaries"]
+    assert summaries[node]["traits"] == listed
+    assert summaries[disk]["traits"] in (
+        ["MISC_SHARES_VIA_AGGREGATE", "STORAGE_DISK_SSD", "CUSTOM_APPLE"],
+        ["STORAGE_DISK_SSD", "MISC_SHARES_VIA_AGGREGATE", "CUSTOM_APPLE"],
+    )

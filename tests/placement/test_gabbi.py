@@ -43,8 +43,6 @@ _RESHAPER_ROLE = (
 )
 _CLIENT = "httpx (gabbi's client) refuses to send a non-integer Content-Length, to any server"
 _CORS = "needs upstream's CORS middleware configured (CORSFixture); neither server has one by default"
-# devtag only: the allocation candidate search (its own work, not the HTTP layer).
-_TRAIT_ORDER = "provider_summaries list a provider's traits by name; upstream in the database's (trait id) order"
 
 EXPECTED_FAILURES: Dict[str, Dict[str, str]] = {
     "aggregate-policy": {
@@ -54,9 +52,6 @@ EXPECTED_FAILURES: Dict[str, Dict[str, str]] = {
     },
     "allocation-candidates-policy": {
         "get allocation candidates": _OPEN_POLICY,
-    },
-    "allocation-candidates-root-required": {
-        "limit to multiattach-capable unsuffixed sharing": _TRAIT_ORDER,
     },
     "allocations-policy": {
         "create resource provider": _OPEN_POLICY,

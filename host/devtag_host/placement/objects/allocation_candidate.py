@@ -20,7 +20,7 @@ from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
 import orjson
 import os_traits
-from sqlalchemy import Integer, and_, bindparam, case, exists, func, null, select
+from sqlalchemy import Integer, String, and_, bindparam, case, cast, exists, func, null, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.expression import ColumnElement, ScalarSelect, Select
 
@@ -272,7 +272,7 @@ def _encoded_requests(
 
 
 _TRAIT_NAMES_OF = (
-    select(provider_traits.c.resource_provider_id, traits.c.name)
+    select(provider_traits.c.resource_provider_id, traits.c.id, traits.c.name)
     .join(traits, traits.c.id == provider_traits.c.trait_id)
     .where(provider_traits.c.resource_provider_id.in_(bindparam("b_ids", expanding=True)))
 )
@@ -280,36 +280,38 @@ _TRAIT_NAMES_OF = (
 
 @functools.lru_cache(maxsize=4)
 def _providers_by_trait(dialect: str) -> Select[Any]:
-    """SQL: each trait name in use with the joined ids of its providers."""
+    """SQL: each trait in use (id, name) with the joined ids of its providers."""
     return (
-        select(traits.c.name, raw_rows.joined_ids(provider_traits.c.resource_provider_id, dialect))
+        select(traits.c.id, traits.c.name, raw_rows.joined_ids(provider_traits.c.resource_provider_id, dialect))
         .select_from(provider_traits.join(traits, traits.c.id == provider_traits.c.trait_id))
-        .group_by(traits.c.name)
+        .group_by(traits.c.id, traits.c.name)
     )
 
 
 def _trait_lists(connection: Connection, provider_ids: List[int], everyone: int) -> Dict[int, List[str]]:
-    """{provider: its trait names, sorted} for the providers of ``provider_ids`` that
-    have traits; providers with the same traits share one list.  When they are a good
+    """{provider: its trait names, by trait id} for the providers of ``provider_ids``
+    that have traits; providers with the same traits share one list.  When they are a good
     part of the ``everyone`` providers, the whole table is read and filtered here: an
     IN list of thousands of ids costs more to build and bind than the rows it spares."""
-    having: Dict[str, List[int]] = {}
+    having: Dict[Tuple[int, str], List[int]] = {}
     if len(provider_ids) * 4 >= everyone:
         wanted = set(provider_ids) if len(provider_ids) < everyone else None
         # One row per trait with its providers' ids joined: a few rows instead of one
         # per (provider, trait), each of which costs the driver more than its parsing.
-        for name, joined in raw_rows.fetch_all(connection, _providers_by_trait(connection.dialect.name)):
+        for trait_id, name, joined in raw_rows.fetch_all(connection, _providers_by_trait(connection.dialect.name)):
             ids = raw_rows.split_ids(joined)
-            having[name] = list(ids) if wanted is None else [rp_id for rp_id in ids if rp_id in wanted]
+            having[trait_id, name] = list(ids) if wanted is None else [rp_id for rp_id in ids if rp_id in wanted]
     else:
         for start in range(0, len(provider_ids), 500):
-            for rp_id, name in connection.execute(_TRAIT_NAMES_OF, {"b_ids": provider_ids[start : start + 500]}).all():
-                having.setdefault(name, []).append(rp_id)
-    # Name by name in order: each provider's names come out sorted.
+            chunk = {"b_ids": provider_ids[start : start + 500]}
+            for rp_id, trait_id, name in connection.execute(_TRAIT_NAMES_OF, chunk).all():
+                having.setdefault((trait_id, name), []).append(rp_id)
+    # Trait by trait in id order, as OpenStack Placement lists them (standard traits
+    # first, custom ones in the order they were created).
     listed: Dict[int, Tuple[str, ...]] = {}
-    for name in sorted(having):
+    for trait_id, name in sorted(having):
         one = (name,)
-        for rp_id in having[name]:
+        for rp_id in having[trait_id, name]:
             have = listed.get(rp_id)
             listed[rp_id] = one if have is None else have + one
     same: Dict[Tuple[str, ...], List[str]] = {}
@@ -520,7 +522,7 @@ def _own_candidates(
             listed = row[2]
             traits_of = same_traits.get(listed)
             if traits_of is None:
-                traits_of = same_traits[listed] = sorted(listed.split(",")) if listed else []
+                traits_of = same_traits[listed] = _by_trait_id(listed)
             summary["traits"] = traits_of
         if shape.nested_aware:  # only reached without trees: every provider is its own root
             summary["parent_provider_uuid"] = None
@@ -737,11 +739,13 @@ def _capacity() -> ColumnElement[float]:
 
 
 def _trait_list(dialect: str) -> ScalarSelect[str]:
-    """SQL: the comma-joined trait names of the current row's provider (names have no commas)."""
+    """SQL: the comma-joined ``id=name`` of the current row's provider's traits (names
+    have no commas nor ``=``), for ``_by_trait_id``."""
+    pair = cast(traits.c.id, String).concat("=").concat(traits.c.name)
     if dialect == "postgresql":
-        joined = func.string_agg(traits.c.name, ",")
+        joined = func.string_agg(pair, ",")
     else:
-        joined = func.group_concat(traits.c.name, ",")
+        joined = func.group_concat(pair, ",")
     return (
         select(joined)
         .select_from(provider_traits.join(traits, traits.c.id == provider_traits.c.trait_id))
@@ -749,3 +753,13 @@ def _trait_list(dialect: str) -> ScalarSelect[str]:
         .correlate(inventories)
         .scalar_subquery()
     )
+
+
+def _by_trait_id(listed: Optional[str]) -> List[str]:
+    """The names of ``_trait_list``'s ``id=name`` pairs in trait id order, as OpenStack
+    Placement lists them (standard traits first, custom ones in the order they were
+    created)."""
+    if not listed:
+        return []
+    pairs = [item.split("=", 1) for item in listed.split(",")]
+    return [name for _trait_id, name in sorted(pairs, key=lambda pair: int(pair[0]))]

@@ -134,7 +134,7 @@ class StaticWorld:
     with_trait: Dict[int, FrozenSet[int]]  # trait id -> its providers
     aggregates: Dict[int, Set[str]]
     rows: Dict[int, Dict[int, Row]]  # class -> {provider: row}, ``used`` 0
-    trait_names: Dict[int, List[str]]  # provider -> its trait names, sorted (lists shared)
+    trait_names: Dict[int, List[str]]  # provider -> its trait names, by trait id (lists shared)
     class_names: Dict[int, str]
     # Filled by the requests that use it (each entry is a function of the fields above
     # and its key alone): {answer shape: {provider: its provider_summaries entry as
@@ -243,8 +243,9 @@ def _read(connection: Connection, stamp: int) -> StaticWorld:
         names_of[trait_id] = name
     traits_of: Dict[int, Set[int]] = {}
     listed: Dict[int, Tuple[str, ...]] = {}
-    # Name by name in order: each provider's names come out sorted.
-    for trait_id in sorted(with_trait, key=names_of.__getitem__):
+    # Trait by trait in id order: each provider's names come out as OpenStack Placement
+    # lists them (standard traits first, custom ones in the order they were created).
+    for trait_id in sorted(with_trait):
         one = (names_of[trait_id],)
         for rp_id in with_trait[trait_id]:
             traits_of.setdefault(rp_id, set()).add(trait_id)
