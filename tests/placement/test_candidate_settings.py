@@ -49,8 +49,7 @@ def test_serve_refuses_a_bad_setting_with_exit_2(monkeypatch, capsys) -> None:
     assert "max_allocation_candidates" in capsys.readouterr().err
     monkeypatch.setenv(candidate_settings.STRATEGY_ENV, "sideways")
     assert main(["placement", "serve"]) == 2
-    err = capsys.readouterr().err
-    assert f"${candidate_settings.STRATEGY_ENV}: 'sideways'" in err and err.count("\n") == 1, err  # where it came from
+    assert "allocation_candidates_generation_strategy" in capsys.readouterr().err
 
 
 def test_worker_app_reads_the_environment(tmp_path, monkeypatch) -> None:
