@@ -30,7 +30,9 @@ from tests.support.gabbi_upstream import (
 )
 from tests.support.services import served_placement
 
-pytestmark = pytest.mark.gabbi
+# Opt-in (`pytest -m gabbi`, one process): under `pytest -n 2` a file's fixture sometimes
+# fails its replay (409, capacity exceeded, after the previous file's reset); not yet explained.
+pytestmark = [pytest.mark.gabbi, pytest.mark.xdist_group("gabbi")]
 
 GABBITS = sorted(gabbits_dir().glob("*.yaml"))
 
@@ -170,7 +172,7 @@ def test_upstream_gabbit(path: Path, target: Target) -> None:
         run, failed = run_file(path, target, fixture_module())
     finally:
         restore_environ(saved)
-    assert run, f"{path.name}: no gabbi test ran"
+    assert run, f"{path.name}: no gabbi test ran (the file's fixture failed?): {failed}"
     expected = EXPECTED_FAILURES.get(path.stem, {})
     unexpected = {name: why for name, why in failed.items() if name not in expected}
     assert not unexpected, f"{path.name}: {len(unexpected)} of {run} failed:\n" + "\n".join(
