@@ -16,7 +16,7 @@ import operator
 import random
 import threading
 from dataclasses import astuple, dataclass
-from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 import orjson
 import os_traits
@@ -676,34 +676,31 @@ def _own_query_limited(
     rps = resource_providers
     # Traits and aggregates first: a provider lacking one is passed over after one lookup.
     chosen_conditions: List[ColumnElement[bool]] = []
-    for index, size in enumerate(required):
-        trait_ids = (
-            provider_traits.c.trait_id == bindparam(f"b_trait_{index}")
-            if size == 1
-            else provider_traits.c.trait_id.in_(bindparam(f"b_traits_{index}", expanding=True))
-        )
-        chosen_conditions.append(exists().where(provider_traits.c.resource_provider_id == rps.c.id, trait_ids))
-    if forbidden_traits:
-        chosen_conditions.append(
-            ~exists().where(
-                provider_traits.c.resource_provider_id == rps.c.id,
-                provider_traits.c.trait_id.in_(bindparam("b_forbidden_traits", expanding=True)),
+
+    def any_of_each(owner: Any, value: Any, name: str, sizes: Sequence[int], forbidden: bool) -> None:
+        """One ``EXISTS`` per group (any of its values), and a ``NOT EXISTS`` of the forbidden ones."""
+        for index, size in enumerate(sizes):
+            wanted = (
+                value == bindparam(f"b_{name}_{index}")
+                if size == 1
+                else value.in_(bindparam(f"b_{name}s_{index}", expanding=True))
             )
-        )
-    for index, size in enumerate(members):
-        member_ids = (
-            provider_aggregates.c.aggregate_uuid == bindparam(f"b_member_{index}")
-            if size == 1
-            else provider_aggregates.c.aggregate_uuid.in_(bindparam(f"b_members_{index}", expanding=True))
-        )
-        chosen_conditions.append(exists().where(provider_aggregates.c.resource_provider_id == rps.c.id, member_ids))
-    if forbidden_members:
-        chosen_conditions.append(
-            ~exists().where(
-                provider_aggregates.c.resource_provider_id == rps.c.id,
-                provider_aggregates.c.aggregate_uuid.in_(bindparam("b_forbidden_members", expanding=True)),
+            chosen_conditions.append(exists().where(owner == rps.c.id, wanted))
+        if forbidden:
+            chosen_conditions.append(
+                ~exists().where(owner == rps.c.id, value.in_(bindparam(f"b_forbidden_{name}s", expanding=True)))
             )
-        )
+
+    any_of_each(
+        provider_traits.c.resource_provider_id, provider_traits.c.trait_id, "trait", required, bool(forbidden_traits)
+    )
+    any_of_each(
+        provider_aggregates.c.resource_provider_id,
+        provider_aggregates.c.aggregate_uuid,
+        "member",
+        members,
+        bool(forbidden_members),
+    )
     for rc_id in class_ids:
         chosen_conditions.append(
             exists().where(
