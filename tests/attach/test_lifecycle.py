@@ -230,7 +230,7 @@ DISPLAY_PASSWORD = "Pw-47x11"  # VNC takes 8 characters at most
 WITH_DISPLAY = """<domain type='qemu'><name>{name}</name><memory unit='MiB'>64</memory><vcpu>1</vcpu>
   <os><type arch='x86_64' machine='pc'>hvm</type></os><devices>
   <controller type='scsi' index='0' model='virtio-scsi'/>
-  <graphics type='vnc' autoport='yes' passwd='{password}'><listen type='address' address='127.0.0.1'/></graphics>
+  <graphics type='vnc' passwd='{password}'><listen type='socket'/></graphics>
   <serial type='null'/><memballoon model='none'/>
 </devices></domain>"""
 
