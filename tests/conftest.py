@@ -7,6 +7,7 @@ undefine them (use :func:`define_domain`, which does it for you).
 
 from __future__ import annotations
 
+import logging
 import shutil
 import tempfile
 import uuid
@@ -27,6 +28,18 @@ def pytest_collection_modifyitems(items: list) -> None:
     for item in items:
         if any(item.get_closest_marker(name) for name in QEMU_MARKERS):
             item.add_marker(pytest.mark.xdist_group("qemu"))
+
+
+@pytest.fixture(autouse=True)
+def _root_logger_as_found() -> Iterator[None]:
+    """A CLI ``main()`` run in-process configures the root logger (``basicConfig``);
+    undo it so one test's log level and handlers never reach the next test's ``caplog``."""
+    root = logging.getLogger()
+    level, handlers = root.level, list(root.handlers)
+    yield
+    root.setLevel(level)
+    for handler in [h for h in root.handlers if h not in handlers and type(h) is logging.StreamHandler]:
+        root.removeHandler(handler)  # basicConfig's; pytest's own capture handlers are subclasses
 
 
 def _libvirt_available() -> bool:
