@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Set, Tuple
 
 from . import errors
+from .db import MAX_INT
 from .microversion import Version
 from .query import AggregateFilter, TraitFilter, parse_member_of, parse_traits, parse_traits_value, parse_uuid
 from .web import parse_resources, query_error
@@ -153,7 +154,9 @@ def parse(query: List[Tuple[str, str]], version: Version) -> CandidateRequest:
         first = values["limit"][0]
         if not _LIMIT.search(first):  # upstream fails with a 500 there
             raise errors.bad_request(f"Invalid query string parameters: {first[:100]!r} does not match '^[1-9][0-9]*$'")
-        request.limit = int(first)
+        # A limit past any answer's size is no limit (upstream slices a list with it);
+        # kept within what SQL's LIMIT binds.
+        request.limit = MAX_INT if len(first) > 10 else min(int(first), MAX_INT)
     if "group_policy" in values:
         # Likewise the first value: only "isolate" isolates.
         request.group_policy = values["group_policy"][0]

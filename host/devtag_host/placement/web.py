@@ -210,6 +210,12 @@ def is_uuid(value: str) -> bool:
     return canonical == value.replace("urn:", "").replace("uuid:", "").strip("{}").replace("-", "").lower()
 
 
+# The largest amount a query may name: a 64-bit SQL integer, past which OpenStack
+# Placement fails with a 500 (its databases cannot bind it).  Amounts above MAX_INT
+# (the largest ``max_unit``) are valid and fit nowhere, as upstream answers them.
+MAX_AMOUNT = 2**63 - 1
+
+
 def parse_resources(value: str) -> Dict[str, int]:
     """``VCPU:2,MEMORY_MB:1024`` -> {"VCPU": 2, "MEMORY_MB": 1024}, else 400."""
     form = "?resources=VCPU:2,MEMORY_MB:1024"
@@ -227,13 +233,18 @@ def parse_resources(value: str) -> Dict[str, int]:
                 f"{form}. Got: {item[:100]}."
             )
         try:
-            number = int(amount)
+            # Past 4300 digits int() refuses a number: out of range, not malformed.
+            number = MAX_AMOUNT + 1 if len(amount) > 100 and amount.strip().lstrip("+").isdecimal() else int(amount)
         except ValueError:
             raise errors.bad_request(
                 f"Requested resource {name[:100]} expected positive integer amount. Got: {amount[:40]}."
             ) from None
         if number < 1:
             raise errors.bad_request(f"Requested resource {name[:100]} requires amount >= 1. Got: {number}.")
+        if number > MAX_AMOUNT:
+            raise errors.bad_request(
+                f"Requested resource {name[:100]} requires amount <= {MAX_AMOUNT}. Got: {amount.strip()[:40]}."
+            )
         result[name] = number
     return result
 
