@@ -42,6 +42,26 @@ def _root_logger_as_found() -> Iterator[None]:
         root.removeHandler(handler)  # basicConfig's; pytest's own capture handlers are subclasses
 
 
+class _GroupedNodeIds:
+    """``--dist loadgroup`` with pytest >= 9.2: xdist (3.8) names a test's group by
+    appending ``@group`` to ``item._nodeid``, which pytest 9.2 no longer reads (a
+    node's id is ``item._id``), so every group was split over both workers (the QEMU
+    tests, upstream's gabbi files).  Carry xdist's name over to the id pytest reports."""
+
+    @pytest.hookimpl(trylast=True)  # after xdist's own hook
+    def pytest_collection_modifyitems(self, items: list) -> None:
+        for item in items:
+            grouped = item.__dict__.get("_nodeid")
+            if isinstance(grouped, str) and "@" in grouped and grouped != item.nodeid and hasattr(item, "_id"):
+                from _pytest.nodeid import coerce_node_id  # only pytest >= 9.2 gets here
+
+                item._id = coerce_node_id(grouped)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(_GroupedNodeIds(), "devtag-grouped-node-ids")
+
+
 def _libvirt_available() -> bool:
     try:
         import libvirt  # noqa: F401

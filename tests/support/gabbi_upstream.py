@@ -15,12 +15,15 @@ upstream's is copied into this repository.
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import logging
+import multiprocessing
 import os
 import types
 import unittest
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 import httpx
 from sqlalchemy import create_engine, text
@@ -212,6 +215,32 @@ def run_file(path: Path, target: Target, fixtures: types.ModuleType) -> Tuple[in
         if "prior" in why.lower():
             failed[_name(case, path.stem)] = why
     return result.testsRun, failed
+
+
+def run_file_alone(path: Path, target: Target) -> Tuple[int, Dict[str, str]]:
+    """:func:`run_file` with upstream's fixtures, as it runs in a process of its own
+    (see :func:`upstream_process`)."""
+    saved = environ_snapshot()  # upstream's fixtures export their UUIDs in os.environ
+    try:
+        return run_file(path, target, fixture_module())
+    finally:
+        restore_environ(saved)
+
+
+@contextlib.contextmanager
+def upstream_process() -> Iterator[concurrent.futures.Executor]:
+    """A fresh interpreter to run upstream's fixtures in (submit :func:`run_file_alone`).
+
+    Upstream's database engine is global to a process (oslo.db's
+    ``placement_context_manager``) and configured once per process: where another test
+    had already started it (an in-process upstream app: the differential tests, Nova's
+    report client, on the same xdist worker), upstream's fixtures built their world in
+    that test's database, on top of what the test left there, and the replay copied
+    both (409s: over capacity); and their cleanup unset upstream's global policy
+    enforcer under that test's app.  A process of their own shares neither."""
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+        yield pool
 
 
 def _name(case: Any, stem: str) -> str:
