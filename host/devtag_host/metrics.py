@@ -12,6 +12,8 @@ metadata server's hot path stays untouched.  Each server gets a
 * ``*_refusals_total{reason}``: requests and connections refused, by a fixed
   set of reasons;
 * ``*_connections_open``: the server's open HTTP connections;
+* ``devtag_placement_candidates_cut_short_total``: allocation-candidates answers
+  whose search stopped at its step limit;
 * ``devtag_metadata_libvirt_reconnects_total``: reconnections to libvirt.
 
 The listener serves ``/metrics`` in the Prometheus text format from
@@ -62,6 +64,15 @@ class ServiceMetrics:
             f"{prefix}_refusals", "Requests and connections refused, by reason.", ["reason"], registry=self.registry
         )
         self.connections = Gauge(f"{prefix}_connections_open", "Open HTTP connections.", registry=self.registry)
+        self.cut_short_answers = (
+            Counter(
+                f"{prefix}_candidates_cut_short",
+                "Allocation-candidates answers whose search stopped at its step limit (candidates may be missing).",
+                registry=self.registry,
+            )
+            if service == "placement"
+            else None
+        )
         self.libvirt_reconnects = (
             Counter(
                 f"{prefix}_libvirt_reconnects", "Reconnections to libvirt after it went away.", registry=self.registry
@@ -76,6 +87,10 @@ class ServiceMetrics:
 
     def refused(self, reason: str) -> None:
         self.refusals.labels(reason).inc()
+
+    def cut_short(self) -> None:
+        if self.cut_short_answers is not None:
+            self.cut_short_answers.inc()
 
     def watch_connections(self, connections: Sized) -> None:
         """Report ``len(connections)`` (uvicorn's set of open connections) at each scrape."""

@@ -189,3 +189,49 @@ def test_randomize_samples_the_generated_set(sqlite_store: Store) -> None:
         assert len(body["allocation_requests"]) == 10
         check_candidates(body, tree, 2, 8)
     assert len({str(body["allocation_requests"]) for body in answers}) > 1
+
+
+def test_a_search_cut_short_says_so(
+    sqlite_store: Store, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Past its step limit (a guard against answers of billions, asked for without
+    limit or max_allocation_candidates) the search answers what it found, and says
+    so: a header on the answer, a WARNING with the request id, and the metric."""
+    import asyncio
+    import logging
+
+    from devtag_host.metrics import ServiceMetrics
+    from devtag_host.placement.objects import candidate_search
+    from devtag_host.placement.requestlog import RequestLog
+
+    with settings_client(sqlite_store, CandidateSettings()) as client:
+        create_tree(client, 1, 8, 1)
+    metrics = ServiceMetrics("placement")
+    app = RequestLog(Placement(sqlite_store), None, metrics=metrics)
+
+    async def ask(path: str) -> httpx.Response:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://placement", headers=HEADERS) as http:
+            return await http.get(path)
+
+    def cut_short() -> float:
+        return metrics.registry.get_sample_value("devtag_placement_candidates_cut_short_total") or 0.0
+
+    whole = asyncio.run(ask(query(8, 1, None)))  # 8! candidates: within the limit
+    assert whole.status_code == 200 and "x-devtag-candidates-cut-short" not in whole.headers
+    assert len(orjson.loads(whole.content)["allocation_requests"]) == 40320
+    assert cut_short() == 0
+    monkeypatch.setattr(candidate_search, "MAX_SEARCH_STEPS", 5000)
+    with caplog.at_level(logging.WARNING, logger="devtag_host.placement.app"):
+        cut = asyncio.run(ask(query(8, 1, None)))
+        limited = asyncio.run(ask(query(8, 1, 10)))  # a limit within reach: no cut
+    assert cut.status_code == 200
+    assert cut.headers["x-devtag-candidates-cut-short"] == "5000"
+    assert 0 < len(orjson.loads(cut.content)["allocation_requests"]) < 40320
+    assert "x-devtag-candidates-cut-short" not in limited.headers
+    assert len(orjson.loads(limited.content)["allocation_requests"]) == 10
+    (record,) = [r for r in caplog.records if "stopped after" in r.getMessage()]
+    assert record.levelno == logging.WARNING
+    assert cut.headers["x-openstack-request-id"] in record.getMessage()
+    assert "stopped after 5000 steps" in record.getMessage()
+    assert cut_short() == 1

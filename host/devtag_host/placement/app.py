@@ -35,7 +35,7 @@ from .exception import PlacementException
 from .handlers import aggregate, allocation, allocation_candidate, inventory, reshaper, resource_class, trait, usage
 from .handlers import resource_provider as provider
 from .objects import resource_provider as provider_objects
-from .web import Call, Reply, cache_headers, decode_json
+from .web import CUT_SHORT_HEADER, Call, Reply, cache_headers, decode_json
 
 log = logging.getLogger(__name__)
 
@@ -222,6 +222,14 @@ class Placement:
             out_headers.append((microversion.HEADER, f"{microversion.SERVICE_TYPE} {version}"))
             out_headers.append(("vary", microversion.HEADER))
         out_headers.extend(reply.headers.items())
+        if CUT_SHORT_HEADER in reply.headers:
+            log.warning(
+                "%s: GET /allocation_candidates?%s: the search stopped after %s steps, the answer may miss "
+                "candidates; ask with limit or set max_allocation_candidates",
+                request_id,
+                query_string[:500],
+                reply.headers[CUT_SHORT_HEADER],
+            )
         if reply.status >= 400 and not (version and version.at_least(23)) and isinstance(reply.body, dict):
             for error in reply.body.get("errors", []):  # 1.23 added ``code`` to errors
                 error.pop("code", None)

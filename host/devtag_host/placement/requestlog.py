@@ -27,6 +27,7 @@ from ..request_log import BufferedStreamSink, iso_timestamp, quote
 MAX_LOGGED_PATH = 2048
 REQUEST_ID_HEADER = b"x-openstack-request-id"
 MICROVERSION_HEADER = b"openstack-api-version"
+CUT_SHORT_HEADER = b"x-devtag-candidates-cut-short"  # web.CUT_SHORT_HEADER
 # Statuses counted as refusals in the metrics (the rest are the API's answers), by reason.
 REFUSALS = {401: "unauthenticated", 403: "forbidden", 413: "body_too_large", 431: "headers_too_large"}
 REQUEST_LOG_ENV = "DEVTAG_PLACEMENT_REQUEST_LOG"  # serve -> its worker processes: "0" is --no-request-log
@@ -85,7 +86,7 @@ class RequestLog:
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
-        seen: dict = {"status": None, "request_id": None, "microversion": None, "bytes": 0}
+        seen: dict = {"status": None, "request_id": None, "microversion": None, "bytes": 0, "cut_short": False}
 
         async def observed(message: Any) -> None:
             kind = message["type"]
@@ -96,6 +97,8 @@ class RequestLog:
                         seen["request_id"] = value.decode("latin-1")
                     elif name == MICROVERSION_HEADER:
                         seen["microversion"] = value.decode("latin-1").rpartition(" ")[2]
+                    elif name == CUT_SHORT_HEADER:
+                        seen["cut_short"] = True
             elif kind == "http.response.body":
                 seen["bytes"] += len(message.get("body", b""))
             await send(message)
@@ -111,6 +114,8 @@ class RequestLog:
                 reason = REFUSALS.get(seen["status"])
                 if reason is not None:
                     self.metrics.refused(reason)
+                if seen["cut_short"]:
+                    self.metrics.cut_short()
 
     def _log(self, scope: Any, seen: dict, ms: float) -> None:
         client = scope.get("client")

@@ -33,6 +33,12 @@ def _is_uuid(value: object) -> bool:
     return not isinstance(value, str) or is_uuid(value)
 
 
+# On an allocation-candidates answer whose search stopped at its step limit (the
+# answer may miss candidates): the number of steps.  OpenStack Placement has no such
+# limit; its clients ignore the header, operators see it in the log and the metrics.
+CUT_SHORT_HEADER = "x-devtag-candidates-cut-short"
+
+
 @dataclass
 class Call:
     """One API request, already authenticated and version-negotiated."""

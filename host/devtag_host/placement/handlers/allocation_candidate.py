@@ -19,7 +19,7 @@ from ..exception import ResourceClassNotFound, TraitNotFound
 from ..objects import allocation_candidate, candidate_search, resource_class, trait
 from ..objects import resource_provider as rp
 from ..query import TraitFilter
-from ..web import Call, Reply, cache_headers, fits_nowhere
+from ..web import CUT_SHORT_HEADER, Call, Reply, cache_headers, fits_nowhere
 
 # Names in the query that do not exist: the request is bad (not a missing resource).
 _REWORDED: Rules = {
@@ -37,7 +37,10 @@ def list_candidates(call: Call) -> Reply:
             connection, request, allocation_candidate.Shape.at(call.version), call.candidate_settings
         )
     body: Dict[str, Any] = {"allocation_requests": found.requests, "provider_summaries": found.summaries}
-    return Reply(200, body, cache_headers(call))
+    headers = cache_headers(call)
+    if found.cut_after is not None:  # app.py logs it, the request log counts it
+        headers[CUT_SHORT_HEADER] = str(found.cut_after)
+    return Reply(200, body, headers)
 
 
 def _no_group_can_match(connection: Connection, request: candidate_request.CandidateRequest) -> bool:

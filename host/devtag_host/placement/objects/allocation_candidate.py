@@ -40,6 +40,7 @@ class Candidates:
 
     requests: List[Dict[str, Any]]
     summaries: Dict[str, Dict[str, object]]
+    cut_after: Optional[int] = None  # the search stopped after this many steps (candidate_search.MAX_SEARCH_STEPS)
 
 
 @dataclass
@@ -167,7 +168,7 @@ def _general(
     names = world.kept.class_names if world.kept is not None else resource_class.names_by_id(connection)
     requested = {name for group in request.groups for name in group.resources}
     summaries = _summaries(connection, world, summarised, names, requested, shape)
-    return Candidates(_requests(world, found.suffixes, chosen, parts, names, shape), summaries)
+    return Candidates(_requests(world, found.suffixes, chosen, parts, names, shape), summaries, found.cut_after)
 
 
 def _requests(

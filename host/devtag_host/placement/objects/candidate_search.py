@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import logging
 import math
 import random
 import sys
@@ -45,11 +44,10 @@ from ..exception import ResourceClassNotFound
 from . import resource_class, static_world, trait
 from .raw_rows import fetch_all, joined_ids, split_ids
 
-log = logging.getLogger(__name__)
-
 # A guard for the service: a search that would look at more picks than this (an
 # answer of billions of candidates asked for without ``limit`` or
-# ``max_allocation_candidates``) stops, answers what it found and says so in the log.
+# ``max_allocation_candidates``) stops and answers what it found, marked as cut
+# short (``Found.cut_after``): the answer says so in a header, the log and the metrics.
 MAX_SEARCH_STEPS = 2_000_000
 # Below this many arrangements of an anchor's parts, the search runs without its quick
 # feasibility checks (they cost more than trying the few arrangements).
@@ -171,6 +169,7 @@ class Found:
     candidates: List[Candidate]
     world: World
     suffixes: List[str] = field(default_factory=list)  # the groups' suffixes, in the parts' order
+    cut_after: Optional[int] = None  # the search stopped after this many steps: candidates may be missing
 
 
 @functools.lru_cache(maxsize=4)
@@ -329,8 +328,8 @@ def search(
             return Found([], world), class_ids, trait_ids
         per_group.append(parts)
     suffixes = [f.group.suffix for f in filters]
-    combined = _combine(world, request, filters, per_group, nested_aware, settings, limit)
-    return Found(combined, world, suffixes), class_ids, trait_ids
+    combined, cut_after = _combine(world, request, filters, per_group, nested_aware, settings, limit)
+    return Found(combined, world, suffixes, cut_after), class_ids, trait_ids
 
 
 class SearchExhausted(Exception):
@@ -360,7 +359,7 @@ def _combine(
     nested_aware: bool,
     settings: CandidateSettings,
     limit: Optional[int],
-) -> List[Candidate]:
+) -> Tuple[List[Candidate], Optional[int]]:
     """Every pick of one part per group, anchored on the same tree, that meets
     ``group_policy``, ``same_subtree`` and the capacity of what several groups take
     from one provider, generated as ``settings`` say and cut short by ``limit``
@@ -390,6 +389,7 @@ def _combine(
                         else frozenset.intersection(*map(lineage, providers))
                     )
     plan = _Plan(world, nested_aware, numbered, isolate, not apart, subtrees, commons, set() if world.sharing else None)
+    plan.steps = MAX_SEARCH_STEPS
     anchors = sorted(set.intersection(*(set(parts) for parts in per_group)))
     searches = [_anchor_candidates(plan, [parts[anchor] for parts in per_group]) for anchor in anchors]
     return _generated(searches, settings, limit)
@@ -397,7 +397,7 @@ def _combine(
 
 def _generated(
     searches: List[Iterator[Candidate]], settings: CandidateSettings, limit: Optional[int]
-) -> List[Candidate]:
+) -> Tuple[List[Candidate], Optional[int]]:
     """The candidates of the anchors' ``searches`` as OpenStack Placement answers them.
 
     Upstream generates at most ``max_allocation_candidates`` in the order of its
@@ -406,7 +406,8 @@ def _generated(
     order).  Without ``randomize`` this takes ``limit`` candidates round-robin over
     the anchors of the generated set: the same answer where the strategy leaves no
     choice, spread over as many roots as upstream's set would, and found without
-    generating the rest."""
+    generating the rest.  Also the number of steps after which the search stopped
+    (``MAX_SEARCH_STEPS``), or None when it looked at everything it had to."""
     cap = settings.cap()
     breadth_first = settings.generation_strategy == BREADTH_FIRST
     found: List[Candidate] = []
@@ -431,13 +432,8 @@ def _generated(
                 budget -= len(per_anchor[-1])
             _take(_round_robin([iter(listed) for listed in per_anchor]), limit, found)
     except SearchExhausted:
-        log.warning(
-            "allocation candidate search stopped after %d steps with %d candidates: the answer may miss some; "
-            "set max_allocation_candidates or ask with limit",
-            MAX_SEARCH_STEPS,
-            len(found),
-        )
-    return found
+        return found, MAX_SEARCH_STEPS
+    return found, None
 
 
 def _take(candidates: Iterable[Candidate], most: Optional[int], into: List[Candidate]) -> None:
