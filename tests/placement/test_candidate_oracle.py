@@ -9,7 +9,11 @@ devtag's search: a suffixed group is one provider with all of its resources and
 traits; the unsuffixed group takes each class from one provider of a tree; all
 groups of a candidate in one tree; summed amounts within capacity and max_unit;
 isolate keeps suffixed groups on distinct providers; same_subtree wants one of
-the groups' providers to be an ancestor (or itself) of all of them.
+the groups' providers to be an ancestor (or itself) of all of them.  Aggregates
+(``member_of``, each parameter AND'd, ``in:`` any of, ``!in:`` none of): a suffixed
+group's provider itself must be a member; in the unsuffixed group, each provider it
+takes from, or the root of its tree (an aggregate on a root spans the tree), and for
+a forbidden aggregate neither.
 ``DEVTAG_ORACLE_EXAMPLES=2000 DEVTAG_ORACLE_RANDOM=1`` explores further."""
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from .test_microversions import set_traits
 
 CLASSES = ["VCPU", "CUSTOM_VF"]
 TRAITS = ["CUSTOM_A", "CUSTOM_B"]
+AGGREGATES = ["a0000000-0000-4000-8000-00000000000a", "b0000000-0000-4000-8000-00000000000b"]
 HEADERS = {**DEFAULT_HEADERS, "openstack-api-version": "placement 1.36"}
 EXAMPLES = int(os.environ.get("DEVTAG_ORACLE_EXAMPLES", "150"))
 
@@ -45,6 +50,7 @@ class Provider:
     parent: Optional[int]  # index in the world's list
     inventory: Dict[str, Tuple[int, int, int]]  # class -> (total, max_unit, step_size)
     traits: FrozenSet[str]
+    aggregates: FrozenSet[str] = frozenset()
     uuid: str = ""
 
 
@@ -54,6 +60,8 @@ class Group:
     resources: Dict[str, int]
     required: FrozenSet[str] = frozenset()
     forbidden: FrozenSet[str] = frozenset()
+    member_of: Tuple[FrozenSet[str], ...] = ()  # each: any of these aggregates
+    not_member_of: FrozenSet[str] = frozenset()
 
 
 @dataclass
@@ -81,9 +89,21 @@ def trees(draw: st.DrawFn) -> List[Provider]:
                         draw(st.sampled_from([1, 1, 1, 2])),
                     )
             traits = frozenset(draw(st.sets(st.sampled_from(TRAITS))))
-            providers.append(Provider(f"t{tree}p{index}", tree, parent, inventory, traits))
+            aggregates = frozenset(draw(st.sets(st.sampled_from(AGGREGATES))))
+            providers.append(Provider(f"t{tree}p{index}", tree, parent, inventory, traits, aggregates))
     return providers
 
+
+# No aggregate filter most of the time; else one to two member_of, or a forbidden one.
+aggregate_filters = st.one_of(
+    st.just(((), frozenset())),
+    st.just(((), frozenset())),
+    st.tuples(
+        st.lists(st.sets(st.sampled_from(AGGREGATES), min_size=1).map(frozenset), min_size=1, max_size=2).map(tuple),
+        st.just(frozenset()),
+    ),
+    st.tuples(st.just(()), st.sets(st.sampled_from(AGGREGATES), min_size=1).map(frozenset)),
+)
 
 some_amounts = st.dictionaries(st.sampled_from(CLASSES), st.sampled_from([1, 1, 2]), min_size=1, max_size=2)
 amounts = st.one_of(st.just({}), some_amounts)
@@ -95,13 +115,15 @@ def cases(draw: st.DrawFn) -> Case:
     count = draw(st.sampled_from([1, 2, 3, 3, 4, 4, 5]))
     groups: List[Group] = []
     if draw(st.booleans()):
-        groups.append(Group("", draw(some_amounts)))
+        member_of, not_member_of = draw(aggregate_filters)
+        groups.append(Group("", draw(some_amounts), member_of=member_of, not_member_of=not_member_of))
     for number in range(1, max(count - len(groups), 0 if groups else 1) + 1):
         required = frozenset(draw(st.sets(st.sampled_from(TRAITS), max_size=1)))
         others = [trait for trait in TRAITS if trait not in required]
         forbidden = frozenset(draw(st.sampled_from([(), (), (), others[:1]])))
         resources = draw(amounts) if required else draw(some_amounts)
-        groups.append(Group(str(number), resources, required, forbidden))
+        member_of, not_member_of = draw(aggregate_filters)
+        groups.append(Group(str(number), resources, required, forbidden, member_of, not_member_of))
     if not any(group.resources for group in groups):
         groups[-1].resources = {"VCPU": 1}
     numbered = [group.suffix for group in groups if group.suffix]
@@ -121,6 +143,27 @@ def fits(provider: Provider, rc: str, amount: int) -> bool:
     return amount <= total and 1 <= amount <= max_unit and amount % step == 0
 
 
+def member(provider: Provider, group: Group) -> bool:
+    """The provider alone meets the group's aggregate filters."""
+    return all(provider.aggregates & any_of for any_of in group.member_of) and not (
+        provider.aggregates & group.not_member_of
+    )
+
+
+def member_or_root(case: Case, index: int, group: Group) -> bool:
+    """The unsuffixed group: the provider or its tree's root is in the aggregates
+    asked for (each provider meeting all of them on its own), and neither is in a
+    forbidden one."""
+    root = index
+    while case.providers[root].parent is not None:
+        root = case.providers[root].parent  # type: ignore[assignment]
+    mine, top = case.providers[index], case.providers[root]
+    wanted = all(mine.aggregates & any_of for any_of in group.member_of) or all(
+        top.aggregates & any_of for any_of in group.member_of
+    )
+    return wanted and not ((mine.aggregates | top.aggregates) & group.not_member_of)
+
+
 # An option of one group: (tree, {provider index: {class: amount}}, provider indexes of its mapping)
 Option = Tuple[int, Dict[int, Dict[str, int]], Tuple[int, ...]]
 
@@ -134,12 +177,18 @@ def options(case: Case, group: Group) -> List[Option]:
                 continue
             if not group.required <= provider.traits or group.forbidden & provider.traits:
                 continue
+            if not member(provider, group):
+                continue
             found.append((provider.tree, {index: dict(group.resources)} if group.resources else {}, (index,)))
         return found
     classes = sorted(group.resources)
     for tree in {provider.tree for provider in providers}:
         choices = [
-            [i for i, p in enumerate(providers) if p.tree == tree and fits(p, rc, group.resources[rc])]
+            [
+                i
+                for i, p in enumerate(providers)
+                if p.tree == tree and fits(p, rc, group.resources[rc]) and member_or_root(case, i, group)
+            ]
             for rc in classes
         ]
         for pick in itertools.product(*choices):
@@ -227,6 +276,10 @@ def build(client: httpx.Client, case: Case) -> None:
             )
         if provider.traits:
             set_traits(client, provider.uuid, *sorted(provider.traits))
+        if provider.aggregates:
+            generation = client.get(f"/resource_providers/{provider.uuid}").json()["generation"]
+            body = {"aggregates": sorted(provider.aggregates), "resource_provider_generation": generation}
+            assert client.put(f"/resource_providers/{provider.uuid}/aggregates", json=body).status_code == 200
 
 
 def query(case: Case, limit: Optional[int] = None) -> str:
@@ -239,6 +292,10 @@ def query(case: Case, limit: Optional[int] = None) -> str:
         traits = sorted(group.required) + [f"!{t}" for t in sorted(group.forbidden)]
         if traits:
             parts.append(f"required{group.suffix}=" + ",".join(traits))
+        for any_of in group.member_of:
+            parts.append(f"member_of{group.suffix}=in:" + ",".join(sorted(any_of)))
+        if group.not_member_of:
+            parts.append(f"member_of{group.suffix}=!in:" + ",".join(sorted(group.not_member_of)))
     parts.append(f"group_policy={case.policy}")
     if case.same_subtree:
         parts.append("same_subtree=" + ",".join(case.same_subtree))
