@@ -14,6 +14,7 @@ those are listed with it.
 from __future__ import annotations
 
 import concurrent.futures
+import multiprocessing
 from pathlib import Path
 from typing import Dict, Iterator
 
@@ -22,7 +23,13 @@ import pytest
 from devtag_host.placement import schema_upgrade
 from devtag_host.placement.db import Store
 from tests.placement.conftest import clean
-from tests.support.gabbi_upstream import Target, gabbits_dir, run_file_alone, upstream_process
+from tests.support.gabbi_upstream import (
+    Target,
+    gabbits_dir,
+    run_beside_an_upstream_app,
+    run_file_alone,
+    upstream_process,
+)
 from tests.support.services import served_placement
 
 pytestmark = [pytest.mark.gabbi, pytest.mark.xdist_group("gabbi")]
@@ -179,37 +186,22 @@ def test_upstream_gabbit(path: Path, target: Target, upstream: concurrent.future
         pytest.xfail(f"{len(expected)} of {run} as listed: " + "; ".join(sorted(set(expected.values()))))
 
 
-def test_an_upstream_app_in_this_process_leaks_nothing_into_the_fixtures(
+def test_upstream_fixtures_beside_an_upstream_app_copy_its_leftovers(
     tmp_path: Path, target: Target, upstream: concurrent.futures.Executor
 ) -> None:
-    """An upstream app this process built (the differential tests and Nova's report
-    client do, on the same xdist worker) leaves a world in its database: here a
-    provider whose allocation is over its capacity.  Upstream's fixtures, in a
-    process of their own, never see it: the replay of a file with allocations passes.
-    (Upstream's engine is configured once per process: after another test, this app
-    may write to that test's database; what matters is that it holds leftovers.)"""
-    import uuid
-
-    import httpx
-
-    from tests.support.upstream_placement import upstream_app
-
-    app = upstream_app(tmp_path / "upstream.sqlite")
-    headers = {"x-auth-token": "admin", "x-roles": "admin", "openstack-api-version": "placement 1.39"}
-    with httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://upstream", headers=headers) as http:
-        leftover, consumer = str(uuid.uuid4()), str(uuid.uuid4())
-        assert http.post("/resource_providers", json={"name": leftover, "uuid": leftover}).status_code == 200
-
-        def set_vcpu(total: int) -> None:
-            generation = http.get(f"/resource_providers/{leftover}").json()["generation"]
-            inventory = {"resource_provider_generation": generation, "inventories": {"VCPU": {"total": total}}}
-            assert http.put(f"/resource_providers/{leftover}/inventories", json=inventory).status_code == 200
-
-        set_vcpu(4)
-        body = {"allocations": {leftover: {"resources": {"VCPU": 4}}}, "project_id": "p", "user_id": "u"}
-        body.update(consumer_generation=None, consumer_type="INSTANCE")
-        assert http.put(f"/allocations/{consumer}", json=body).status_code == 204
-        set_vcpu(1)
+    """Why the fixtures run in a process of their own.  In a process that built an
+    upstream app first (the differential tests and Nova's report client do, on the same
+    xdist worker), upstream's fixtures build their world in that app's database, and
+    the replay copies what the app left there: here a provider over its capacity, the
+    409 of the replay.  Shown in a spawned process (upstream's engine, once configured,
+    stays for the process: this one's must stay the differential tests'); upstream's
+    own process (``upstream``) replays the same file cleanly."""
     path = gabbits_dir() / "allocations-1-8.yaml"
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=context) as polluted:
+        run, failed = polluted.submit(run_beside_an_upstream_app, tmp_path / "upstream.sqlite", path, target).result(
+            timeout=240
+        )
+    assert any("would exceed" in why for why in failed.values()), failed
     run, failed = upstream.submit(run_file_alone, path, target).result(timeout=240)
     assert run and not failed, failed

@@ -227,6 +227,33 @@ def run_file_alone(path: Path, target: Target) -> Tuple[int, Dict[str, str]]:
         restore_environ(saved)
 
 
+def run_beside_an_upstream_app(database: Path, path: Path, target: Target) -> Tuple[int, Dict[str, str]]:
+    """:func:`run_file_alone` in a process that first built an upstream app on
+    ``database`` and left in it a provider whose allocation exceeds its capacity (as
+    a differential example can): what :func:`upstream_process` avoids."""
+    import uuid
+
+    from tests.support.upstream_placement import upstream_app
+
+    app = upstream_app(database)
+    headers = {"x-auth-token": "admin", "x-roles": "admin", "openstack-api-version": "placement 1.39"}
+    with httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://upstream", headers=headers) as http:
+        leftover = str(uuid.uuid4())
+        http.post("/resource_providers", json={"name": leftover, "uuid": leftover}).raise_for_status()
+
+        def set_vcpu(total: int) -> None:
+            generation = http.get(f"/resource_providers/{leftover}").json()["generation"]
+            inventory = {"resource_provider_generation": generation, "inventories": {"VCPU": {"total": total}}}
+            http.put(f"/resource_providers/{leftover}/inventories", json=inventory).raise_for_status()
+
+        set_vcpu(4)
+        body = {"allocations": {leftover: {"resources": {"VCPU": 4}}}, "project_id": "p", "user_id": "u"}
+        body.update(consumer_generation=None, consumer_type="INSTANCE")
+        http.put(f"/allocations/{uuid.uuid4()}", json=body).raise_for_status()
+        set_vcpu(1)
+    return run_file_alone(path, target)
+
+
 @contextlib.contextmanager
 def upstream_process() -> Iterator[concurrent.futures.Executor]:
     """A fresh interpreter to run upstream's fixtures in (submit :func:`run_file_alone`).
