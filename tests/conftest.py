@@ -45,8 +45,8 @@ def _root_logger_as_found() -> Iterator[None]:
 class _GroupedNodeIds:
     """``--dist loadgroup`` with pytest >= 9.2: xdist (3.8) names a test's group by
     appending ``@group`` to ``item._nodeid``, which pytest 9.2 no longer reads (a
-    node's id is ``item._id``), so every group was split over both workers (the QEMU
-    tests, upstream's gabbi files).  Carry xdist's name over to the id pytest reports."""
+    node's id is ``item._id``); without this every group is split over both workers
+    (the QEMU tests, upstream's gabbi files).  Carry xdist's name over to the id pytest reports."""
 
     @pytest.hookimpl(trylast=True)  # after xdist's own hook
     def pytest_collection_modifyitems(self, items: list) -> None:

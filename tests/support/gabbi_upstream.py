@@ -260,11 +260,12 @@ def upstream_process() -> Iterator[concurrent.futures.Executor]:
 
     Upstream's database engine is global to a process (oslo.db's
     ``placement_context_manager``) and configured once per process: where another test
-    had already started it (an in-process upstream app: the differential tests, Nova's
-    report client, on the same xdist worker), upstream's fixtures built their world in
-    that test's database, on top of what the test left there, and the replay copied
-    both (409s: over capacity); and their cleanup unset upstream's global policy
-    enforcer under that test's app.  A process of their own shares neither."""
+    has started it (an in-process upstream app: the differential tests, Nova's report
+    client, on the same xdist worker), upstream's fixtures build their world in that
+    test's database, on top of what the test left there, and the replay copies both
+    (409s: over capacity; :func:`run_beside_an_upstream_app`); and their cleanup unsets
+    upstream's global policy enforcer under that test's app.  A process of their own
+    shares neither."""
     context = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
         yield pool
