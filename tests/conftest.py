@@ -18,16 +18,17 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
-# Tests that run QEMU (a guest OS, or domains on libvirt) share one xdist worker, in collection
-# order as in a plain run; the other worker takes everything else meanwhile (`pytest -n 2`).
-QEMU_MARKERS = ("vm", "libvirt")
+# Tests that boot a guest OS (TCG, minutes each, two vCPUs) share one xdist worker, in collection
+# order as in a plain run, so two guests never compete for the cores; everything else, the
+# libvirt domains without an OS included, runs on either worker meanwhile (`pytest -n 2`).
+GUEST_MARKERS = ("vm",)
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(items: list) -> None:
     for item in items:
-        if any(item.get_closest_marker(name) for name in QEMU_MARKERS):
-            item.add_marker(pytest.mark.xdist_group("qemu"))
+        if any(item.get_closest_marker(name) for name in GUEST_MARKERS):
+            item.add_marker(pytest.mark.xdist_group("guests"))
 
 
 @pytest.fixture(autouse=True)
@@ -40,26 +41,6 @@ def _root_logger_as_found() -> Iterator[None]:
     root.setLevel(level)
     for handler in [h for h in root.handlers if h not in handlers and type(h) is logging.StreamHandler]:
         root.removeHandler(handler)  # basicConfig's; pytest's own capture handlers are subclasses
-
-
-class _GroupedNodeIds:
-    """``--dist loadgroup`` with pytest >= 9.2: xdist (3.8) names a test's group by
-    appending ``@group`` to ``item._nodeid``, which pytest 9.2 no longer reads (a
-    node's id is ``item._id``); without this every group is split over both workers
-    (the QEMU tests, upstream's gabbi files).  Carry xdist's name over to the id pytest reports."""
-
-    @pytest.hookimpl(trylast=True)  # after xdist's own hook
-    def pytest_collection_modifyitems(self, items: list) -> None:
-        for item in items:
-            grouped = item.__dict__.get("_nodeid")
-            if isinstance(grouped, str) and "@" in grouped and grouped != item.nodeid and hasattr(item, "_id"):
-                from _pytest.nodeid import coerce_node_id  # only pytest >= 9.2 gets here
-
-                item._id = coerce_node_id(grouped)
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.pluginmanager.register(_GroupedNodeIds(), "devtag-grouped-node-ids")
 
 
 def _libvirt_available() -> bool:

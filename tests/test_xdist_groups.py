@@ -1,5 +1,5 @@
-"""`pytest -n 2 --dist loadgroup` keeps an ``xdist_group`` on one worker: the QEMU
-tests and upstream's gabbi files rely on it (see tests/conftest.py)."""
+"""`pytest -n 2 --dist loadgroup` keeps an ``xdist_group`` on one worker: the guest
+(vm) tests and upstream's gabbi files rely on it (see tests/conftest.py)."""
 
 from __future__ import annotations
 
