@@ -170,3 +170,49 @@ def test_merged_entries_follow_the_agents_order_and_limit() -> None:
     second = disk_entry([f"t{i}" for i in range(30, 70)] + ["é"])
     text = run_filter({"devices": [first, second]}, "db", [0, 1])
     assert text == db_file_text([f"t{i}" for i in range(64)], "disk")
+
+
+def test_udev_rules_publish_the_initramfs_state_until_the_agent_has_one(tmp_path: Path) -> None:
+    """The static rule imports the hook's files while /run/devtag/current is missing: the same
+    properties and links before and after the agent's first apply; after it, only the agent's count."""
+    from . import udevrules
+
+    rules = udevrules.parse((REPO / "udev-rules/70-devtag.rules").read_text())
+    machine, document = scenario.build(tmp_path / "root")
+    machine.config_drive(document)
+    run_hook(machine.root)
+    vdb = os.path.realpath(machine.root / "sys/class/block/vdb")[len(str(machine.root)) :]
+    before, links_before = udevrules.links_of(rules, str(machine.root), vdb)
+    assert links_before["vdb"] == [f"/dev/disk/by-tag/{tag}" for tag in ("squidcache", "fast-cache", "shared")]
+    assert links_before["vdb1"] == [f"/dev/disk/by-tag/{tag}-part1" for tag in ("squidcache", "fast-cache", "shared")]
+    agent_state(machine.root)
+    after, links_after = udevrules.links_of(rules, str(machine.root), vdb)
+    assert links_after == links_before
+    assert {k: v for k, v in after.env.items() if k.startswith("DEVTAG_")} == {
+        k: v for k, v in before.env.items() if k.startswith("DEVTAG_")
+    }
+    # Once the agent has a state, a disk it does not tag keeps nothing from the initramfs.
+    for path in (machine.root / "run/devtag/current/db").iterdir():
+        path.unlink()
+    gone, links_gone = udevrules.links_of(rules, str(machine.root), vdb)
+    assert links_gone == {"vdb": [], "vdb1": [], "vdb2": []}
+    assert not [k for k in gone.env if k.startswith("DEVTAG_")]
+
+
+def test_the_agents_first_apply_retriggers_only_what_the_initramfs_did_not_get_right(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    machine, document = scenario.build(tmp_path / "root")
+    machine.config_drive(document)
+    run_hook(machine.root)
+    db = machine.root / "run/devtag-initramfs/db"
+    stale = db / "b8:48:"  # sdd: untagged; a hook run with an older document tagged it
+    stale.write_text("DEVTAG_TAGS=old\nDEVTAG_TAG_old=1\nDEVTAG_LINK_1=old\n")
+    capsys.readouterr()
+    assert run_cli("--root", str(machine.root), "apply", "--source", "configdrive", "--no-trigger", "--json") == 0
+    triggered = {path.rsplit("/", 1)[-1] for path in json.loads(capsys.readouterr().out)["triggered"]}
+    assert not triggered & (IN_INITRAMFS | {"vdb1", "vdb2", "sda1"}), triggered
+    assert "sdd" in triggered and AGENT_ONLY <= triggered
+    # The next apply compares with its own state only.
+    assert run_cli("--root", str(machine.root), "apply", "--source", "configdrive", "--no-trigger", "--json") == 0
+    assert json.loads(capsys.readouterr().out)["triggered"] == []
