@@ -43,6 +43,8 @@ INITRAMFS_PACKAGES = ("jq", "dracut")
 RELEASE = dataclasses.replace(BOOKWORM, agent_recommends=(*BOOKWORM.agent_recommends, *INITRAMFS_PACKAGES))
 ROOT_TAG = "rootfs"
 SCRATCH_TAG = "scratch"
+# The kernel command line of both boots (docs/configure-by-role.md shows it).
+KERNEL_CMDLINE = f"root=/dev/disk/by-tag/{ROOT_TAG} rw console=ttyS0\n"
 REPORT_PREFIX = "DEVTAG-INITRAMFS-REPORT "
 REPORT_SCRIPT = r"""#!/usr/bin/python3
 # devtag initramfs test: what the initramfs published, what the agent published, where / is.
@@ -171,7 +173,7 @@ def initrds(agent_deb: Path, vm_dir: Path) -> Initrds:
             disk=workdir / "root.raw",
             kernel=workdir / "vmlinuz",
             initrd=workdir / "initrd.img",
-            cmdline=f"root=/dev/disk/by-tag/{ROOT_TAG} rw console=ttyS0",
+            cmdline=KERNEL_CMDLINE.strip(),
         )
         shutil.copy(kernel, image.kernel)
         shutil.copy(root / initrd.lstrip("/"), image.initrd)
