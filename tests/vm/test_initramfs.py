@@ -12,6 +12,10 @@ re-triggered none of those disks.
 jq and dracut come from Debian 12's archive, downloaded once and cached beside
 the base image (guest_image's per-release layer, keyed by the package names):
 build that layer outside a network namespace first (see CONTRIBUTING.md).
+The two initrds are cached too, keyed by the base, that layer and every file
+the hooks put in them (building dracut's generic initrd takes minutes on a
+busy machine); the root file system is built afresh with this checkout's
+package each run.
 
 Costs two boots in the qemu group.  Figures (docs/benchmarks.md, "Initramfs"):
 DEVTAG_E2E_INITRAMFS_SIZES=1 also builds each initrd without the hook and
@@ -21,6 +25,8 @@ prints the difference (bytes and files).
 from __future__ import annotations
 
 import dataclasses
+import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -38,6 +44,9 @@ from .guest_image import BOOKWORM, GuestImage
 from .test_end_to_end import BOOT_TIMEOUT, own_root_disk
 
 pytestmark = [pytest.mark.vm, pytest.mark.timeout(2400)]
+REPO = Path(__file__).resolve().parents[2]
+# Bump when _build_initrds changes: part of the cached initrds' key.
+INITRD_RECIPE = "1"
 # jq for the hooks; dracut for the second initrd (it replaces initramfs-tools when installed).
 INITRAMFS_PACKAGES = ("jq", "dracut")
 RELEASE = dataclasses.replace(BOOKWORM, agent_recommends=(*BOOKWORM.agent_recommends, *INITRAMFS_PACKAGES))
@@ -132,9 +141,60 @@ def _size_figures(without: Tuple[int, List[str]], with_hook: Tuple[int, List[str
             "added_files": added}  # fmt: skip
 
 
+def _build_initrds(root: Path, version: str, out: Path, measure: bool) -> None:
+    """Both initrds of the image (with the package's hooks) into ``out``; with ``measure``, sizes.json too."""
+    sizes: Dict[str, Any] = {}
+    initrd = f"/boot/initrd.img-{version}"
+    apt = ("env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "-q", "-y", "install", "--no-install-recommends")
+    with _Mounts(root):
+        if measure:
+            _chroot(root, "update-initramfs", "-u", "-k", version)
+            without = _listing(root, "lsinitramfs", initrd)
+        _chroot(root, *apt, "jq")
+        started = time.monotonic()
+        _chroot(root, "update-initramfs", "-u", "-k", version)
+        print(f"\n[initramfs] update-initramfs with the hook: {time.monotonic() - started:.0f} s")
+        if measure:
+            sizes["initramfs-tools"] = _size_figures(without, _listing(root, "lsinitramfs", initrd))
+        listing = _chroot(root, "lsinitramfs", initrd)
+        assert "usr/lib/devtag/devtag-initramfs" in listing and "usr/bin/jq" in listing, listing[-3000:]
+        shutil.copy(root / initrd.lstrip("/"), out / "initrd-initramfs-tools.img")
+        # dracut replaces initramfs-tools (the packages conflict); the root file system itself
+        # is the same for both boots: only the initrd differs.  INITRD=No: dracut's kernel
+        # hook would build the same generic initrd as the command below.
+        _chroot(root, "env", "INITRD=No", *apt[1:], "dracut")
+        dracut_initrd = "/tmp/initrd-dracut.img"
+        if measure:
+            _chroot(root, "dracut", "-f", "--no-hostonly", "--omit", "devtag", dracut_initrd, version)
+            without = _listing(root, "lsinitrd", dracut_initrd)
+        started = time.monotonic()
+        _chroot(root, "dracut", "-f", "--no-hostonly", dracut_initrd, version)
+        print(f"[initramfs] dracut with the module: {time.monotonic() - started:.0f} s")
+        if measure:
+            sizes["dracut"] = _size_figures(without, _listing(root, "lsinitrd", dracut_initrd))
+        listing = _chroot(root, "lsinitrd", dracut_initrd)
+        assert "usr/lib/devtag/devtag-initramfs" in listing and "70-devtag.rules" in listing, listing[-3000:]
+        shutil.copy(root / dracut_initrd.lstrip("/"), out / "initrd-dracut.img")
+    if measure:
+        (out / "sizes.json").write_text(json.dumps(sizes))
+
+
+def _initrds_key() -> str:
+    """The cached initrds' key: the base, the downloaded layer, and every file the hooks put in them."""
+    digest = hashlib.sha256(f"{guest_image._base_key(RELEASE)}|{RELEASE.agent_recommends}|{INITRD_RECIPE}".encode())
+    hooked = sorted(path for path in (REPO / "packaging/initramfs").rglob("*") if path.is_file())
+    for path in [*hooked, REPO / "udev-rules/70-devtag.rules"]:
+        digest.update(str(path.relative_to(REPO)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
 @pytest.fixture(scope="module")
 def initrds(agent_deb: Path, vm_dir: Path) -> Initrds:
-    """The root file system with the agent, jq and the report unit; its initramfs-tools and dracut initrds."""
+    """The root file system with the agent and the report unit, and its initramfs-tools and dracut initrds.
+
+    Building the initrds takes minutes under TCG's neighbours (dracut's generic one most), so
+    they are cached, keyed by the base image, the jq/dracut layer and the hook's files.
+    """
     measure = bool(os.environ.get("DEVTAG_E2E_INITRAMFS_SIZES"))
     workdir = vm_dir / "initramfs-image"
     root = workdir / "rootfs"
@@ -154,45 +214,26 @@ def initrds(agent_deb: Path, vm_dir: Path) -> Initrds:
     _chroot(root, "systemctl", "enable", "devtag-initramfs-report.service")
     kernel = sorted((root / "boot").glob("vmlinuz-*"))[0]
     version = kernel.name[len("vmlinuz-") :]
-    sizes: Dict[str, Any] = {}
-    initrd = f"/boot/initrd.img-{version}"
-    with _Mounts(root):
-        if measure:
-            _chroot(root, "update-initramfs", "-u", "-k", version)
-            without = _listing(root, "lsinitramfs", initrd)
-        apt = ("env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "-q", "-y", "install", "--no-install-recommends")
-        _chroot(root, *apt, "jq")
-        started = time.monotonic()
-        _chroot(root, "update-initramfs", "-u", "-k", version)
-        print(f"\n[initramfs] update-initramfs with the hook: {time.monotonic() - started:.0f} s")
-        if measure:
-            sizes["initramfs-tools"] = _size_figures(without, _listing(root, "lsinitramfs", initrd))
-        listing = _chroot(root, "lsinitramfs", initrd)
-        assert "usr/lib/devtag/devtag-initramfs" in listing and "usr/bin/jq" in listing, listing[-3000:]
-        image = GuestImage(
-            disk=workdir / "root.raw",
-            kernel=workdir / "vmlinuz",
-            initrd=workdir / "initrd.img",
-            cmdline=KERNEL_CMDLINE.strip(),
-        )
-        shutil.copy(kernel, image.kernel)
-        shutil.copy(root / initrd.lstrip("/"), image.initrd)
-        # dracut replaces initramfs-tools (the packages conflict); the root file system itself
-        # is the same for both boots: only the initrd differs.
-        _chroot(root, *apt, "dracut")
-        dracut_initrd = "/tmp/initrd-dracut.img"
-        if measure:
-            _chroot(root, "dracut", "-f", "--no-hostonly", "--omit", "devtag", dracut_initrd, version)
-            without = _listing(root, "lsinitrd", dracut_initrd)
-        started = time.monotonic()
-        _chroot(root, "dracut", "-f", "--no-hostonly", dracut_initrd, version)
-        print(f"[initramfs] dracut with the module: {time.monotonic() - started:.0f} s")
-        if measure:
-            sizes["dracut"] = _size_figures(without, _listing(root, "lsinitrd", dracut_initrd))
-        listing = _chroot(root, "lsinitrd", dracut_initrd)
-        assert "usr/lib/devtag/devtag-initramfs" in listing and "70-devtag.rules" in listing, listing[-3000:]
-        dracut = workdir / "initrd-dracut.img"
-        shutil.copy(root / dracut_initrd.lstrip("/"), dracut)
+    cached = guest_image.cache_dir() / f"{RELEASE.suite}-initrds-{_initrds_key()}"
+    with open(guest_image.cache_dir() / f"initrds-{RELEASE.suite}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not cached.is_dir() or (measure and not (cached / "sizes.json").exists()):
+            partial = cached.with_suffix(".partial")
+            shutil.rmtree(partial, ignore_errors=True)
+            partial.mkdir()
+            _build_initrds(root, version, partial, measure)
+            shutil.rmtree(cached, ignore_errors=True)
+            partial.rename(cached)
+    image = GuestImage(
+        disk=workdir / "root.raw",
+        kernel=workdir / "vmlinuz",
+        initrd=workdir / "initrd.img",
+        cmdline=KERNEL_CMDLINE.strip(),
+    )
+    dracut = workdir / "initrd-dracut.img"
+    shutil.copy(kernel, image.kernel)
+    shutil.copy(cached / "initrd-initramfs-tools.img", image.initrd)
+    shutil.copy(cached / "initrd-dracut.img", dracut)
     for path in (root / "var/cache/apt/archives").glob("*.deb"):
         path.unlink()
     subprocess.run(
@@ -201,6 +242,7 @@ def initrds(agent_deb: Path, vm_dir: Path) -> Initrds:
     shutil.rmtree(root)
     for path in (workdir, image.disk, image.kernel, image.initrd, dracut):
         path.chmod(0o755 if path.is_dir() else 0o644)
+    sizes = json.loads((cached / "sizes.json").read_text()) if (cached / "sizes.json").exists() else {}
     if sizes:
         print(f"\n[initramfs] what the hook adds: {json.dumps(sizes)}")
     return Initrds(image=image, dracut=dracut, kernel_version=version, sizes=sizes)

@@ -25,4 +25,6 @@ install() {
     inst_simple /usr/lib/devtag/devtag-initramfs.jq /usr/lib/devtag/devtag-initramfs.jq
     inst_rules 70-devtag.rules
     inst_hook initqueue/settled 50 "$moddir/devtag-settled.sh"
+    # the initqueue must run for the hook to run (with systemd it runs only when asked)
+    dracut_need_initqueue
 }
