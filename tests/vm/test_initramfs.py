@@ -136,7 +136,10 @@ def _listing(root: Path, tool: str, initrd: str) -> Tuple[int, List[str]]:
 
 
 def _size_figures(without: Tuple[int, List[str]], with_hook: Tuple[int, List[str]]) -> Dict[str, Any]:
-    added = sorted(set(line.split()[-1] for line in with_hook[1]) - set(line.split()[-1] for line in without[1]))
+    def paths(listing: List[str]) -> set:
+        return {line.split()[-1] for line in listing if line.strip()}
+
+    added = sorted(paths(with_hook[1]) - paths(without[1]))
     return {"bytes_without": without[0], "bytes_with": with_hook[0], "added_bytes": with_hook[0] - without[0],
             "added_files": added}  # fmt: skip
 
