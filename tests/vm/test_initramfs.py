@@ -65,6 +65,12 @@ def run(*argv):
 def files(pattern):
     return {os.path.basename(p): open(p).read() for p in sorted(glob.glob(pattern))}
 
+def index():
+    try:
+        return json.loads(open("/run/devtag/current/devices.json").read())
+    except (OSError, ValueError) as exc:
+        return {"error": str(exc), "devices": []}
+
 links = {}
 for path in sorted(glob.glob("/dev/disk/by-tag/*")):
     links[os.path.basename(path)] = os.path.realpath(path)
@@ -77,7 +83,8 @@ report = {
     "initramfs_source": files("/run/devtag-initramfs/source").get("source", ""),
     "initramfs_runs": files("/run/devtag-initramfs/runs").get("runs", ""),
     "agent_db": files("/run/devtag/current/db/*"),
-    "agent_index": json.loads(open("/run/devtag/current/devices.json").read()),
+    "agent_index": index(),
+    "agent_status": run("systemctl", "status", "--no-pager", "-n", "0", "devtag-agent.service"),
     "links": links,
     "root_udev": run("udevadm", "info", "--query=property", "--name=/dev/disk/by-tag/rootfs"),
     "agent_journal": run("journalctl", "-b", "-o", "cat", "-u", "devtag-agent.service"),
@@ -320,6 +327,7 @@ def boot(connection: Any, uri: str, name: str, image: GuestImage, directory: Pat
 def check_agreement(report: Dict[str, Any], transport: str) -> None:
     """Root mounted through the initramfs's link; after switch-root the agent agrees with it."""
     assert f"root=/dev/disk/by-tag/{ROOT_TAG}" in report["cmdline"]
+    assert "error" not in report["agent_index"], (report["agent_status"], report["agent_journal"])
     assert report["initramfs_source"].strip() == transport
     assert report["root_device"].startswith("/dev/sd"), report["root_source"]
     assert report["links"][ROOT_TAG] == report["root_device"], report["links"]
