@@ -9,10 +9,13 @@
 #            INDEX BUS ADDRESS PCI_PATH CONTROLLER_BUS CONTROLLER_ADDRESS CONTROLLER_PCI_PATH SERIAL
 #            ("-" for an absent field; every field matches a pattern without spaces;
 #            a serial outside [A-Za-z0-9._:+@-] is "-": the initramfs matches only plain serials)
-#   db       with --argjson indices [I, ...] (the entries that resolved to one disk, in
-#            document order): that disk's udev "KEY=value" file, byte for byte what
+#   db       with --argjson disks {"<key>": [I, ...], ...} (per disk, the entries that
+#            resolved to it): each disk's udev "KEY=value" file, byte for byte what
 #            devtag-agent writes (devtag_agent.state.db_file_text), with the tags
-#            outside ASCII left out (the agent adds them after switch-root).
+#            outside ASCII left out (the agent adds them after switch-root); one
+#            "<key> <line>" output line per line of the file.  Keys must match
+#            b<major>:<minor>:<diskseq> (digits only), or the disk is skipped.
+#   db       with --argjson indices [I, ...] instead: one file's text (tests).
 
 def re($p): type == "string" and test($p);
 def opt($k; f): (has($k) | not) or (.[$k] | f);
@@ -104,6 +107,7 @@ def db_text($entries):
 
 ($ARGS.named.mode // "") as $mode
 | ($ARGS.named.indices // []) as $indices
+| ($ARGS.named.disks // null) as $disks
 | if $mode == "entries" then
   entries
   | select(.type == "disk" and (.tags // [] | length) > 0)
@@ -111,6 +115,13 @@ def db_text($entries):
      (.controller.bus // "pci" | field), (.controller.address | field), (.controller.pci_path | field),
      (.serial | if type == "string" and test("\\A[A-Za-z0-9._:+@-]{1,256}\\z") then . else "-" end)]
   | map(tostring) | join(" ")
+elif $mode == "db" and $disks != null then
+  [entries] as $all
+  | $disks | to_entries[]
+  | select(.key | test("\\Ab[0-9]{1,10}:[0-9]{1,10}:[0-9]{0,20}\\z"))
+  | .key as $key | .value as $wanted
+  | db_text([$all[] | select(.index as $i | $wanted | index([$i]) != null)])
+  | split("\n")[] | "\($key) \(.)"
 elif $mode == "db" then
   [entries] as $all
   | db_text([$all[] | select(.index as $i | $indices | index([$i]) != null)])
