@@ -38,7 +38,12 @@ RAW = "/sys/firmware/qemu_fw_cfg/by_name/opt/org.devtag/devices/raw"
 IN_INITRAMFS = {"vdb", "sda", "sdb", "sdc", "sr0", "sde", "sdf", "nvme0n1"}
 AGENT_ONLY = {"sdg", "vdc", "sdh", "xvda"}
 
-pytestmark = pytest.mark.skipif(not shutil.which("jq") or not shutil.which("dash"), reason="needs jq and dash")
+
+@pytest.fixture(autouse=True)
+def _tools() -> None:
+    missing = [tool for tool in ("jq", "dash") if not shutil.which(tool)]
+    if missing:
+        pytest.fail(f"{' and '.join(missing)} missing (setup.sh installs them)")
 
 
 def run_hook(root: Path) -> List[str]:
