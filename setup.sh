@@ -31,6 +31,7 @@ apt_packages=(
     debhelper dh-python python3-all python3-setuptools lintian  # build and lint the .debs
     rpm                                                  # rpmbuild, for the RPM spec
     debootstrap e2fsprogs                                # the end-to-end test's Debian 12 guest image
+    jq dash                                              # the initramfs hook's jq filter and shell, run by its tests
     libvirt-daemon                                       # libvirtd: live-migration hosts; attach storage pool
     libvirt-clients                                      # virsh: the README's quick start (run by a test)
 )

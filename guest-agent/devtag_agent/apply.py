@@ -83,13 +83,23 @@ def _affected(
     for key in sorted(set(old_db) | set(new_db)):
         if old_db.get(key) == new_db.get(key):
             continue
-        record = records.get(key) or old_records.get(key)
+        record = records.get(key) or old_records.get(key) or _disk_of_key(system, key)
         if record is None or not system.exists(record["syspath"]):
             continue  # gone: nothing left to trigger
         paths.append(record["syspath"])
         if record["type"] == "disk":
             paths.extend(part["syspath"] for part in system.partitions(record["syspath"]))
     return paths
+
+
+def _disk_of_key(system: System, key: str) -> Optional[Dict[str, Any]]:
+    """The disk a ``b<major>:<minor>:<diskseq>`` key names now, if it is still that disk."""
+    devnum = key[1:].rpartition(":")[0]
+    if not key.startswith("b") or not devnum:
+        return None
+    link = "/sys/dev/block/" + devnum
+    device = system.block_device(system.realpath(link)) if system.exists(link) else None
+    return {"type": "disk", "syspath": device.syspath} if device is not None and device.key == key else None
 
 
 def _update_altnames(
@@ -210,6 +220,10 @@ def apply_document(
     with database.locked(lock_timeout):
         old_index = database.read_index()
         old_db = database.read_db()
+        if old_index is None:
+            # The boot's first apply: what udev shows is the initramfs hook's state, if any.
+            # Disks it already got right are not re-triggered; others are.
+            old_db = database.read_initramfs_db()
         if keep_unchanged and _same_outcome(old_index, old_db, new_db, tagged, report):
             assert old_index is not None
             report.unchanged = True

@@ -38,6 +38,9 @@ from .sysfs import System
 __all__ = ["STATE_DIR", "Database", "db_file_text"]
 
 STATE_DIR = "/run/devtag"
+# Written by the initramfs hook (packaging/initramfs/): disks' files in the same format,
+# which the udev rule imports until ``current`` exists.
+INITRAMFS_DB = "/run/devtag-initramfs/db"
 
 
 def db_file_text(tags: List[str], kind: str) -> str:
@@ -141,6 +144,16 @@ class Database:
         for name in names:
             with open(os.path.join(db, name), encoding="utf-8") as handle:
                 files[name] = handle.read()
+        return files
+
+    def read_initramfs_db(self) -> Dict[str, str]:
+        """The files the initramfs hook published (udev shows them until the first apply)."""
+        db = self.sys.path(INITRAMFS_DB)
+        files: Dict[str, str] = {}
+        for name in sorted(os.listdir(db)) if os.path.isdir(db) else []:
+            if name.startswith("b") and not os.path.islink(os.path.join(db, name)):
+                with open(os.path.join(db, name), encoding="utf-8", errors="replace") as handle:
+                    files[name] = handle.read()
         return files
 
     def write(self, index: Dict[str, Any], db: Dict[str, str]) -> str:

@@ -64,9 +64,24 @@ def test_agent_depends_only_on_distro_packages(debs: Path) -> None:
         "/lib/systemd/system/cloud-init-network.service.d/10-devtag.conf",  # Debian 13: cloud-init >= 24.3
         "/usr/lib/python3/dist-packages/devtag_agent/cli.py",
         "/usr/lib/python3/dist-packages/devtag_schema/device-role-tagging-1.json",
+        *INITRAMFS_FILES,
     ):
         assert expected in files, expected
     assert not [f for f in files if "devtag_host" in f], "no host code in the guest package"
+    assert "jq" in field(agent, "Suggests")
+
+
+# Tags in the initramfs: the script and filter, the initramfs-tools hook and boot scripts,
+# the dracut module (docs/agent.md, "In the initramfs").
+INITRAMFS_FILES = (
+    "/usr/lib/devtag/devtag-initramfs",
+    "/usr/lib/devtag/devtag-initramfs.jq",
+    "/usr/share/initramfs-tools/hooks/devtag",
+    "/usr/share/initramfs-tools/scripts/local-top/devtag",
+    "/usr/share/initramfs-tools/scripts/local-block/devtag",
+    "/usr/lib/dracut/modules.d/90devtag/module-setup.sh",
+    "/usr/lib/dracut/modules.d/90devtag/devtag-settled.sh",
+)
 
 
 def test_host_package_vendors_its_libraries_and_runs(debs: Path, tmp_path: Path) -> None:
