@@ -716,6 +716,11 @@ def cloud_init_storage():
             ][-30:]
     except OSError as exc:
         figures["log"] = [str(exc)]
+    try:  # what bootcmd's commands printed (the user data's devtag-agent apply, where it has one)
+        with open("/var/log/cloud-init-output.log", errors="replace") as output:
+            figures["output"] = [line.rstrip()[:300] for line in output if line.startswith("devtag-agent: ")][-20:]
+    except OSError as exc:
+        figures["output"] = [str(exc)]
     return figures
 
 

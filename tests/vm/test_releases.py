@@ -59,6 +59,7 @@ from .test_end_to_end import (
     NICS,
     TAGS,
     _port_80_free,
+    check_cloud_init_storage,
     check_report,
     domain_xml,
     hot_plug_and_unplug,
@@ -137,18 +138,6 @@ def check_fstab_by_tag(report: Dict[str, Any]) -> None:
 
 # The guest report formats a LUKS volume on this role's disk at first boot, in the releases with cryptsetup.
 LUKS_ROLE = "devtag_e2e_luks=" + next(iter(storage_files.CRYPTTAB_VOLUMES.values()))
-
-
-def check_cloud_init_storage(report: Dict[str, Any]) -> None:
-    """cloud-init's disk_setup, fs_setup and mounts (guest_image.CLOUD_INIT_STORAGE) partitioned, formatted and
-    mounted the disk with the role's serial, and wrote the partition's by-role link, not its kernel name, to fstab."""
-    storage = report["cloud_init_storage"]
-    role, mountpoint = storage_files.CLOUD_INIT_STORAGE_ROLE
-    assert storage["ActiveState"] == "active" and storage["label"] == role, storage
-    assert storage["source"] == storage["partition_link"], storage
-    assert report["block"][storage["source"]]["DEVTYPE"] == "partition", report["block"].get(storage["source"])
-    assert EXPECTED_DISKS[role] in serials_of(report, storage["source"]), (storage, report["block"])
-    assert [line.split()[:2] for line in storage["fstab"]] == [[f"/dev/disk/by-tag/{role}-part1", mountpoint]], storage
 
 
 def check_crypttab_by_tag(report: Dict[str, Any], version: int, first: bool) -> None:
