@@ -422,7 +422,10 @@ CLOUD_INIT_WAITS = "cc:" + urllib.parse.quote("datasource: {OpenStack: {max_wait
 def test_multi_nic_guest_on_a_metadata_only_cloud_gets_every_tag_and_hot_plug(
     guest_image: GuestImage, vm_dir: Path
 ) -> None:
-    """The package's defaults only: the second pass publishes, hot-plug works.
+    """The package's units and user data with cloud-init's storage modules by role: the first pass finds
+    nothing, cloud-init's network stage fetches the metadata and the user data's bootcmd publishes it there,
+    before disk_setup, which partitions, formats and mounts the disk by role (guest_image.CLOUD_INIT_STORAGE
+    and CLOUD_INIT_BOOTCMD); hot-plug works; after a reboot the tags and the mount are back.
 
     Driven as an operator would, with command lines on one libvirt daemon (a
     throw-away session libvirtd, so several processes share it):
