@@ -9,9 +9,17 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from tests.vm import guest_image as storage
 from tests.vm.guest_image import FSTAB_BY_TAG, IFUPDOWN_BY_TAG_STANZA, NETPLAN_BY_TAG, NIC_BY_TAG_NETWORKS
 from tests.vm.test_initramfs import KERNEL_CMDLINE
 
+# cloud-init's storage modules and crypttab (test_releases, and test_end_to_end's metadata-only guest).
+STORAGE_FILES = (
+    storage.CLOUD_INIT_STORAGE,
+    storage.CLOUD_INIT_BOOTCMD,
+    storage.CRYPTTAB_BY_TAG,
+    storage.CRYPTTAB_FSTAB,
+)
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "configure-by-role.md"
 
 
@@ -29,8 +37,11 @@ def test_every_file_the_guests_use_is_on_the_page_verbatim() -> None:
         KERNEL_CMDLINE,
     ):
         assert text in blocks, f"not on {PAGE.name} as a block of its own:\n{text}"
+    for text in STORAGE_FILES:
+        assert text in blocks, f"not on {PAGE.name} as a block of its own:\n{text}"
 
 
 def test_the_page_shows_nothing_the_guests_do_not_use() -> None:
     used = {FSTAB_BY_TAG, IFUPDOWN_BY_TAG_STANZA, NETPLAN_BY_TAG[1], *NIC_BY_TAG_NETWORKS.values(), KERNEL_CMDLINE}
+    used |= set(STORAGE_FILES)
     assert [block for block in code_blocks() if block not in used] == []

@@ -25,6 +25,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import secrets
 import shutil
 import subprocess
 import tempfile
@@ -191,6 +192,55 @@ FSTAB_BY_TAG = (
 FSTAB_MOUNTS = {"/srv/archive": "archive", "/srv/absent": "no-such-role"}
 
 
+# cloud-init's storage modules by role (docs/configure-by-role.md shows these very texts).
+# The user data of every release guest's config drive (test_releases) and of the
+# metadata-only guest (test_end_to_end, with CLOUD_INIT_BOOTCMD): disk_setup and fs_setup
+# resolve the link with realpath, and mounts finds the partition's link (-part1) itself and
+# writes it to /etc/fstab, so the boot mounts the disk by role, not by kernel name.
+CLOUD_INIT_STORAGE = """\
+#cloud-config
+disk_setup:
+  /dev/disk/by-tag/squidcache:
+    table_type: gpt
+    layout: true
+    overwrite: false
+fs_setup:
+  - device: /dev/disk/by-tag/squidcache
+    partition: auto
+    filesystem: ext4
+    label: squidcache
+mounts:
+  - [/dev/disk/by-tag/squidcache, /srv/squidcache, ext4, "defaults,nofail,x-systemd.device-timeout=10min", "0", "2"]
+"""
+CLOUD_INIT_STORAGE_ROLE = ("squidcache", "/srv/squidcache")
+# Where only cloud-init's network stage gets the metadata (metadata service, the local
+# stage finds none), the stage runs disk_setup right after fetching it, in the same
+# process: bootcmd, which runs before disk_setup there, publishes the tags from what the
+# stage just fetched (a no-op where an earlier pass of the boot published them).
+CLOUD_INIT_BOOTCMD = """\
+bootcmd:
+  - [sh, -c, 'devtag-agent apply --second-pass --source instance-data || [ "$?" -eq 4 ]']
+"""
+
+# crypttab by role, in the guests of CRYPTTAB_RELEASES (cryptsetup installed there, see
+# _cryptsetup_layer): a LUKS volume on the disk tagged oracledb, opened with a key file in
+# the image, and its file system in /etc/fstab; the guest report formats the volume at
+# first boot (guest_report.crypttab_by_tag).  No device carries "no-such-role": `nofail`
+# and the device timeout keep its line from holding the boot.
+CRYPTTAB_RELEASES = (12,)
+CRYPTTAB_KEY_FILE = "/etc/cryptsetup-keys.d/oracledb-crypt.key"
+CRYPTTAB_BY_TAG = (
+    "oracledb-crypt  /dev/disk/by-tag/oracledb  /etc/cryptsetup-keys.d/oracledb-crypt.key"
+    "  luks,nofail,x-systemd.device-timeout=10min\n"
+    "absent-crypt  /dev/disk/by-tag/no-such-role  /etc/cryptsetup-keys.d/oracledb-crypt.key"
+    "  luks,nofail,x-systemd.device-timeout=5s\n"
+)
+CRYPTTAB_FSTAB = "/dev/mapper/oracledb-crypt  /srv/oracledb  ext4  nofail,x-systemd.device-timeout=10min  0  2\n"
+CRYPTTAB_VOLUMES = {"oracledb-crypt": "oracledb", "absent-crypt": "no-such-role"}  # volume -> role
+CRYPTTAB_MOUNT = "/srv/oracledb"
+CRYPTTAB_PACKAGES = ("cryptsetup",)
+
+
 def cache_dir() -> Path:
     path = Path(os.environ.get("DEVTAG_CACHE") or Path.home() / ".cache" / "devtag")
     path.mkdir(parents=True, exist_ok=True)
@@ -337,6 +387,7 @@ def build_guest_image(agent_deb: Path, workdir: Path, release: Release = BOOKWOR
         fstab.write(FSTAB_BY_TAG)
     for mountpoint in FSTAB_MOUNTS:
         (root / mountpoint.lstrip("/")).mkdir(parents=True, exist_ok=True)
+    _configure_crypttab(root, release)
     _configure_networkd(root, release)
     wants = root / "etc/systemd/system/multi-user.target.wants"
     wants.mkdir(parents=True, exist_ok=True)
@@ -379,6 +430,58 @@ def _configure_networkd(root: Path, release: Release) -> None:
     _run("chroot", str(root), "systemctl", "enable", "systemd-networkd.service")
     # Nothing here waits for the network; a wait-online timeout would only slow every boot.
     _run("chroot", str(root), "systemctl", "mask", "systemd-networkd-wait-online.service")
+
+
+def _cryptsetup_layer(root: Path, release: Release) -> None:
+    """cryptsetup in the guest's root, from .debs fetched on first use and kept in the cache directory.
+
+    A layer of its own (keyed by the base and the package names), so that the
+    base's package list and its cache key stay as they are.  Installed by path:
+    the download carries every dependency the base lacks, whatever the age of
+    the base's package lists.
+    """
+    key = hashlib.sha256(f"{_base_key(release)}|{CRYPTTAB_PACKAGES}".encode()).hexdigest()[:16]
+    cached = cache_dir() / f"{release.suite}-cryptsetup-{key}"
+    archives = root / "var/cache/apt/archives"
+    with open(cache_dir() / f"cryptsetup-{release.suite}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not cached.is_dir():
+            before = {path.name for path in archives.glob("*.deb")}
+            with _guest_resolver(root):
+                _chroot_apt(root, "update")
+                _chroot_apt(root, "install", "--download-only", "--no-install-recommends", *CRYPTTAB_PACKAGES)
+            partial = cached.with_suffix(".partial")
+            shutil.rmtree(partial, ignore_errors=True)
+            partial.mkdir()
+            for path in archives.glob("*.deb"):
+                if path.name not in before:
+                    shutil.copy(path, partial / path.name)
+            partial.rename(cached)
+    layer = root / "tmp/devtag-e2e-cryptsetup"
+    layer.mkdir()
+    debs = sorted(cached.glob("*.deb"))
+    for path in debs:
+        shutil.copy(path, layer / path.name)
+    _chroot_apt(root, "install", "--no-install-recommends", *(f"/tmp/{layer.name}/{path.name}" for path in debs))
+    shutil.rmtree(layer)
+    for download in archives.glob("*.deb"):
+        download.unlink()
+
+
+def _configure_crypttab(root: Path, release: Release) -> None:
+    """In the releases of CRYPTTAB_RELEASES: cryptsetup, the key file, CRYPTTAB_BY_TAG and its fstab line."""
+    if release.version not in CRYPTTAB_RELEASES:
+        return
+    _cryptsetup_layer(root, release)
+    key = root / CRYPTTAB_KEY_FILE.lstrip("/")
+    key.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    key.write_bytes(secrets.token_bytes(64))
+    key.chmod(0o400)
+    with open(root / "etc/crypttab", "a") as crypttab:
+        crypttab.write(CRYPTTAB_BY_TAG)
+    with open(root / "etc/fstab", "a") as fstab:
+        fstab.write(CRYPTTAB_FSTAB)
+    (root / CRYPTTAB_MOUNT.lstrip("/")).mkdir(parents=True, exist_ok=True)
 
 
 def iter_report_lines(path: Path) -> Iterator[str]:

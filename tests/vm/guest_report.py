@@ -660,6 +660,125 @@ def fstab_by_tag():
     return mounts
 
 
+# cloud-init's storage modules by role (guest_image.CLOUD_INIT_STORAGE): where they mount the disk.
+CLOUD_INIT_MOUNT = "/srv/squidcache"
+CLOUD_INIT_PARTITION_LINK = "/dev/disk/by-tag/squidcache-part1"
+
+
+def unit_state(unit):
+    show = run("systemctl", "show", unit, "-p", "ActiveState", "-p", "Result")[1]
+    return dict(line.split("=", 1) for line in show.splitlines() if "=" in line)
+
+
+def settled_unit(unit, timeout=120):
+    """The unit's state once it is neither starting nor waiting for its device (bounded by ``timeout``).
+
+    A mount or cryptsetup unit whose device appears late in the boot may still
+    be on its way when this report runs.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        state = unit_state(unit)
+        if state.get("ActiveState") in ("active", "failed") or time.monotonic() > deadline:
+            return state
+        time.sleep(1)
+
+
+def mounted(mountpoint, wait):
+    """What is mounted at ``mountpoint``, the role file it holds, its label; ``wait``: for the mount unit first."""
+    unit = run("systemd-escape", "--path", "--suffix=mount", mountpoint)[1].strip()
+    state = settled_unit(unit) if wait else unit_state(unit)
+    source = run("findmnt", "-n", "-o", "SOURCE", "--mountpoint", mountpoint)[1].strip() or None
+    try:
+        with open(os.path.join(mountpoint, "role")) as handle:
+            role = handle.read().strip()
+    except OSError:
+        role = None
+    label = run("blkid", "-s", "LABEL", "-o", "value", source)[1].strip() if source else None
+    return {"unit": unit, **state, "source": source, "role_file": role, "label": label}
+
+
+def cloud_init_storage():
+    """What cloud-init's disk_setup, fs_setup and mounts made of the disk named by role in the user data."""
+    figures = mounted(CLOUD_INIT_MOUNT, wait=os.path.exists(CLOUD_INIT_PARTITION_LINK))
+    with open("/etc/fstab") as fstab:
+        figures["fstab"] = [line.strip() for line in fstab if "comment=cloudconfig" in line]
+    figures["partition_link"] = (
+        os.path.realpath(CLOUD_INIT_PARTITION_LINK) if os.path.exists(CLOUD_INIT_PARTITION_LINK) else None
+    )
+    try:
+        with open("/var/log/cloud-init.log", errors="replace") as log:
+            figures["log"] = [
+                line.rstrip()[:300]
+                for line in log
+                if ("cc_disk_setup" in line or "cc_mounts" in line or "cc_bootcmd" in line)
+                and ("WARNING" in line or "Failed" in line or "by-tag" in line)
+            ][-30:]
+    except OSError as exc:
+        figures["log"] = [str(exc)]
+    try:  # what bootcmd's commands printed (the user data's devtag-agent apply, where it has one)
+        with open("/var/log/cloud-init-output.log", errors="replace") as output:
+            figures["output"] = [line.rstrip()[:300] for line in output if line.startswith("devtag-agent: ")][-20:]
+    except OSError as exc:
+        figures["output"] = [str(exc)]
+    return figures
+
+
+# crypttab by role (guest_image.CRYPTTAB_BY_TAG), in the guests that have cryptsetup.
+CRYPTTAB_KEY_FILE = "/etc/cryptsetup-keys.d/oracledb-crypt.key"
+CRYPTTAB_VOLUMES = ("oracledb-crypt", "absent-crypt")
+CRYPTTAB_MOUNT = "/srv/oracledb"
+LUKS_MARKER = "/var/lib/devtag-e2e-luks-done"
+
+
+def format_luks(role):
+    """First boot: a LUKS volume on the disk tagged ``role`` (the crypttab's key), ext4 in it holding a file
+    naming the role; then the crypttab's own unit opens it and the fstab's mounts it.  The exit codes."""
+    import tempfile
+
+    device = "/dev/disk/by-tag/" + role
+    codes = {}
+    codes["luksFormat"] = run(
+        "cryptsetup", "luksFormat", "--batch-mode", "--type", "luks2", "--pbkdf", "pbkdf2",
+        "--pbkdf-force-iterations", "1000", "--key-file", CRYPTTAB_KEY_FILE, device,
+    )  # fmt: skip
+    codes["open"] = run("cryptsetup", "open", "--key-file", CRYPTTAB_KEY_FILE, device, "devtag-e2e-format")
+    with tempfile.TemporaryDirectory(prefix="devtag-e2e-luks-") as content:
+        with open(os.path.join(content, "role"), "w") as handle:
+            handle.write(role + "\n")
+        codes["mkfs"] = run("mkfs.ext4", "-q", "-F", "-d", content, "/dev/mapper/devtag-e2e-format")
+    codes["close"] = run("cryptsetup", "close", "devtag-e2e-format")
+    volume = run("systemd-escape", "--template=systemd-cryptsetup@.service", CRYPTTAB_VOLUMES[0])[1].strip()
+    codes["unit"] = run("systemctl", "restart", volume)
+    mount = run("systemd-escape", "--path", "--suffix=mount", CRYPTTAB_MOUNT)[1].strip()
+    codes["mount"] = run("systemctl", "start", mount)
+    open(LUKS_MARKER, "w").close()
+    return {step: [code, (out + err)[-500:]] for step, (code, out, err) in codes.items()}
+
+
+def crypttab_by_tag(cmdline):
+    """The crypttab volumes by role: their units, the disk under each, the file system mounted from the first.
+
+    With ``devtag_e2e_luks=ROLE`` on the kernel command line, the first boot
+    formats the volume first (format_luks); later boots only look.
+    """
+    if not os.path.exists(CRYPTTAB_KEY_FILE):
+        return None
+    role = next((arg.split("=", 1)[1] for arg in cmdline if arg.startswith("devtag_e2e_luks=")), None)
+    figures = {"formatted": None, "volumes": {}}
+    if role and not os.path.exists(LUKS_MARKER):
+        figures["formatted"] = format_luks(role)
+    for volume in CRYPTTAB_VOLUMES:
+        unit = run("systemd-escape", "--template=systemd-cryptsetup@.service", volume)[1].strip()
+        # The role's volume may still be opening; the absent role's unit never starts (its device times out).
+        state = settled_unit(unit) if role and volume == CRYPTTAB_VOLUMES[0] else unit_state(unit)
+        status = run("cryptsetup", "status", volume)[1]
+        device = next((line.split(":", 1)[1].strip() for line in status.splitlines() if "device:" in line), None)
+        figures["volumes"][volume] = {"unit": unit, **state, "device": device}
+    figures["mount"] = mounted(CRYPTTAB_MOUNT, wait=bool(role))
+    return figures
+
+
 def main():
     report = {"boot_id": open("/proc/sys/kernel/random/boot_id").read().strip()}
     code, out, err = run("devtag-agent", "list", "--json")
@@ -688,6 +807,8 @@ def main():
     report["release"] = release()
     report["udev_verify"] = udev_verify()
     report["fstab_by_tag"] = fstab_by_tag()
+    report["cloud_init_storage"] = cloud_init_storage()
+    report["crypttab_by_tag"] = crypttab_by_tag(open("/proc/cmdline").read().split())
     report["journal"] = run("journalctl", "-b", "-u", "devtag-agent.service", "--no-pager", "-o", "short-monotonic")[1][
         -6000:
     ]

@@ -37,7 +37,7 @@ import pytest
 
 from devtag_host.cli import main as devtag_host
 
-from .guest_image import BOOKWORM, GuestImage, Release
+from .guest_image import BOOKWORM, CLOUD_INIT_BOOTCMD, CLOUD_INIT_STORAGE, CLOUD_INIT_STORAGE_ROLE, GuestImage, Release
 
 pytestmark = [pytest.mark.vm, pytest.mark.timeout(2400)]
 REPO = Path(__file__).resolve().parents[2]
@@ -231,6 +231,18 @@ def check_report(report: Dict[str, Any]) -> None:
     assert not [d for d in report["list"] if d.get("mac") in untagged]
 
 
+def check_cloud_init_storage(report: Dict[str, Any]) -> None:
+    """cloud-init's disk_setup, fs_setup and mounts (guest_image.CLOUD_INIT_STORAGE) partitioned, formatted and
+    mounted the disk with the role's serial, and wrote the partition's by-role link, not its kernel name, to fstab."""
+    storage = report["cloud_init_storage"]
+    role, mountpoint = CLOUD_INIT_STORAGE_ROLE
+    assert storage["ActiveState"] == "active" and storage["label"] == role, storage
+    assert storage["source"] == storage["partition_link"], storage
+    assert report["block"][storage["source"]]["DEVTYPE"] == "partition", report["block"].get(storage["source"])
+    assert EXPECTED_DISKS[role] in serials_of(report, storage["source"]), (storage, report["block"])
+    assert [line.split()[:2] for line in storage["fstab"]] == [[f"/dev/disk/by-tag/{role}-part1", mountpoint]], storage
+
+
 def assert_udev_carries(report: Dict[str, Any], syspath: str, tag: str) -> None:
     """udev itself (the static rules, real udevd) has the tag on the device."""
     from devtag_agent.encoding import encode_key, encode_name
@@ -410,7 +422,10 @@ CLOUD_INIT_WAITS = "cc:" + urllib.parse.quote("datasource: {OpenStack: {max_wait
 def test_multi_nic_guest_on_a_metadata_only_cloud_gets_every_tag_and_hot_plug(
     guest_image: GuestImage, vm_dir: Path
 ) -> None:
-    """The package's defaults only: the second pass publishes, hot-plug works.
+    """The package's units and user data with cloud-init's storage modules by role: the first pass finds
+    nothing, cloud-init's network stage fetches the metadata and the user data's bootcmd publishes it there,
+    before disk_setup, which partitions, formats and mounts the disk by role (guest_image.CLOUD_INIT_STORAGE
+    and CLOUD_INIT_BOOTCMD); hot-plug works; after a reboot the tags and the mount are back.
 
     Driven as an operator would, with command lines on one libvirt daemon (a
     throw-away session libvirtd, so several processes share it):
@@ -463,11 +478,15 @@ def test_multi_nic_guest_on_a_metadata_only_cloud_gets_every_tag_and_hot_plug(
         secret = (
             secret_file.read_bytes().strip()
         )  # as `devtag-host metadata-server --proxy-shared-secret-file` reads it
+        # cloud-init's storage modules by role; bootcmd publishes the tags in the network stage, before them.
+        instance_data = directory / "instance-data"
+        (instance_data / domain.UUIDString()).mkdir(parents=True)
+        (instance_data / domain.UUIDString() / "user_data").write_text(CLOUD_INIT_STORAGE + CLOUD_INIT_BOOTCMD)
         port = free_port()
         server_log = open(directory / "metadata-server.log", "wb")
         server = subprocess.Popen(
             [*DEVTAG_HOST, "metadata-server", "--listen", f"127.0.0.1:{port}", "--proxy-shared-secret-file",
-             str(secret_file)],
+             str(secret_file), "--instance-data", str(instance_data)],
             env=env,
             stdout=server_log,
             stderr=subprocess.STDOUT,
@@ -481,14 +500,26 @@ def test_multi_nic_guest_on_a_metadata_only_cloud_gets_every_tag_and_hot_plug(
             report = wait_for_report(directory, 1, BOOT_TIMEOUT + LOCAL_STAGE_DHCP_SECONDS, domain)
             boot_seconds = time.monotonic() - started
             check_report(report)
-            # The first pass, before the network, found nothing; the second published.
+            # The first pass, before the network, found nothing; cloud-init's network stage fetched the
+            # metadata, and the user data's bootcmd published it there, before disk_setup; the second
+            # pass, after the stage, found the tags published and kept them.
             assert "no metadata source answered" in report["journal"], report["journal"]
-            assert report["source"] in ("instance-data", "metadata"), report["second_pass_journal"]
-            assert f"applied {report['source']}:" in report["second_pass_journal"], report["second_pass_journal"]
+            assert report["source"] == "instance-data", report["second_pass_journal"]
+            bootcmd_output = "\n".join(report["cloud_init_storage"]["output"])
+            assert "applied instance-data:" in bootcmd_output, report["cloud_init_storage"]
+            assert "applied " not in report["second_pass_journal"], report["second_pass_journal"]
             assert report["second_pass_unit"]["Result"] == "success", report["second_pass_unit"]
             assert [r for r in proxy.requests if r[2] == 200], proxy.requests
-            report_timings(f"metadata service only, second pass via {report['source']}", boot_seconds, report)
+            check_cloud_init_storage(report)
+            report_timings("metadata service only, published by bootcmd in the network stage", boot_seconds, report)
             hot_plug_and_unplug_with_the_cli(domain.name(), directory, env)
+            started = time.monotonic()
+            domain.reboot(0)
+            second = wait_for_report(directory, 2, BOOT_TIMEOUT + LOCAL_STAGE_DHCP_SECONDS, domain)
+            assert second["boot_id"] != report["boot_id"]
+            check_report(second)
+            check_cloud_init_storage(second)
+            print(f"\n[metadata service only] reboot to report {time.monotonic() - started:.0f} s")
         finally:
             if proxy is not None:
                 proxy.stop()

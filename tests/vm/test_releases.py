@@ -49,6 +49,7 @@ from devtag_host.cli import main as devtag_host
 from devtag_host.metadata_server import AddressBook, MetadataService
 from devtag_host.metadata_server.server import BackgroundServer
 
+from . import guest_image as storage_files
 from .conftest import BOOT_COST_PROPERTY
 from .guest_image import FSTAB_MOUNTS, IFUPDOWN_BY_TAG, NIC_BY_TAG_ADDRESSES, RELEASES, GuestImage, Release
 from .test_end_to_end import (
@@ -58,6 +59,7 @@ from .test_end_to_end import (
     NICS,
     TAGS,
     _port_80_free,
+    check_cloud_init_storage,
     check_report,
     domain_xml,
     hot_plug_and_unplug,
@@ -85,7 +87,7 @@ def release_image(
 
 def define_release_domain(connection: Any, uri: str, name: str, image: GuestImage, directory: Path) -> Any:
     """test_end_to_end's tagged domain, plus the metadata NIC and the ifupdown NIC."""
-    xml = domain_xml(name, own_root_disk(image, directory), directory, "devtag_e2e_timing", METADATA_NIC)
+    xml = domain_xml(name, own_root_disk(image, directory), directory, f"devtag_e2e_timing {LUKS_ROLE}", METADATA_NIC)
     domain = connection.defineXML(xml.replace("</devices>", f"{IFUPDOWN_NIC}</devices>", 1))
     for device, tags in {**TAGS, IFUPDOWN_NIC_MAC: [IFUPDOWN_BY_TAG[0]]}.items():
         assert devtag_host(["tag", "--connect", uri, name, device, *tags]) == 0
@@ -132,6 +134,33 @@ def check_fstab_by_tag(report: Dict[str, Any]) -> None:
     assert EXPECTED_DISKS["archive"] in serials_of(report, archive["source"]), (archive, report["block"])
     absent = mounts["/srv/absent"]
     assert absent["ActiveState"] != "active" and absent["source"] is None, mounts
+
+
+# The guest report formats a LUKS volume on this role's disk at first boot, in the releases with cryptsetup.
+LUKS_ROLE = "devtag_e2e_luks=" + next(iter(storage_files.CRYPTTAB_VOLUMES.values()))
+
+
+def check_crypttab_by_tag(report: Dict[str, Any], version: int, first: bool) -> None:
+    """The crypttab volume named by role opened on the disk with that role's serial, and its file system
+    mounted; the volume whose role no device carries did not hold the boot (the report exists) and opened
+    nothing.  At first boot the report formatted the volume, then the crypttab's and fstab's units opened
+    and mounted it; after the reboot the boot did."""
+    crypt = report["crypttab_by_tag"]
+    if version not in storage_files.CRYPTTAB_RELEASES:
+        assert crypt is None, crypt
+        return
+    (volume, role), (absent, _) = storage_files.CRYPTTAB_VOLUMES.items()
+    if first:
+        assert crypt["formatted"] and all(code == 0 for code, _ in crypt["formatted"].values()), crypt
+    else:
+        assert crypt["formatted"] is None, crypt
+    opened = crypt["volumes"][volume]
+    assert opened["ActiveState"] == "active", crypt
+    assert EXPECTED_DISKS[role] in serials_of(report, opened["device"]), (opened, report["block"])
+    assert crypt["volumes"][absent]["ActiveState"] != "active" and crypt["volumes"][absent]["device"] is None, crypt
+    mount = crypt["mount"]
+    assert mount["ActiveState"] == "active" and mount["source"] == f"/dev/mapper/{volume}", mount
+    assert mount["role_file"] == role, mount
 
 
 def check_udev_verify(report: Dict[str, Any], version: int) -> None:
@@ -360,7 +389,10 @@ def test_release_resolves_tags_configures_nics_hot_plugs_and_reboots(
     domain = define_release_domain(libvirt_conn, libvirt_uri, name, image, directory)
     try:
         iso = directory / "config.iso"
-        assert devtag_host(["configdrive", "--connect", libvirt_uri, name, "-o", str(iso), "--attach"]) == 0
+        user_data = directory / "user-data"
+        user_data.write_text(storage_files.CLOUD_INIT_STORAGE)
+        configdrive = ["configdrive", "--connect", libvirt_uri, name, "-o", str(iso), "--user-data", str(user_data)]
+        assert devtag_host([*configdrive, "--attach"]) == 0
         format_disk_for_fstab(directory)
         domain.create()
         first = wait_for_report(directory, 1, BOOT_TIMEOUT, domain)
@@ -371,6 +403,8 @@ def test_release_resolves_tags_configures_nics_hot_plugs_and_reboots(
         check_configdrive_readers(first, version)
         check_nics_by_tag(first)
         check_fstab_by_tag(first)
+        check_cloud_init_storage(first)
+        check_crypttab_by_tag(first, version, first=True)
         check_udev_verify(first, version)
         check_network_stage_order(first, version)
         report_boot_cost(request, boot_cost_line(version, first))
@@ -381,6 +415,8 @@ def test_release_resolves_tags_configures_nics_hot_plugs_and_reboots(
         check_report(second)
         check_nics_by_tag(second)
         check_fstab_by_tag(second)
+        check_cloud_init_storage(second)
+        check_crypttab_by_tag(second, version, first=False)
         report_boot_cost(request, boot_cost_line(version, second) + " (after reboot)")
     finally:
         if domain.isActive():
