@@ -211,9 +211,9 @@ def apply_document(
         log.warning("skipping invalid entry: %s", problem)
     limit = tags_per_device_limit()
     shares = [(i, e) for i, e in entries if e.get("type") == "share"]
-    for index, entry in shares:
+    for position, entry in shares:
         if not entry.get("tag"):
-            message = f"devices/{index} (share, tags {entry.get('tags', [])}): no mount tag"
+            message = f"devices/{position} (share, tags {entry.get('tags', [])}): no mount tag"
             log.info("ignored: %s", message)
             report.ignored.append(message)
     report.shares = _share_records([(i, e) for i, e in shares if e.get("tag")], limit)
