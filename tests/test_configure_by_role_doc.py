@@ -9,7 +9,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tests.vm.guest_image import FSTAB_BY_TAG, IFUPDOWN_BY_TAG_STANZA, NETPLAN_BY_TAG, NIC_BY_TAG_NETWORKS
+from tests.vm.guest_image import (
+    FSTAB_BY_TAG,
+    IFUPDOWN_BY_TAG_STANZA,
+    NETPLAN_BY_TAG,
+    NIC_BY_TAG_NETWORKS,
+    SHARES_CONF,
+)
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "configure-by-role.md"
 
@@ -20,10 +26,10 @@ def code_blocks() -> list:
 
 def test_every_file_the_guests_use_is_on_the_page_verbatim() -> None:
     blocks = code_blocks()
-    for text in (FSTAB_BY_TAG, IFUPDOWN_BY_TAG_STANZA, NETPLAN_BY_TAG[1], *NIC_BY_TAG_NETWORKS.values()):
+    for text in (FSTAB_BY_TAG, IFUPDOWN_BY_TAG_STANZA, NETPLAN_BY_TAG[1], SHARES_CONF, *NIC_BY_TAG_NETWORKS.values()):
         assert text in blocks, f"not on {PAGE.name} as a block of its own:\n{text}"
 
 
 def test_the_page_shows_nothing_the_guests_do_not_use() -> None:
-    used = {FSTAB_BY_TAG, IFUPDOWN_BY_TAG_STANZA, NETPLAN_BY_TAG[1], *NIC_BY_TAG_NETWORKS.values()}
+    used = {FSTAB_BY_TAG, IFUPDOWN_BY_TAG_STANZA, NETPLAN_BY_TAG[1], SHARES_CONF, *NIC_BY_TAG_NETWORKS.values()}
     assert [block for block in code_blocks() if block not in used] == []
