@@ -27,6 +27,8 @@ from .validation import split_document, tags_per_device_limit
 
 log = logging.getLogger(__name__)
 
+INSTANCE_DATA = "instance-data"  # the source name of cloud-init's copy (sources.SOURCES)
+
 __all__ = ["ApplyReport", "apply_document", "prune"]
 
 
@@ -249,6 +251,10 @@ def apply_document(
     with database.locked(lock_timeout):
         old_index = database.read_index()
         old_db = database.read_db()
+        if source == INSTANCE_DATA and not shares and old_index is not None:
+            # cloud-init asks for OpenStack metadata version 2018-08-27 at most: its copy never lists
+            # shares (they came in 2025-04-04), so it says nothing about them: the state's stay.
+            report.shares = old_index.get("shares", [])
         if keep_unchanged and _same_outcome(old_index, old_db, new_db, tagged, report):
             assert old_index is not None
             report.unchanged = True

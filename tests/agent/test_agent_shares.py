@@ -344,3 +344,24 @@ def test_lookup_json_of_a_share(tmp_path: Path, capsys: Any) -> None:
         ("share", "0e5f6b9c", "0e5f6b9c-3c1a", ["data", "backup"])
     ]
     assert run_cli("--root", str(root), "check") == 0, "a share is nothing udev must hold"
+
+
+def test_cloud_inits_copy_says_nothing_about_shares(tmp_path: Path, systemctl: Recorder) -> None:
+    """cloud-init's instance data holds metadata version 2018-08-27 at most (no shares): the boot's second
+    pass reading it keeps the shares and their units, and changes nothing when the rest is the same."""
+    root = tmp_path / "root"
+    disk = {"type": "disk", "bus": "pci", "address": "0000:00:05.0", "serial": "data-disk", "tags": ["data"]}
+    machine = machine_with_shares(root, disk, share("fs-a", "a"), conf="a /srv/a\n")  # shares last, as the host
+    machine.virtio_disk(machine.pci("0000:00:05.0"), "virtio1", "vdb", "252:16", serial="data-disk")
+    machine.instance_data({"devices": [disk]})
+    assert apply(root) == 0
+    systemctl.clear()
+    argv = ["--root", str(root), "apply", "--source", "instance-data,metadata", "--second-pass"]
+    assert run_cli(*argv) == 0
+    index = json.loads((root / "run/devtag/current/devices.json").read_text())
+    assert index["source"] == "configdrive", "the same outcome: nothing written"
+    assert [s["tag"] for s in index["shares"]] == ["fs-a"] and list(units_in(root)) == ["srv-a.mount"]
+    assert run_cli("--root", str(root), "apply", "--source", "instance-data") == 0
+    index = json.loads((root / "run/devtag/current/devices.json").read_text())
+    assert index["source"] == "instance-data" and [s["tag"] for s in index["shares"]] == ["fs-a"]
+    assert list(units_in(root)) == ["srv-a.mount"] and systemctl.calls() == []

@@ -96,7 +96,11 @@ SHARE_RELEASE = 12
 BOOT_SHARE = ("fs-build", "build-cache")
 HOT_SHARE = ("fs-scratch", "scratch")
 SHARED_MEMORY = "<memoryBacking><source type='memfd'/><access mode='shared'/></memoryBacking>"
-SPARE_ROOT_PORTS = "<controller type='pci' model='pcie-root-port'/>" * 2  # q35: a hot-attached device needs one
+# q35: a hot-attached device needs a free root port (the root named first: a controller without an index
+# takes the lowest free one).
+SPARE_ROOT_PORTS = "<controller type='pci' index='0' model='pcie-root'/>" + (
+    "<controller type='pci' model='pcie-root-port'/>" * 2
+)
 
 
 def share_xml(directory: Path, mount_tag: str, role: str) -> str:
