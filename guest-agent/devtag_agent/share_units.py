@@ -3,9 +3,10 @@
 Called by every apply, under the state lock: it reads ``shares.conf``, plans
 the units (:func:`devtag_agent.shares.plan_units`), writes the new or changed
 ones (atomically: a temporary file renamed over), removes its own units that
-are no longer planned (a role gone, a line removed) and, when anything
-changed, runs ``systemctl daemon-reload`` and starts the units it wrote
-(``--no-block``: a mount waits for nothing of the agent's).  A file in that
+are no longer planned (a role gone, a line removed) and starts the units it
+wrote (``--no-block``: a mount waits for nothing of the agent's), with a
+``systemctl daemon-reload`` before only when a unit file was replaced or
+removed (a new one is loaded when started; see :meth:`Publisher.start_units`).  A file in that
 directory without the agent's first line is never touched.  Removing a unit
 file does not unmount anything: an active mount stays until it is stopped.
 
@@ -102,9 +103,11 @@ def sync_share_units(system: System, shares: Sequence[Dict[str, Any]], publisher
             own = {}  # an unreadable file removes nothing: the units stay as the last good one made them
         wanted, more = plan_units(shares, mounts)
         result.problems.extend(more)
+    changed = False
     for name, text in sorted(wanted.items()):
         if own.get(name) == text:
             continue
+        changed = changed or name in own
         path = os.path.join(unit_dir, name)
         if name not in own and os.path.lexists(path):
             result.problems.append(f"{path} exists and is not the agent's: left alone")
@@ -120,5 +123,5 @@ def sync_share_units(system: System, shares: Sequence[Dict[str, Any]], publisher
         log.warning("%s: %s", CONFIG_FILE, problem)
     if result.written or result.removed:
         log.info("share mount units: written %s, removed %s", result.written, result.removed)
-        publisher.start_units(result.written)
+        publisher.start_units(result.written, reload=changed or bool(result.removed))
     return result

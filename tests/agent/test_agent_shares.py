@@ -221,8 +221,7 @@ def test_apply_writes_a_unit_per_configured_role_and_starts_it(tmp_path: Path, s
     units = units_in(root)
     assert sorted(units) == ["srv-src.mount", "var-cache-build.mount"]
     assert "What=fs-src\nWhere=/srv/src\nType=virtiofs\nOptions=ro\n" in units["srv-src.mount"]
-    assert systemctl.calls() == [
-        ["systemctl", "daemon-reload"],
+    assert systemctl.calls() == [  # new units: systemd loads them when started, no reload
         ["systemctl", "--no-block", "start", "--", "srv-src.mount", "var-cache-build.mount"],
     ]
     systemctl.clear()
@@ -244,10 +243,35 @@ def test_a_role_gone_from_the_metadata_or_the_file_removes_only_the_agents_unit(
     machine.config_drive({"devices": [share("fs-a", "a")]})
     assert apply(root) == 0
     assert sorted(units_in(root)) == ["srv-a.mount", "srv-other.mount"]
-    assert systemctl.calls() == [["systemctl", "daemon-reload"]]  # nothing new to start
+    assert systemctl.calls() == [["systemctl", "daemon-reload"]]  # a unit removed; nothing new to start
     machine.write("/etc/devtag/shares.conf", "")
     assert apply(root) == 0
     assert sorted(units_in(root)) == ["srv-other.mount"]
+
+
+def test_a_changed_unit_is_reloaded_and_a_new_one_systemd_does_not_find_is_started_after_a_reload(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where systemd does not load a new unit file on start (before 249), the agent reloads and starts again."""
+    log = tmp_path / "systemctl.log"
+    fake = tmp_path / "systemctl"
+    fake.write_text(
+        "#!/bin/sh\n"
+        f'echo "$*" >> {log}\n'
+        f'if [ "$1" = daemon-reload ]; then touch {tmp_path}/reloaded; exit 0; fi\n'
+        f'[ -e {tmp_path}/reloaded ] || {{ echo "Unit $5 not found." >&2; exit 5; }}\n'
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("DEVTAG_AGENT_SYSTEMCTL", str(fake))
+    root = tmp_path / "root"
+    machine = machine_with_shares(root, share("fs-a", "a"), conf="a /srv/a\n")
+    assert apply(root) == 0
+    start = "--no-block start -- srv-a.mount"
+    assert log.read_text().splitlines() == [start, "daemon-reload", start]
+    log.unlink()
+    machine.write("/etc/devtag/shares.conf", "a /srv/a ro\n")
+    assert apply(root) == 0
+    assert log.read_text().splitlines() == ["daemon-reload", start], "a changed unit: reloaded first"
 
 
 def test_a_unit_file_of_someone_else_is_never_overwritten(tmp_path: Path, systemctl: Recorder, capsys: Any) -> None:
