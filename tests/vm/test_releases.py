@@ -96,11 +96,9 @@ SHARE_RELEASE = 12
 BOOT_SHARE = ("fs-build", "build-cache")
 HOT_SHARE = ("fs-scratch", "scratch")
 SHARED_MEMORY = "<memoryBacking><source type='memfd'/><access mode='shared'/></memoryBacking>"
-# q35: a hot-attached device needs a free root port (the root named first: a controller without an index
-# takes the lowest free one).
-SPARE_ROOT_PORTS = "<controller type='pci' index='0' model='pcie-root'/>" + (
-    "<controller type='pci' model='pcie-root-port'/>" * 2
-)
+# q35: a hot-attached device needs a free root port.  Added once every device has its address (libvirt
+# would give a spare port to a device without one, and add no other).
+SPARE_ROOT_PORTS = "<controller type='pci' model='pcie-root-port'/>" * 2
 
 
 def share_xml(directory: Path, mount_tag: str, role: str) -> str:
@@ -146,9 +144,14 @@ def define_release_domain(
     xml = domain_xml(name, own_root_disk(image, directory), directory, "devtag_e2e_timing", METADATA_NIC)
     extra = IFUPDOWN_NIC
     if shares:
-        extra += share_xml(directory, *BOOT_SHARE) + SPARE_ROOT_PORTS
+        extra += share_xml(directory, *BOOT_SHARE)
         xml = xml.replace("<vcpu>", SHARED_MEMORY + "<vcpu>", 1)
     domain = connection.defineXML(xml.replace("</devices>", f"{extra}</devices>", 1))
+    if shares:
+        import libvirt
+
+        addressed = domain.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
+        domain = connection.defineXML(addressed.replace("</devices>", f"{SPARE_ROOT_PORTS}</devices>", 1))
     tags = {**TAGS, IFUPDOWN_NIC_MAC: [IFUPDOWN_BY_TAG[0]], **({BOOT_SHARE[0]: [BOOT_SHARE[1]]} if shares else {})}
     for device, device_tags in tags.items():
         assert devtag_host(["tag", "--connect", uri, name, device, *device_tags]) == 0
