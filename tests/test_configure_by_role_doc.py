@@ -9,16 +9,22 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tests.vm import guest_image as storage
-from tests.vm.guest_image import FSTAB_BY_TAG, IFUPDOWN_BY_TAG_STANZA, NETPLAN_BY_TAG, NIC_BY_TAG_NETWORKS
+from tests.vm import guest_image as files
 from tests.vm.test_initramfs import KERNEL_CMDLINE
 
-# cloud-init's storage modules and crypttab (test_releases, and test_end_to_end's metadata-only guest).
-STORAGE_FILES = (
-    storage.CLOUD_INIT_STORAGE,
-    storage.CLOUD_INIT_BOOTCMD,
-    storage.CRYPTTAB_BY_TAG,
-    storage.CRYPTTAB_FSTAB,
+# Every file (or file content) a guest of the VM tests uses, as the page must show it.
+USED = (
+    files.FSTAB_BY_TAG,
+    files.IFUPDOWN_BY_TAG_STANZA,
+    files.NETPLAN_BY_TAG[1],
+    *files.NIC_BY_TAG_NETWORKS.values(),
+    # cloud-init's storage modules and crypttab (test_releases, and test_end_to_end's metadata-only guest)
+    files.CLOUD_INIT_STORAGE,
+    files.CLOUD_INIT_BOOTCMD,
+    files.CRYPTTAB_BY_TAG,
+    files.CRYPTTAB_FSTAB,
+    files.SHARES_CONF,  # virtiofs shares mounted by role (Debian 12's release guest)
+    KERNEL_CMDLINE,  # the root file system by role (test_initramfs)
 )
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "configure-by-role.md"
 
@@ -29,19 +35,9 @@ def code_blocks() -> list:
 
 def test_every_file_the_guests_use_is_on_the_page_verbatim() -> None:
     blocks = code_blocks()
-    for text in (
-        FSTAB_BY_TAG,
-        IFUPDOWN_BY_TAG_STANZA,
-        NETPLAN_BY_TAG[1],
-        *NIC_BY_TAG_NETWORKS.values(),
-        KERNEL_CMDLINE,
-    ):
-        assert text in blocks, f"not on {PAGE.name} as a block of its own:\n{text}"
-    for text in STORAGE_FILES:
+    for text in USED:
         assert text in blocks, f"not on {PAGE.name} as a block of its own:\n{text}"
 
 
 def test_the_page_shows_nothing_the_guests_do_not_use() -> None:
-    used = {FSTAB_BY_TAG, IFUPDOWN_BY_TAG_STANZA, NETPLAN_BY_TAG[1], *NIC_BY_TAG_NETWORKS.values(), KERNEL_CMDLINE}
-    used |= set(STORAGE_FILES)
-    assert [block for block in code_blocks() if block not in used] == []
+    assert [block for block in code_blocks() if block not in set(USED)] == []

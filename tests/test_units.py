@@ -16,6 +16,8 @@ from typing import Dict, List
 
 import pytest
 
+from devtag_agent import share_units
+
 UNITS = Path(__file__).resolve().parents[1] / "packaging/systemd"
 LIMITS: Dict[str, float] = {
     "devtag-agent.service": 5.0,
@@ -92,11 +94,13 @@ def test_agent_units_keep_what_the_agent_needs(name: str) -> None:
 
     udevadm trigger writes sysfs uevent files (no ProtectKernelTunables=, which makes /sys read-only);
     altnames and udev's event monitor live in the host's network namespace (no PrivateNetwork=) and
-    need rtnetlink/uevent sockets and CAP_NET_ADMIN; /run/devtag is the one writable directory.
+    need rtnetlink/uevent sockets and CAP_NET_ADMIN; /run/devtag is the one writable directory besides
+    /run/systemd/system, where apply writes the mount units of shares by role.
     """
     settings = service_settings(UNITS / name)
     assert settings["ProtectSystem"] == ["strict"] and settings["RuntimeDirectory"] == ["devtag"]
     assert settings["RuntimeDirectoryPreserve"] == ["yes"]  # the state outlives the oneshot
+    assert settings["ReadWritePaths"] == ["-" + share_units.UNIT_DIR]
     assert "ProtectKernelTunables" not in settings and "PrivateNetwork" not in settings
     assert "PrivateDevices" not in settings  # the config drive is a block device
     families = settings["RestrictAddressFamilies"][0].split()

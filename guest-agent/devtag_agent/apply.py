@@ -1,5 +1,10 @@
 """document -> validated entries -> sysfs resolution -> udev state -> trigger.
 
+Shares (virtiofs, Nova's ``share`` entries) have no device node and nothing in
+sysfs names their mount tag: their entries are taken as the document gives
+them, kept in the state beside the devices, and mounted by role through the
+units of :mod:`devtag_agent.share_units`.
+
 :func:`apply_document` is the whole of ``devtag-agent apply`` after the
 document has been fetched; it returns an :class:`ApplyReport` saying what was
 tagged, what was skipped and why, and which devices were re-triggered.
@@ -10,16 +15,19 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
-from .encoding import altname_for
+from .encoding import altname_for, encode_name
 from .publish import Publisher
 from .resolve import resolve_entries
+from .share_units import ShareUnits, sync_share_units
 from .state import Database, db_file_text
 from .sysfs import Device, System
 from .validation import split_document, tags_per_device_limit
 
 log = logging.getLogger(__name__)
+
+INSTANCE_DATA = "instance-data"  # the source name of cloud-init's copy (sources.SOURCES)
 
 __all__ = ["ApplyReport", "apply_document", "prune"]
 
@@ -34,6 +42,8 @@ class ApplyReport:
         self.unmatched: List[str] = []
         self.ignored: List[str] = []
         self.triggered: List[str] = []
+        self.shares: List[Dict[str, Any]] = []  # tagged shares: {"type", "tag" (mount tag), "share_id", "tags", ...}
+        self.units = ShareUnits()
         self.generation: Optional[str] = None
         self.unchanged = False  # keep_unchanged found the current state already right: nothing written
         self.unresolved_tagged = 0  # unmatched entries that carry tags: a role the guest cannot find
@@ -46,6 +56,8 @@ class ApplyReport:
             "unmatched": self.unmatched,
             "ignored": self.ignored,
             "triggered": self.triggered,
+            "shares": self.shares,
+            "units": self.units.to_dict(),
             "generation": self.generation,
             "unchanged": self.unchanged,
         }
@@ -68,6 +80,26 @@ def _device_record(device: Device, tags: List[str], entries: List[int], via: Lis
         record["ifindex"] = device.ifindex
         record["mac"] = device.mac
     return record
+
+
+def _share_records(entries: List[Tuple[int, Dict[str, Any]]], limit: int) -> List[Dict[str, Any]]:
+    """The tagged shares of the document, one record per mount tag (entries naming one are merged)."""
+    records: Dict[str, Dict[str, Any]] = {}
+    for index, entry in entries:
+        tag = entry["tag"]
+        record = records.get(tag)
+        if record is None:
+            record = records[tag] = {
+                "type": "share",
+                "tag": tag,
+                "share_id": entry.get("share_id"),
+                "name": tag,
+                "tags": [],
+                "entries": [],
+            }
+        _merge_tags(record, entry.get("tags", []), index, limit)
+        record["entries"].append(index)
+    return [records[tag] for tag in sorted(records) if records[tag]["tags"]]
 
 
 def _affected(
@@ -141,6 +173,8 @@ def _same_outcome(
     new_records = json.loads(json.dumps([tagged[key] for key in sorted(tagged)]))  # as stored: tuples are lists
     if old_records != new_records:
         return False  # e.g. an interface renamed since, or another entry matched the device
+    if old_index.get("shares", []) != json.loads(json.dumps(report.shares)):
+        return False
     return all(old_index.get(key) == getattr(report, key) for key in ("unmatched", "ignored", "invalid"))
 
 
@@ -187,8 +221,15 @@ def apply_document(
     entries, report.invalid = split_document(document)
     for problem in report.invalid:
         log.warning("skipping invalid entry: %s", problem)
-    resolutions = resolve_entries(system, entries)
     limit = tags_per_device_limit()
+    shares = [(i, e) for i, e in entries if e.get("type") == "share"]
+    for position, entry in shares:
+        if not entry.get("tag"):
+            message = f"devices/{position} (share, tags {entry.get('tags', [])}): no mount tag"
+            log.info("ignored: %s", message)
+            report.ignored.append(message)
+    report.shares = _share_records([(i, e) for i, e in shares if e.get("tag")], limit)
+    resolutions = resolve_entries(system, [(i, e) for i, e in entries if e.get("type") != "share"])
     records: Dict[str, Dict[str, Any]] = {}
     for resolution in resolutions:
         entry = resolution.entry
@@ -224,12 +265,17 @@ def apply_document(
             # The boot's first apply: what udev shows is the initramfs hook's state, if any.
             # Disks it already got right are not re-triggered; others are.
             old_db = database.read_initramfs_db()
+        if source == INSTANCE_DATA and not shares and old_index is not None:
+            # cloud-init asks for OpenStack metadata version 2018-08-27 at most: its copy never lists
+            # shares (they came in 2025-04-04), so it says nothing about them: the state's stay.
+            report.shares = old_index.get("shares", [])
         if keep_unchanged and _same_outcome(old_index, old_db, new_db, tagged, report):
             assert old_index is not None
             report.unchanged = True
             report.source = old_index.get("source", source)
             report.tagged = old_index.get("devices", [])
             log.info("%s: the same tags as the current state (from %s): nothing to do", source, report.source)
+            report.units = sync_share_units(system, report.shares, publisher)  # shares.conf may have changed
             return report
         _update_altnames(publisher, old_index, tagged)
         index: Dict[str, Any] = {
@@ -237,6 +283,7 @@ def apply_document(
             "source": source,
             "applied_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "devices": [tagged[key] for key in sorted(tagged)],
+            "shares": report.shares,
             "unmatched": report.unmatched,
             "ignored": report.ignored,
             "invalid": report.invalid,
@@ -244,9 +291,12 @@ def apply_document(
         report.generation = database.write(index, new_db)
         report.triggered = _affected(system, old_index, old_db, new_db, tagged)
         publisher.trigger(report.triggered)
+        report.units = sync_share_units(system, report.shares, publisher)
     report.tagged = index["devices"]
     for record in report.tagged:
         log.info("%s %s (%s): tags %s", record["type"], record["name"], ",".join(record["via"]), record["tags"])
+    for record in report.shares:
+        log.info("share %s: tags %s", encode_name(record["tag"]), record["tags"])
     return report
 
 

@@ -26,7 +26,7 @@ import shlex
 import subprocess
 import sys
 import time
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, Optional, Sequence, Set
 
 import devtag_schema
 
@@ -128,6 +128,8 @@ def _apply(args: Any) -> int:
         return 3
     publisher = Publisher(enabled=not args.no_trigger, root=system.root)
     waited_for = _device_path(system, args.wait_for_device) if args.wait_for_device else None
+    # A hot-plugged virtiofs device shows no mount tag: wait for a tagged share the state did not have.
+    shares_before = _share_tags(database) if waited_for is not None and system.is_virtiofs(waited_for) else None
     deadline = time.monotonic() + max(0.0, args.wait)
     pause = 0.2
     while True:
@@ -151,6 +153,8 @@ def _apply(args: Any) -> int:
             log.error("%s", exc)
             return 3
         if waited_for is None or any(record["syspath"] == waited_for for record in report.tagged):
+            break
+        if shares_before is not None and {record["tag"] for record in report.shares} - shares_before:
             break
         if time.monotonic() + pause > deadline:
             log.info("%s: no tag for %s after %.0f s: an untagged device", source, waited_for, args.wait)
@@ -183,6 +187,11 @@ def _apply(args: Any) -> int:
     return 0
 
 
+def _share_tags(database: Database) -> Set[str]:
+    """Mount tags of the shares in the current state."""
+    return {record["tag"] for record in (database.read_index() or {}).get("shares", [])}
+
+
 def _triggered_text(count: int, publisher: object, args: Any) -> str:
     """What happened to the changed devices: re-triggered, or why not (no udevadm ran)."""
     if getattr(publisher, "trigger_enabled", False):
@@ -212,7 +221,9 @@ def _show(devices: list, as_json: bool, with_tags: bool) -> None:
         sys.stdout.write("\n")
         return
     for device in devices:
-        target = device.devnode if device.type == "disk" else device.ifname
+        # A mount tag as udev shows names: \xNN for white space and controls (none in a usable tag).
+        share = encode_name(device.mount_tag or "")
+        target = {"disk": device.devnode, "nic": device.ifname}.get(device.type, share)
         if with_tags:
             sys.stdout.write(f"{device.type}\t{target}\t{' '.join(encode_name(t) for t in device.tags)}\n")
         else:
@@ -291,6 +302,12 @@ examples:
   devtag-agent lookup squidcache --type disk
   mkfs.ext4 "$(devtag-agent lookup oracledb --type disk)"
   devtag-agent list --json
+  mount -t virtiofs "$(devtag-agent lookup build-cache --type share)" /mnt
+
+shares (virtiofs) by role: one line per mount in /etc/devtag/shares.conf,
+  ROLE MOUNTPOINT [OPTIONS]          e.g.  build-cache /var/cache/build ro
+  Each apply writes a mount unit for it to /run/systemd/system and starts it
+  once the role is on a share (a share attached later: within seconds).
 """
 
 
@@ -356,8 +373,9 @@ def _add_apply(commands: Any) -> None:
         "--wait-for-device",
         metavar="SYSPATH",
         help="hot-plug: the new device (its /sys/devices/... path). The host records a new device's tag "
-        "a moment after the guest sees the device, so until the document tags this device, read the "
-        "sources again (backing off) for up to --wait seconds; an untagged device just costs the wait",
+        "a moment after the guest sees the device, so until the document tags this device (a virtiofs "
+        "device: until it lists a tagged share the state did not have), read the sources again (backing "
+        "off) for up to --wait seconds; an untagged device just costs the wait",
     )
     apply.add_argument(
         "--second-pass",
@@ -390,10 +408,11 @@ def _add_lookup(commands: Any) -> None:
         "lookup",
         help="print the device(s) carrying a tag",
         description="Print the device(s) carrying TAG: the device node for disks, the interface name for NICs, "
-        "one per line; --json for everything (links, sysfs path, MAC, serial). Exit 1 when nothing matches.",
+        "the virtiofs mount tag for shares (mount -t virtiofs TAG DIR), one per line; --json for everything "
+        "(links, sysfs path, MAC, serial, share id). Exit 1 when nothing matches.",
     )
     lookup.add_argument("tag", metavar="TAG")
-    lookup.add_argument("--type", choices=("nic", "disk"), help="only NICs or only disks")
+    lookup.add_argument("--type", choices=("nic", "disk", "share"), help="only NICs, disks or shares")
     lookup.add_argument("--json", action="store_true", help="JSON list of device objects")
 
 
@@ -402,10 +421,10 @@ def _add_list(commands: Any) -> None:
         commands,
         "list",
         help="list every tagged device",
-        description="List every tagged device: type, device node or interface, tags (\\xNN-encoded). "
-        "Exit 1 when there is none.",
+        description="List every tagged device: type, device node, interface or share mount tag, tags "
+        "(\\xNN-encoded). Exit 1 when there is none.",
     )
-    listing.add_argument("--type", choices=("nic", "disk"), help="only NICs or only disks")
+    listing.add_argument("--type", choices=("nic", "disk", "share"), help="only NICs, disks or shares")
     listing.add_argument("--json", action="store_true", help="JSON list of device objects")
 
 

@@ -6,10 +6,13 @@
         print(disk.devnode, disk.links)          # /dev/vdb ['/dev/disk/by-tag/squidcache']
     nic = devtag_agent.lookup("nfvfunc1", type="nic")[0]
     print(nic.ifname, nic.mac)
+    share = devtag_agent.lookup("build-cache", type="share")[0]
+    print(share.mount_tag)                        # mount -t virtiofs <mount_tag> /somewhere
 
 Reads the state database that ``devtag-agent apply`` wrote and refreshes what
 can change afterwards (interface names, partitions) from sysfs; devices that
-have been detached since are left out.  ``TaggedDevice.udev_device()`` gives
+have been detached since are left out.  Shares (virtiofs) are listed as the
+metadata gave them: the guest's kernel does not show which mount tags exist.  ``TaggedDevice.udev_device()`` gives
 the ``pyudev.Device`` for everything else udev knows; to select by tag with
 pyudev alone: ``context.list_devices(subsystem="block").match_property(
 "DEVTAG_TAG_" + devtag_agent.encoding.encode_key(tag), "1")``.
@@ -33,16 +36,18 @@ class NoState(LookupError):
 class TaggedDevice(NamedTuple):
     """One tagged device as :func:`lookup` and :func:`list_devices` return it."""
 
-    type: str  # "disk" or "nic"
+    type: str  # "disk", "nic" or "share"
     tags: List[str]
-    name: str  # kernel name now: vdb, ens3
-    syspath: str
+    name: str  # kernel name now: vdb, ens3; a share's mount tag
+    syspath: str  # "" for a share
     devnode: Optional[str] = None  # disks: /dev/vdb
     links: Sequence[str] = ()  # disks: /dev/disk/by-tag/... (and -partN)
     ifname: Optional[str] = None  # NICs
     mac: Optional[str] = None
     serial: Optional[str] = None
     altnames: Sequence[str] = ()
+    mount_tag: Optional[str] = None  # shares: the virtiofs tag to mount
+    share_id: Optional[str] = None  # shares: the cloud's id of the share
 
     def to_dict(self) -> Dict[str, Any]:
         """Every field, lists copied (the JSON of ``devtag-agent lookup --json``)."""
@@ -115,9 +120,22 @@ def _find(root: str, type: Optional[str], tag: Optional[str]) -> List[TaggedDevi
         device = _refresh(system, record)
         if device is not None:
             found.append(device)
+    if type in (None, "share"):
+        found.extend(_share(record) for record in index.get("shares", []) if tag is None or tag in record["tags"])
     return found
 
 
+def _share(record: Dict[str, Any]) -> TaggedDevice:
+    return TaggedDevice(
+        type="share",
+        tags=list(record["tags"]),
+        name=record["tag"],
+        syspath="",
+        mount_tag=record["tag"],
+        share_id=record.get("share_id"),
+    )
+
+
 def lookup(tag: str, type: Optional[str] = None, root: str = "/") -> List[TaggedDevice]:
-    """The devices carrying ``tag`` (exact, case-sensitive), optionally only ``"disk"`` or ``"nic"``."""
+    """The devices carrying ``tag`` (exact, case-sensitive), optionally only ``"disk"``, ``"nic"`` or ``"share"``."""
     return _find(root, type, tag)

@@ -7,8 +7,10 @@ Nothing runs per udev event.
 
 Tests and image builders never poke the host's udev: with ``--root`` other
 than ``/`` nothing is run unless the commands are given explicitly through
-``DEVTAG_AGENT_UDEVADM`` / ``DEVTAG_AGENT_IP`` (the tests point them at a
-recording fake), and ``--no-trigger`` turns it all off.  Their values are
+``DEVTAG_AGENT_UDEVADM`` / ``DEVTAG_AGENT_IP`` / ``DEVTAG_AGENT_SYSTEMCTL``
+(the tests point them at a recording fake), and ``--no-trigger`` turns it all
+off.  ``systemctl`` runs only when the share mount units changed
+(:mod:`devtag_agent.share_units`).  Their values are
 split as a shell would split them (``shlex.split``), never run by a shell.
 """
 
@@ -54,9 +56,11 @@ class Publisher:
     def __init__(self, enabled: bool, root: str = "/") -> None:
         udevadm = os.environ.get("DEVTAG_AGENT_UDEVADM")
         ip = os.environ.get("DEVTAG_AGENT_IP")
+        systemctl = os.environ.get("DEVTAG_AGENT_SYSTEMCTL")
         on_host = root == "/"
         self.trigger_enabled = enabled and (on_host or bool(udevadm))
         self.altnames_enabled = enabled and (on_host or bool(ip))
+        self.units_enabled = enabled and (on_host or bool(systemctl))
         if self.trigger_enabled and on_host and not udevadm and not os.path.exists("/run/udev/control"):
             log.warning("udevd is not running (no /run/udev/control): state written, no devices triggered")
             self.trigger_enabled = False
@@ -65,6 +69,7 @@ class Publisher:
         self.trigger_seconds: Optional[float] = None
         self.udevadm = shlex.split(udevadm) if udevadm else ["udevadm"]
         self.ip = shlex.split(ip) if ip else ["ip"]
+        self.systemctl = shlex.split(systemctl) if systemctl else ["systemctl"]
         if enabled and not on_host and not (self.trigger_enabled and self.altnames_enabled):
             log.info("--root %s is not the running system: not running udevadm/ip unless configured", root)
 
@@ -88,3 +93,28 @@ class Publisher:
             log.warning("could not %s altname %s on %s: %s", action, name, ifname, error)
             return False
         return True
+
+    def start_units(self, names: List[str], reload: bool) -> None:
+        """``systemctl --no-block start`` of ``names``; ``systemctl daemon-reload`` first when ``reload``
+        (a unit file changed or removed), or when systemd did not find a new unit by itself.
+
+        systemd (249 and later) loads a unit file that is new in its search path when it is
+        started, without a reload: a reload re-runs every generator, which costs seconds
+        in a busy boot.  Failures are logged: a mount that fails is systemd's to report.
+        """
+        if not self.units_enabled:
+            return
+        if reload:
+            error = run_command([*self.systemctl, "daemon-reload"], 60.0)
+            if error:
+                log.warning("systemctl daemon-reload failed: %s", error)
+                return
+        if not names:
+            return
+        argv = [*self.systemctl, "--no-block", "start", "--", *names]
+        error = run_command(argv, 30.0)
+        if error and not reload:
+            log.info("systemctl start: %s; reloading the unit files first", error)
+            error = run_command([*self.systemctl, "daemon-reload"], 60.0) or run_command(argv, 30.0)
+        if error:
+            log.warning("cannot start %s: %s", " ".join(names), error)

@@ -23,6 +23,9 @@ _NVME_NAMESPACE = re.compile(r"nvme[0-9]+n[0-9]+\Z")  # nvme0n1: no "block" dire
 _DEVNUM = re.compile(r"[0-9]+:[0-9]+\Z")  # a block device's "dev" file: major:minor
 
 
+VIRTIO_ID_FS = "0x001a"  # the virtio device id of a file system device (virtio spec 5.11)
+
+
 def is_pci_address(name: str) -> bool:
     return _PCI_ADDRESS.match(name) is not None
 
@@ -101,6 +104,11 @@ class System:
                 return handle.read()
         except OSError:
             return None
+
+    def is_virtiofs(self, syspath: str) -> bool:
+        """Whether ``syspath`` is a virtio file system device (virtio device id 26: a share)."""
+        subsystem = os.path.basename(self.realpath(syspath + "/subsystem"))
+        return subsystem == "virtio" and self.read(syspath + "/device") == VIRTIO_ID_FS
 
     # -- devices -----------------------------------------------------------
     def block_device(self, syspath: str) -> Optional[Device]:

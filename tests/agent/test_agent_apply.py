@@ -265,14 +265,16 @@ def test_udev_mangled_serial_and_ignored_types(tmp_path):
             "devices": [
                 {"type": "disk", "bus": "scsi", "address": "none", "serial": "my data disk", "tags": ["data"]},
                 {"type": "share", "bus": "none", "tags": ["fs"]},
+                {"type": "gpu", "bus": "none", "tags": ["render"]},
             ]
         }
     )
     assert run_cli("--root", str(tmp_path), "apply", "--source", "configdrive", "--no-trigger") == 0
     index = json.loads((tmp_path / "run/devtag/current/devices.json").read_text())
     assert [(d["name"], d["via"]) for d in index["devices"]] == [("sda", ["serial_udev"])]
-    assert index["unmatched"] == []  # the share is ignored, not unmatched
-    assert len(index["ignored"]) == 1 and "'share' is not published" in index["ignored"][0]
+    assert index["unmatched"] == [] and index["shares"] == []  # a share without a mount tag is ignored
+    assert len(index["ignored"]) == 2 and "no mount tag" in index["ignored"][0], index["ignored"]
+    assert "'gpu' is not published" in index["ignored"][1]
 
 
 def test_altnames_are_recorded_only_when_set(vm, recorder):
@@ -314,8 +316,8 @@ def test_untagged_entries_of_a_full_map_are_no_problem(tmp_path, caplog):
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING and "devices/2" in r.getMessage()]
 
 
-def test_an_entry_of_a_type_the_agent_does_not_resolve_is_one_info_line(tmp_path, capsys):
-    """Nova's virtiofs shares (``"type": "share"``) are tagged too; the agent publishes NICs and disks only."""
+def test_a_share_entry_is_published_by_its_mount_tag(tmp_path, capsys):
+    """Nova's virtiofs shares (``"type": "share"``): kept as the metadata gives them, looked up by role."""
     from .fakesys import FakeMachine
 
     machine = FakeMachine(tmp_path)
@@ -325,9 +327,13 @@ def test_an_entry_of_a_type_the_agent_does_not_resolve_is_one_info_line(tmp_path
     machine.config_drive({"devices": [share, disk]})
     assert run_cli("-v", "--root", str(tmp_path), "apply", "--source", "configdrive", "--no-trigger") == 0
     err = capsys.readouterr().err.splitlines()
-    about_share = [line for line in err if "devices/0" in line]
-    assert about_share == ["devtag-agent: INFO: ignored: devices/0 (share, tags ['media']): type 'share' is not "
-                           "published by this agent"]  # fmt: skip
+    assert "devtag-agent: INFO: share fs0: tags ['media']" in err
     index = json.loads((tmp_path / "run/devtag/current/devices.json").read_text())
     assert [(d["name"], d["tags"]) for d in index["devices"]] == [("vdb", ["data"])]
-    assert index["invalid"] == [] and index["unmatched"] == []
+    assert [(s["tag"], s["share_id"], s["tags"]) for s in index["shares"]] == [("fs0", "8d1c", ["media"])]
+    assert index["invalid"] == [] and index["unmatched"] == [] and index["ignored"] == []
+    assert run_cli("--root", str(tmp_path), "lookup", "media") == 0
+    assert capsys.readouterr().out == "fs0\n"
+    assert run_cli("--root", str(tmp_path), "lookup", "media", "--type", "disk") == 1
+    assert run_cli("--root", str(tmp_path), "list", "--type", "share") == 0
+    assert capsys.readouterr().out == "share\tfs0\tmedia\n"

@@ -132,3 +132,23 @@ def test_check_verb_cross_checks_udev_against_the_state(vm, capsys):
     link.symlink_to("../../vdb1")
     assert run_cli("--root", root, "check") == 1
     assert "points to /dev/vdb1, expected /dev/vdb2" in capsys.readouterr().out
+
+
+def test_a_hot_plugged_share_asks_for_the_hotplug_service(vm):
+    """A virtio file system device (virtio id 26) is a share: its add starts the hot-plug service once the
+    agent has run; other virtio devices (a balloon) and the boot's coldplug do not."""
+    machine, _ = vm
+    root = str(machine.root)
+    rules = udevrules.parse(RULES.read_text())
+    virtio = "/sys/devices/pci0000:00/0000:00:06.0/virtio7"
+
+    def add(modalias: str) -> udevrules.Event:
+        env = {"ACTION": "add", "DEVPATH": virtio[len("/sys") :], "SUBSYSTEM": "virtio", "MODALIAS": modalias}
+        return udevrules.run_event(rules, udevrules.Event(root, virtio, env))
+
+    share, balloon = "virtio:d0000001Av00001AF4", "virtio:d00000005v00001AF4"
+    assert "SYSTEMD_WANTS" not in add(share).env  # boot: the agent has not run yet
+    assert run_cli("--root", root, "apply", "--source", "configdrive", "--no-trigger") == 0
+    event = add(share)
+    assert event.env["SYSTEMD_WANTS"] == "devtag-agent-hotplug@.service" and "systemd" in event.tags
+    assert "SYSTEMD_WANTS" not in add(balloon).env

@@ -63,6 +63,8 @@ def test_agent_depends_only_on_distro_packages(debs: Path) -> None:
         "/lib/systemd/system/cloud-init.service.d/10-devtag.conf",
         "/lib/systemd/system/cloud-init-network.service.d/10-devtag.conf",  # Debian 13: cloud-init >= 24.3
         "/usr/lib/python3/dist-packages/devtag_agent/cli.py",
+        "/usr/lib/python3/dist-packages/devtag_agent/shares.py",  # shares mounted by role
+        "/usr/lib/python3/dist-packages/devtag_agent/share_units.py",
         "/usr/lib/python3/dist-packages/devtag_schema/device-role-tagging-1.json",
         *INITRAMFS_FILES,
     ):

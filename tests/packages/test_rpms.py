@@ -55,6 +55,7 @@ def test_agent_rpm(rpms: Path) -> None:
         assert expected in files, expected
     assert [f for f in files if f.startswith("/usr/share/man/man1/devtag-agent.1")]
     assert any(f.endswith("/devtag_schema/device-role-tagging-1.json") for f in files)
+    assert any(f.endswith("/devtag_agent/share_units.py") for f in files), "shares mounted by role"
     assert not [f for f in files if "devtag_host" in f]
 
 

@@ -191,6 +191,15 @@ FSTAB_BY_TAG = (
 )
 FSTAB_MOUNTS = {"/srv/archive": "archive", "/srv/absent": "no-such-role"}
 
+# Shares (virtiofs) mounted by role (docs/configure-by-role.md shows these very lines): the agent
+# writes a mount unit per line once a share carries the role. test_releases gives Debian 12's domain
+# a share tagged "build-cache" at boot and hot-attaches one tagged "scratch"; in the other guests no
+# share carries either role and nothing is mounted.
+SHARES_CONF = (
+    "# ROLE        MOUNTPOINT       [OPTIONS]\nbuild-cache   /srv/build-cache ro\nscratch       /srv/scratch\n"
+)
+SHARE_MOUNTS = {"/srv/build-cache": "build-cache", "/srv/scratch": "scratch"}
+
 
 # cloud-init's storage modules by role (docs/configure-by-role.md shows these very texts).
 # The user data of every release guest's config drive (test_releases) and of the
@@ -388,6 +397,8 @@ def build_guest_image(agent_deb: Path, workdir: Path, release: Release = BOOKWOR
     for mountpoint in FSTAB_MOUNTS:
         (root / mountpoint.lstrip("/")).mkdir(parents=True, exist_ok=True)
     _configure_crypttab(root, release)
+    (root / "etc/devtag").mkdir(parents=True, exist_ok=True)
+    (root / "etc/devtag/shares.conf").write_text(SHARES_CONF)
     _configure_networkd(root, release)
     wants = root / "etc/systemd/system/multi-user.target.wants"
     wants.mkdir(parents=True, exist_ok=True)

@@ -583,21 +583,29 @@ def hotplug_diagnosis():
     return {"disks": disks(), "units": units[-3000:], "journal_tail": journal[-8000:]}
 
 
+def disks_and_virtio():
+    """The disks and the virtio devices (a hot-plugged share is one): a change schedules a diagnosis."""
+    return disks() + sorted(os.listdir("/sys/bus/virtio/devices"))
+
+
 def watch():
-    """Report every change of the by-tag links, and every change of the set of disks.
+    """Report every change of the by-tag links, of the set of disks and of the virtiofs mounts.
 
     A change of the disks (hot-plug) also schedules a diagnosis (units, journal
     tail) 20 s and 60 s later, so that a link that never comes is explained.
     """
-    seen, seen_disks = by_tag_links(), disks()
+    seen, seen_disks, seen_shares = by_tag_links(), disks_and_virtio(), virtiofs_mounts()
     diagnose_at = []
     while True:
         time.sleep(0.5)
-        links, now_disks = by_tag_links(), disks()
+        links, now_disks, now_shares = by_tag_links(), disks_and_virtio(), virtiofs_mounts()
         due = [at for at in diagnose_at if at <= time.monotonic()]
-        if links == seen and now_disks == seen_disks and not due:
+        if links == seen and now_disks == seen_disks and now_shares == seen_shares and not due:
             continue
         event = hotplug_event(links)
+        if now_shares != seen_shares:
+            event["shares_by_role"] = shares_by_role()
+        seen_shares = now_shares
         if now_disks != seen_disks:
             diagnose_at += [time.monotonic() + 20, time.monotonic() + 60]
         if due or now_disks != seen_disks:
@@ -779,6 +787,48 @@ def crypttab_by_tag(cmdline):
     return figures
 
 
+def virtiofs_mounts():
+    """Mount point -> source of every virtiofs mount, from /proc/self/mounts (no process: the watch polls it)."""
+    mounts = {}
+    with open("/proc/self/mounts") as handle:
+        for line in handle:
+            fields = line.split()
+            if len(fields) > 2 and fields[2] == "virtiofs":
+                mounts[fields[1]] = fields[0]
+    return mounts
+
+
+def shares_by_role():
+    """What became of each line of /etc/devtag/shares.conf (guest_image.SHARES_CONF): the agent's lookup
+    of the role, the unit it wrote, what is mounted there and the host's file in it."""
+    shares = {}
+    try:
+        with open("/etc/devtag/shares.conf") as handle:
+            lines = [line.split() for line in handle if line.strip() and not line.startswith("#")]
+    except OSError:
+        return shares
+    mounted = virtiofs_mounts()
+    for role, mountpoint, *_ in lines:
+        unit = run("systemd-escape", "--path", "--suffix=mount", mountpoint)[1].strip()
+        show = run("systemctl", "show", unit, "-p", "ActiveState", "-p", "FragmentPath")[1]
+        state = dict(line.split("=", 1) for line in show.splitlines() if "=" in line)
+        code, out, _ = run("devtag-agent", "lookup", role, "--type", "share")
+        try:
+            with open(os.path.join(mountpoint, "role")) as handle:
+                role_file = handle.read().strip()
+        except OSError:
+            role_file = None
+        shares[mountpoint] = {
+            "role": role,
+            "lookup": out.strip() if code == 0 else None,
+            "unit": unit,
+            **state,
+            "source": mounted.get(mountpoint),
+            "role_file": role_file,
+        }
+    return shares
+
+
 def main():
     report = {"boot_id": open("/proc/sys/kernel/random/boot_id").read().strip()}
     code, out, err = run("devtag-agent", "list", "--json")
@@ -809,6 +859,7 @@ def main():
     report["fstab_by_tag"] = fstab_by_tag()
     report["cloud_init_storage"] = cloud_init_storage()
     report["crypttab_by_tag"] = crypttab_by_tag(open("/proc/cmdline").read().split())
+    report["shares_by_role"] = shares_by_role()
     report["journal"] = run("journalctl", "-b", "-u", "devtag-agent.service", "--no-pager", "-o", "short-monotonic")[1][
         -6000:
     ]
