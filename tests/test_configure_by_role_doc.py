@@ -23,6 +23,8 @@ USED = (
     files.CLOUD_INIT_BOOTCMD,
     files.CRYPTTAB_BY_TAG,
     files.CRYPTTAB_FSTAB,
+    files.NETWORK_MANAGER_RULE[1],
+    files.NETWORK_MANAGER_KEYFILE[1],
     files.SHARES_CONF,  # virtiofs shares mounted by role (Debian 12's release guest)
     KERNEL_CMDLINE,  # the root file system by role (test_initramfs)
 )

@@ -64,16 +64,25 @@ class Release:
     # Configure the NIC tagged nfvfunc2 with netplan (renderer networkd, as Ubuntu ships it)
     # instead of a .network file: netplan.io is installed into that release's image.
     netplan: bool = False
+    # Configure the NIC tagged nmrole with NetworkManager (NETWORK_MANAGER_BY_TAG):
+    # network-manager is installed into that release's image.
+    network_manager: bool = False
 
     @property
     def packages(self) -> str:
         return ",".join([PACKAGES, *self.extra_packages])
 
+    @property
+    def layer(self) -> Tuple[str, ...]:
+        """Packages installed into this release's images from a download cached apart (_install_layer)."""
+        crypttab = CRYPTTAB_PACKAGES if self.version in CRYPTTAB_RELEASES else ()
+        return ("netplan.io",) * self.netplan + ("network-manager",) * self.network_manager + crypttab
+
 
 BULLSEYE = Release(11, "bullseye")  # Python 3.9, jsonschema 3.2, systemd/udev 247
 BOOKWORM = Release(12, "bookworm", agent_recommends=("python3-pycdlib",))  # Python 3.11, jsonschema 4.10, systemd 252
 # Python 3.13, jsonschema 4.19, systemd 257
-TRIXIE = Release(13, "trixie", agent_recommends=("python3-pycdlib",), netplan=True)
+TRIXIE = Release(13, "trixie", agent_recommends=("python3-pycdlib",), netplan=True, network_manager=True)
 RELEASES = {release.version: release for release in (BULLSEYE, BOOKWORM, TRIXIE)}
 IMAGE_SIZE = "3G"
 REPORT_SCRIPT = Path(__file__).with_name("guest_report.py")
@@ -180,6 +189,34 @@ network:
 IFUPDOWN_BY_TAG = ("legacyif", "192.0.2.129/26")
 IFUPDOWN_BY_TAG_STANZA = "auto {0}\niface {0} inet static\n    address {1}\n".format(*IFUPDOWN_BY_TAG)
 
+# NetworkManager's way to a NIC by role (docs/configure-by-role.md). NetworkManager
+# matches a profile against a NIC's kernel name, MAC, driver or ID_PATH only (no
+# altnames, no udev properties), and reads one thing from udev per NIC: whether to
+# manage it (NM_UNMANAGED). So the rule selects by role: NetworkManager manages the
+# NIC tagged nmrole and nothing else, and the profile, bound to no interface, can
+# only come up there. The other NICs stay with networkd, netplan and ifupdown.
+# Installed where Release.network_manager; test_releases gives only that domain the NIC.
+NETWORK_MANAGER_BY_TAG = ("nmrole", "192.0.2.193/26")
+NETWORK_MANAGER_RULE = (
+    "75-devtag-networkmanager.rules",
+    'SUBSYSTEM=="net", ACTION!="remove", ENV{DEVTAG_TAG_nmrole}!="1", ENV{NM_UNMANAGED}="1"\n',
+)
+NETWORK_MANAGER_KEYFILE = (
+    "devtag-nmrole.nmconnection",
+    """\
+[connection]
+id=devtag-nmrole
+type=ethernet
+
+[ipv4]
+method=manual
+address1=192.0.2.193/26
+
+[ipv6]
+method=disabled
+""",
+)
+
 
 # fstab entries that name a disk by its role (docs/configure-by-role.md shows these very lines).
 # test_releases formats the disk tagged "archive" beforehand, with a file naming the role;
@@ -232,7 +269,7 @@ bootcmd:
 """
 
 # crypttab by role, in the guests of CRYPTTAB_RELEASES (cryptsetup installed there, see
-# _cryptsetup_layer): a LUKS volume on the disk tagged oracledb, opened with a key file in
+# Release.layer): a LUKS volume on the disk tagged oracledb, opened with a key file in
 # the image, and its file system in /etc/fstab; the guest report formats the volume at
 # first boot (guest_report.crypttab_by_tag).  No device carries "no-such-role": `nofail`
 # and the device timeout keep its line from holding the boot.
@@ -396,10 +433,13 @@ def build_guest_image(agent_deb: Path, workdir: Path, release: Release = BOOKWOR
         fstab.write(FSTAB_BY_TAG)
     for mountpoint in FSTAB_MOUNTS:
         (root / mountpoint.lstrip("/")).mkdir(parents=True, exist_ok=True)
+    _install_layer(root, release)
     _configure_crypttab(root, release)
     (root / "etc/devtag").mkdir(parents=True, exist_ok=True)
     (root / "etc/devtag/shares.conf").write_text(SHARES_CONF)
     _configure_networkd(root, release)
+    if release.network_manager:
+        _configure_network_manager(root)
     wants = root / "etc/systemd/system/multi-user.target.wants"
     wants.mkdir(parents=True, exist_ok=True)
     for name, text in (
@@ -428,9 +468,6 @@ def _configure_networkd(root: Path, release: Release) -> None:
     """
     networks = {**NIC_BY_TAG_NETWORKS, "60-devtag-e2e-metadata.network": METADATA_NIC_NETWORK}
     if release.netplan:
-        with _guest_resolver(root):
-            _chroot_apt(root, "update")  # the base's lists may be older than the archive
-            _chroot_apt(root, "install", "--no-install-recommends", "netplan.io")
         del networks["50-devtag-nfvfunc2.network"]
         (root / "etc/netplan").mkdir(parents=True, exist_ok=True)
         netplan_file = root / "etc/netplan" / NETPLAN_BY_TAG[0]
@@ -443,24 +480,26 @@ def _configure_networkd(root: Path, release: Release) -> None:
     _run("chroot", str(root), "systemctl", "mask", "systemd-networkd-wait-online.service")
 
 
-def _cryptsetup_layer(root: Path, release: Release) -> None:
-    """cryptsetup in the guest's root, from .debs fetched on first use and kept in the cache directory.
+def _install_layer(root: Path, release: Release) -> None:
+    """``release.layer`` installed from .debs downloaded once and kept in the cache directory.
 
-    A layer of its own (keyed by the base and the package names), so that the
-    base's package list and its cache key stay as they are.  Installed by path:
-    the download carries every dependency the base lacks, whatever the age of
-    the base's package lists.
+    The first build fetches them with fresh package lists (the base's may be
+    older than the archive) and keeps exactly the .debs apt downloaded, keyed by
+    the base and the package names; every build then installs those files, so
+    it needs no network (the VM tests may run in a network namespace).
     """
-    key = hashlib.sha256(f"{_base_key(release)}|{CRYPTTAB_PACKAGES}".encode()).hexdigest()[:16]
-    cached = cache_dir() / f"{release.suite}-cryptsetup-{key}"
+    if not release.layer:
+        return
+    key = hashlib.sha256(f"{_base_key(release)}|{release.layer}".encode()).hexdigest()[:16]
+    cached = cache_dir() / f"{release.suite}-layer-{key}"
     archives = root / "var/cache/apt/archives"
-    with open(cache_dir() / f"cryptsetup-{release.suite}.lock", "w") as lock:
+    with open(cache_dir() / f"layer-{release.suite}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not cached.is_dir():
             before = {path.name for path in archives.glob("*.deb")}
             with _guest_resolver(root):
                 _chroot_apt(root, "update")
-                _chroot_apt(root, "install", "--download-only", "--no-install-recommends", *CRYPTTAB_PACKAGES)
+                _chroot_apt(root, "install", "--download-only", "--no-install-recommends", *release.layer)
             partial = cached.with_suffix(".partial")
             shutil.rmtree(partial, ignore_errors=True)
             partial.mkdir()
@@ -468,22 +507,28 @@ def _cryptsetup_layer(root: Path, release: Release) -> None:
                 if path.name not in before:
                     shutil.copy(path, partial / path.name)
             partial.rename(cached)
-    layer = root / "tmp/devtag-e2e-cryptsetup"
-    layer.mkdir()
     debs = sorted(cached.glob("*.deb"))
     for path in debs:
-        shutil.copy(path, layer / path.name)
-    _chroot_apt(root, "install", "--no-install-recommends", *(f"/tmp/{layer.name}/{path.name}" for path in debs))
-    shutil.rmtree(layer)
-    for download in archives.glob("*.deb"):
-        download.unlink()
+        shutil.copy(path, archives / path.name)
+    _chroot_apt(root, "install", "--no-install-recommends", *(f"/var/cache/apt/archives/{p.name}" for p in debs))
+    for path in debs:
+        (archives / path.name).unlink(missing_ok=True)
+
+
+def _configure_network_manager(root: Path) -> None:
+    """The NetworkManager profile and udev rule of NETWORK_MANAGER_BY_TAG."""
+    (root / "etc/udev/rules.d").mkdir(parents=True, exist_ok=True)
+    (root / "etc/udev/rules.d" / NETWORK_MANAGER_RULE[0]).write_text(NETWORK_MANAGER_RULE[1])
+    keyfile = root / "etc/NetworkManager/system-connections" / NETWORK_MANAGER_KEYFILE[0]
+    keyfile.parent.mkdir(parents=True, exist_ok=True)
+    keyfile.write_text(NETWORK_MANAGER_KEYFILE[1])
+    keyfile.chmod(0o600)  # NetworkManager ignores a keyfile others can read
 
 
 def _configure_crypttab(root: Path, release: Release) -> None:
-    """In the releases of CRYPTTAB_RELEASES: cryptsetup, the key file, CRYPTTAB_BY_TAG and its fstab line."""
+    """In CRYPTTAB_RELEASES (cryptsetup comes with their layer): the key file, CRYPTTAB_BY_TAG, its fstab line."""
     if release.version not in CRYPTTAB_RELEASES:
         return
-    _cryptsetup_layer(root, release)
     key = root / CRYPTTAB_KEY_FILE.lstrip("/")
     key.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     key.write_bytes(secrets.token_bytes(64))

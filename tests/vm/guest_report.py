@@ -76,6 +76,57 @@ def addresses():
     }
 
 
+def nic_naming():
+    """Where each NIC's kernel name came from: its ACPI index, udev's onboard name, and every
+    rename the kernel logged this boot (the initramfs's included), as (new name, old name, seconds
+    after kernel start)."""
+    names = {}
+    for path in sorted(glob.glob("/sys/class/net/*")):
+        device = os.path.realpath(path + "/device") if os.path.exists(path + "/device") else None
+        index = None
+        for candidate in (device, device and os.path.dirname(device)):  # virtio-net: the PCI function is the parent
+            try:
+                with open(os.path.join(candidate, "acpi_index")) as handle:
+                    index = int(handle.read().strip())
+                break
+            except (OSError, TypeError, ValueError):
+                continue
+        onboard = udev_properties(path).get("ID_NET_NAME_ONBOARD")
+        names[os.path.basename(path)] = {"acpi_index": index, "onboard": onboard}
+    kernel = run("journalctl", "-k", "-b", "--no-pager", "-o", "short-monotonic")[1]
+    renames = []
+    for line in kernel.splitlines():
+        if ": renamed from " in line and line.startswith("["):
+            head, old = line.rsplit(": renamed from ", 1)
+            renames.append((head.split()[-1], old.strip(), float(line[1:].split("]", 1)[0])))
+    # When systemd started in the root file system: a rename before it was the initramfs's udev.
+    userspace = run("systemctl", "show", "-p", "UserspaceTimestampMonotonic", "--value")[1].strip()
+    started = int(userspace) / 1e6 if userspace.isdigit() else None
+    return {"names": names, "renames": renames, "userspace_start": started}
+
+
+def network_manager():
+    """NetworkManager's view once it has activated what it will (nm-online -s): every device's
+    state and connection. None where NetworkManager is not installed."""
+    if not os.path.exists("/usr/bin/nmcli"):
+        return None
+    started = time.monotonic()
+    online = run("nm-online", "-s", "-q", "-t", "120")[0]
+    waited = time.monotonic() - started
+    code, out, err = run("nmcli", "-t", "-f", "DEVICE,STATE,CONNECTION", "device", "status")
+    devices = {}
+    for line in out.splitlines():
+        device, state, connection = [*line.split(":", 2), "", ""][:3]
+        devices[device] = {"state": state, "connection": connection}
+    return {
+        "online_rc": online,
+        "waited": waited,
+        "unit": unit_times("NetworkManager.service"),
+        "devices": devices,
+        "error": err[-1000:] if code else None,
+    }
+
+
 def release():
     """Which guest this is: the versions the agent runs on."""
     info = dict(line.split("=", 1) for line in open("/etc/os-release").read().splitlines() if "=" in line)
@@ -588,24 +639,35 @@ def disks_and_virtio():
     return disks() + sorted(os.listdir("/sys/bus/virtio/devices"))
 
 
+def net_links():
+    return sorted(os.listdir("/sys/class/net"))
+
+
 def watch():
-    """Report every change of the by-tag links, of the set of disks and of the virtiofs mounts.
+    """Report every change of the by-tag links, of the set of disks, of the virtiofs mounts and of the NICs.
+
+    An event for a change of the NICs also carries them (nics) and their
+    naming (nic_naming): the NIC hot-plug case waits for those.
 
     A change of the disks (hot-plug) also schedules a diagnosis (units, journal
     tail) 20 s and 60 s later, so that a link that never comes is explained.
     """
-    seen, seen_disks, seen_shares = by_tag_links(), disks_and_virtio(), virtiofs_mounts()
+    seen, seen_disks, seen_shares, seen_nics = by_tag_links(), disks_and_virtio(), virtiofs_mounts(), net_links()
     diagnose_at = []
     while True:
         time.sleep(0.5)
-        links, now_disks, now_shares = by_tag_links(), disks_and_virtio(), virtiofs_mounts()
+        links, now_disks, now_shares, now_nics = by_tag_links(), disks_and_virtio(), virtiofs_mounts(), net_links()
         due = [at for at in diagnose_at if at <= time.monotonic()]
-        if links == seen and now_disks == seen_disks and now_shares == seen_shares and not due:
+        unchanged = links == seen and now_disks == seen_disks and now_shares == seen_shares and now_nics == seen_nics
+        if unchanged and not due:
             continue
         event = hotplug_event(links)
         if now_shares != seen_shares:
             event["shares_by_role"] = shares_by_role()
         seen_shares = now_shares
+        if now_nics != seen_nics:
+            event["nics"], event["nic_naming"] = nics(), nic_naming()
+            seen_nics = now_nics
         if now_disks != seen_disks:
             diagnose_at += [time.monotonic() + 20, time.monotonic() + 60]
         if due or now_disks != seen_disks:
@@ -853,7 +915,9 @@ def main():
     report["agent_unit"] = unit_times("devtag-agent.service")
     # qemu_fw_cfg, loaded by systemd-modules-load from the package's modules-load.d file.
     report["fw_cfg_loaded"] = os.path.isdir("/sys/firmware/qemu_fw_cfg")
+    report["network_manager"] = network_manager()
     report["addresses"] = addresses()
+    report["nic_naming"] = nic_naming()
     report["release"] = release()
     report["udev_verify"] = udev_verify()
     report["fstab_by_tag"] = fstab_by_tag()

@@ -11,7 +11,13 @@ that single boot:
 - the tagged NICs got their addresses from files that select them by tag
   (systemd-networkd by property and by altname, ifupdown by altname:
   guest_image.NIC_BY_TAG_NETWORKS, IFUPDOWN_BY_TAG; on Debian 13 netplan by
-  altname instead of networkd's altname file: NETPLAN_BY_TAG), checked by MAC;
+  altname instead of networkd's altname file: NETPLAN_BY_TAG, and
+  NetworkManager by role on a NIC of its own: NETWORK_MANAGER_BY_TAG, every
+  other NIC left unmanaged), checked by MAC;
+- the NIC tagged with ``--acpi-index 3`` is eno3, renamed once, straight from
+  the kernel's ethX, on machine 'pc' (i440fx: Debian 12) and 'q35' (Debian 11
+  and 13); on q35 a NIC with an index on pcie.0 itself is recorded too
+  (check_root_complex_nic);
 - ``udevadm verify`` accepts the rules file where udevadm has the verb
   (systemd >= 253: Debian 13);
 - the boot cost: kernel start to tags ready, the agent's share, and the floor
@@ -25,8 +31,10 @@ that single boot:
 - a tagged disk hot-plugged through the attach flow gets its /dev/disk/by-tag
   link and udev properties, and loses them on detach (the metadata service
   answers the hot-plug unit; test_end_to_end.hot_plug_and_unplug);
+- the ACPI-index NIC detached from the running guest and attached again with
+  its own XML comes back as eno3 (unplug_and_replug_the_acpi_nic);
 - after a reboot of the same domain all of the above holds again (tags,
-  links, NIC addresses by tag on the right NICs by MAC, fstab mounts by role);
+  links, NIC addresses by tag on the right NICs by MAC, eno3, fstab mounts by role);
 - Debian 12 only: a virtiofs share (QEMU 7.2's virtiofsd, shared memory
   backing) tagged on the host is found by role and mounted by the agent's unit
   from /etc/devtag/shares.conf (guest_image.SHARES_CONF), the host's file read
@@ -46,6 +54,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Tuple
 
@@ -60,6 +69,7 @@ from .conftest import BOOT_COST_PROPERTY
 from .guest_image import (
     FSTAB_MOUNTS,
     IFUPDOWN_BY_TAG,
+    NETWORK_MANAGER_BY_TAG,
     NIC_BY_TAG_ADDRESSES,
     RELEASES,
     SHARE_MOUNTS,
@@ -87,6 +97,25 @@ pytestmark = [pytest.mark.vm, pytest.mark.timeout(3600)]
 # A NIC only these domains have, configured by ifupdown through its altname (guest_image.IFUPDOWN_BY_TAG).
 IFUPDOWN_NIC_MAC = "52:54:00:e2:e0:04"
 IFUPDOWN_NIC = f"<interface type='user'><mac address='{IFUPDOWN_NIC_MAC}'/><model type='virtio'/></interface>"
+# NICs named before any agent runs: this NIC has libvirt's <acpi index='3'/> (devtag-host tag
+# --acpi-index), so the guest kernel calls it eno3. Debian 12's domain runs on machine 'pc'
+# (i440fx, the NIC on the PCI root bus), the others on 'q35' (the NIC behind a PCIe root port).
+ACPI_NIC_MAC = "52:54:00:e2:e0:05"
+ACPI_NIC = f"<interface type='user'><mac address='{ACPI_NIC_MAC}'/><model type='virtio'/></interface>"
+ACPI_INDEX = 3
+ACPI_ROLE = "mgmt"
+I440FX_RELEASE = 12
+# On q35, a NIC with an ACPI index on the root complex itself (pcie.0, an integrated endpoint)
+# instead of behind a root port: what the guest makes of it is recorded (check_root_complex_nic).
+ROOT_COMPLEX_NIC_MAC = "52:54:00:e2:e0:07"
+ROOT_COMPLEX_NIC = (
+    f"<interface type='user'><mac address='{ROOT_COMPLEX_NIC_MAC}'/><model type='virtio'/>"
+    "<address type='pci' domain='0x0000' bus='0x00' slot='0x1b' function='0x0'/></interface>"
+)
+ROOT_COMPLEX_INDEX = 4
+# A NIC only the NetworkManager release's domain has (guest_image.NETWORK_MANAGER_BY_TAG).
+NM_NIC_MAC = "52:54:00:e2:e0:06"
+NM_NIC = f"<interface type='user'><mac address='{NM_NIC_MAC}'/><model type='virtio'/></interface>"
 # Three releases' boots may share the cores with other suites: TCG boots then take minutes.
 BOOT_TIMEOUT = 1200
 PORT_80_WAIT = 600  # another suite's metadata test holds 127.0.0.1:80 for a few minutes at most
@@ -142,36 +171,52 @@ def release_image(
 
 
 def define_release_domain(
-    connection: Any, uri: str, name: str, image: GuestImage, directory: Path, shares: bool = False
+    connection: Any, uri: str, name: str, image: GuestImage, directory: Path, release: Release
 ) -> Any:
-    """test_end_to_end's tagged domain, plus the metadata NIC and the ifupdown NIC (and ``shares``:
-    the boot's share, shared memory and spare root ports)."""
+    """test_end_to_end's tagged domain, plus the metadata NIC, the ifupdown NIC, the ACPI-index NIC,
+    on the NetworkManager release its NIC, and on SHARE_RELEASE the boot's share (shared memory,
+    and on q35 spare root ports for the hot-attached one); machine 'pc' on I440FX_RELEASE."""
+    shares = release.version == SHARE_RELEASE
     xml = domain_xml(name, own_root_disk(image, directory), directory, f"devtag_e2e_timing {LUKS_ROLE}", METADATA_NIC)
-    extra = IFUPDOWN_NIC
+    extra = IFUPDOWN_NIC + ACPI_NIC + (NM_NIC if release.network_manager else "")
     if shares:
         extra += share_xml(directory, *BOOT_SHARE)
         xml = xml.replace("<vcpu>", SHARED_MEMORY + "<vcpu>", 1)
-    domain = connection.defineXML(xml.replace("</devices>", f"{extra}</devices>", 1))
-    if shares:
+    xml = xml.replace("</devices>", f"{extra}</devices>", 1)
+    q35 = release.version != I440FX_RELEASE
+    if not q35:
+        xml = xml.replace("machine='q35'", "machine='pc'").replace("bus=pcie.0,", "bus=pci.0,")
+    else:
+        xml = xml.replace("</devices>", f"{ROOT_COMPLEX_NIC}</devices>", 1)
+    domain = connection.defineXML(xml)
+    if shares and q35:  # i440fx hot-plugs into the root bus's free slots
         import libvirt
 
         addressed = domain.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
         domain = connection.defineXML(addressed.replace("</devices>", f"{SPARE_ROOT_PORTS}</devices>", 1))
-    tags = {**TAGS, IFUPDOWN_NIC_MAC: [IFUPDOWN_BY_TAG[0]], **({BOOT_SHARE[0]: [BOOT_SHARE[1]]} if shares else {})}
-    for device, device_tags in tags.items():
-        assert devtag_host(["tag", "--connect", uri, name, device, *device_tags]) == 0
+    nm_nic = {NM_NIC_MAC: [NETWORK_MANAGER_BY_TAG[0]]} if release.network_manager else {}
+    share = {BOOT_SHARE[0]: [BOOT_SHARE[1]]} if shares else {}
+    for device, tags in {**TAGS, IFUPDOWN_NIC_MAC: [IFUPDOWN_BY_TAG[0]], **nm_nic, **share}.items():
+        assert devtag_host(["tag", "--connect", uri, name, device, *tags]) == 0
+    assert devtag_host(["tag", "--connect", uri, name, ACPI_NIC_MAC, ACPI_ROLE, "--acpi-index", str(ACPI_INDEX)]) == 0
+    if q35:
+        index = str(ROOT_COMPLEX_INDEX)
+        assert devtag_host(["tag", "--connect", uri, name, ROOT_COMPLEX_NIC_MAC, "onroot", "--acpi-index", index]) == 0
     return domain
 
 
-def check_nics_by_tag(report: Dict[str, Any]) -> None:
+def check_nics_by_tag(report: Dict[str, Any], release: Release) -> None:
     """Each tagged NIC carries the address of the file that selected it by tag, and no other NIC does.
 
     systemd-networkd: by udev property (nfvfunc1) and by altname (nfvfunc2);
-    ifupdown: by altname (legacyif).
+    ifupdown: by altname (legacyif); NetworkManager, where installed: by role (nmrole).
     """
     by_mac = {entry["mac"]: name for name, entry in report["nics"].items()}
     wanted = {by_mac[mac]: NIC_BY_TAG_ADDRESSES[tag] for tag, mac in EXPECTED_NICS.items()}
     wanted[by_mac[IFUPDOWN_NIC_MAC]] = IFUPDOWN_BY_TAG[1]
+    if release.network_manager:
+        wanted[by_mac[NM_NIC_MAC]] = NETWORK_MANAGER_BY_TAG[1]
+        check_network_manager(report, by_mac[NM_NIC_MAC])
     for ifname, address in wanted.items():
         assert address in report["addresses"].get(ifname, []), (ifname, address, report["addresses"])
     elsewhere = {
@@ -180,6 +225,89 @@ def check_nics_by_tag(report: Dict[str, Any]) -> None:
         if ifname not in wanted and set(wanted.values()) & set(found)
     }
     assert not elsewhere, elsewhere
+
+
+def check_network_manager(report: Dict[str, Any], nm_nic: str) -> None:
+    """NetworkManager brought its profile up on the NIC with its role, and left every other NIC alone."""
+    nm = report["network_manager"]
+    assert nm is not None and nm["online_rc"] == 0, nm
+    assert nm["devices"][nm_nic] == {"state": "connected", "connection": "devtag-nmrole"}, nm
+    managed = {name: entry for name, entry in nm["devices"].items() if entry["state"] != "unmanaged"}
+    assert list(managed) == [nm_nic], nm
+
+
+def check_acpi_index_name(nics: Dict[str, Any], naming: Dict[str, Any], appearances: int = 1) -> str:
+    """The NIC with the ACPI index is eno<N>, by udev's onboard naming: each time it appeared this boot
+    (``appearances``: 2 once re-plugged) the kernel logged one rename, from its ethX straight to that
+    name (from the initramfs on), and none away from it."""
+    by_mac = {entry["mac"]: name for name, entry in nics.items()}
+    name = f"eno{ACPI_INDEX}"
+    assert by_mac.get(ACPI_NIC_MAC) == name, (nics, naming)
+    assert naming["names"][name] == {"acpi_index": ACPI_INDEX, "onboard": name}, naming
+    renames = [rename for rename in naming["renames"] if name in rename[:2]]
+    assert len(renames) == appearances, str(naming["renames"])
+    assert all(new == name and old.startswith("eth") for new, old, _ in renames), str(naming["renames"])
+    _, old, seconds = renames[0]
+    started = naming.get("userspace_start")
+    where = "in the initramfs" if started is not None and seconds < started else "in the root file system"
+    return f"{name} from {old} at {seconds:.1f} s, {where} (systemd started at {started} s)"
+
+
+def check_root_complex_nic(report: Dict[str, Any], qemu_version: int) -> str:
+    """What a q35 guest makes of a NIC with an ACPI index on pcie.0 itself (QEMU 7.2: no index reaches the
+    guest, whose udev names the NIC by its path); returns a line saying it."""
+    by_mac = {entry["mac"]: name for name, entry in report["nics"].items()}
+    name = by_mac[ROOT_COMPLEX_NIC_MAC]
+    naming = report["nic_naming"]["names"][name]
+    if qemu_version < 8_000_000:
+        assert naming == {"acpi_index": None, "onboard": None} and name == "enp0s27", (name, naming)
+    return f"NIC on pcie.0 with <acpi index='{ROOT_COMPLEX_INDEX}'/>: named {name}, guest sees {naming}"
+
+
+def events_so_far(directory: Path) -> int:
+    text = (directory / "report.log").read_text(errors="replace")
+    return len([line for line in text[: text.rfind("\n") + 1].splitlines() if line.startswith("DEVTAG-E2E-EVENT ")])
+
+
+def unplug_and_replug_the_acpi_nic(domain: Any, directory: Path) -> Tuple[float, float]:
+    """Detach the ACPI-index NIC from the running guest and attach it again with its own XML (libvirt's
+    persistent definition of it, <acpi index> included): the guest sees it go, then come back as eno<N>.
+    Returns the seconds from detach to gone and from attach to named."""
+    import libvirt
+
+    def interface_xml(flags: int) -> Optional[str]:
+        root = ET.fromstring(domain.XMLDesc(flags))
+        for interface in root.iterfind("devices/interface"):
+            mac = interface.find("mac")
+            if mac is not None and mac.get("address") == ACPI_NIC_MAC:
+                return ET.tostring(interface, encoding="unicode")
+        return None
+
+    nic_xml = interface_xml(libvirt.VIR_DOMAIN_XML_INACTIVE)
+    assert nic_xml is not None and f'<acpi index="{ACPI_INDEX}"' in nic_xml, nic_xml
+    before = events_so_far(directory)
+    started = time.monotonic()
+    domain.detachDeviceFlags(nic_xml, libvirt.VIR_DOMAIN_AFFECT_LIVE)
+    seen, event = wait_for_event(
+        directory, before, lambda e: "nics" in e and ACPI_NIC_MAC not in {n["mac"] for n in e["nics"].values()}
+    )
+    gone = time.monotonic() - started
+    deadline = time.monotonic() + 60
+    while interface_xml(0) is not None:  # QEMU has not reported the device deleted yet
+        assert time.monotonic() < deadline, "libvirt still lists the detached NIC after 60 s"
+        time.sleep(0.5)
+    started = time.monotonic()
+    domain.attachDeviceFlags(nic_xml, libvirt.VIR_DOMAIN_AFFECT_LIVE)
+    _, event = wait_for_event(
+        directory,
+        seen,
+        lambda e: (
+            "nics" in e
+            and any(n["mac"] == ACPI_NIC_MAC and not name.startswith("eth") for name, n in e["nics"].items())
+        ),
+    )
+    check_acpi_index_name(event["nics"], event["nic_naming"], appearances=2)
+    return gone, time.monotonic() - started
 
 
 def format_disk_for_fstab(directory: Path, role: str = "archive", dev: str = "sdd") -> None:
@@ -456,7 +584,7 @@ def test_release_resolves_tags_configures_nics_hot_plugs_and_reboots(
     directory = vm_dir / name
     directory.mkdir(mode=0o755)
     shares = version == SHARE_RELEASE
-    domain = define_release_domain(libvirt_conn, libvirt_uri, name, image, directory, shares)
+    domain = define_release_domain(libvirt_conn, libvirt_uri, name, image, directory, release)
     boot_share = {BOOT_SHARE[1]: BOOT_SHARE[0]} if shares else {}
     try:
         iso = directory / "config.iso"
@@ -472,7 +600,10 @@ def test_release_resolves_tags_configures_nics_hot_plugs_and_reboots(
         assert first["source"] == "configdrive", first["journal"]
         assert first["fw_cfg_loaded"], "qemu_fw_cfg not loaded (the package's modules-load.d file)"
         check_configdrive_readers(first, version)
-        check_nics_by_tag(first)
+        check_nics_by_tag(first, release)
+        print(f"\n[debian{version}, ACPI-index NIC] " + check_acpi_index_name(first["nics"], first["nic_naming"]))
+        if version != I440FX_RELEASE:
+            print(f"\n[debian{version}, q35] " + check_root_complex_nic(first, libvirt_conn.getVersion()))
         check_fstab_by_tag(first)
         check_cloud_init_storage(first)
         check_crypttab_by_tag(first, version, first=True)
@@ -482,11 +613,14 @@ def test_release_resolves_tags_configures_nics_hot_plugs_and_reboots(
         report_boot_cost(request, boot_cost_line(version, first))
         hot_share = shares and bool(os.environ.get(SHARE_HOTPLUG_VARIABLE))
         hot_plug_through_the_metadata_service(libvirt_conn, domain, directory, libvirt_uri if hot_share else None)
+        gone, named = unplug_and_replug_the_acpi_nic(domain, directory)
+        print(f"\n[debian{version}, ACPI-index NIC] detach to gone {gone:.1f} s, attach to named {named:.1f} s")
         domain.reboot(0)
         second = wait_for_report(directory, 2, BOOT_TIMEOUT, domain)
         assert second["boot_id"] != first["boot_id"]
         check_report(second)
-        check_nics_by_tag(second)
+        check_nics_by_tag(second, release)
+        check_acpi_index_name(second["nics"], second["nic_naming"])
         check_fstab_by_tag(second)
         check_cloud_init_storage(second)
         check_crypttab_by_tag(second, version, first=False)

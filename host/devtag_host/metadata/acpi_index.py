@@ -2,8 +2,9 @@
 
 libvirt's ``<acpi index='N'/>`` on an ``<interface>`` becomes QEMU's
 ``acpi-index``; the guest firmware's ACPI tables hand it to Linux
-(``/sys/class/net/<nic>/device/acpi_index``) and udev's onboard naming calls
-the NIC ``eno<N>`` from its first event, in the initramfs too.  The index is
+(``acpi_index`` of the NIC's PCI function) and udev's onboard naming calls
+the NIC ``eno<N>`` from its first event, in the initramfs when the NIC appears
+there (tests/vm/test_releases.py: on i440fx and q35).  The index is
 part of the device's own XML, so a NIC detached and attached again with that
 XML keeps its name.  Pure: it edits a parsed domain definition, which the
 caller redefines through libvirt.
