@@ -31,7 +31,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Tuple
+from typing import Iterator, List, Tuple
 
 MIRROR = "http://deb.debian.org/debian"
 PACKAGES = (
@@ -331,24 +331,28 @@ def _download_agent_dependencies(root: Path) -> None:
         _chroot_apt(root, "install", "--download-only", *AGENT_DEPENDENCIES)
 
 
-def _agent_recommends(root: Path, release: Release) -> None:
-    """The .debs of ``release.agent_recommends`` into the unpacked base's archive cache.
+def _cached_debs(
+    root: Path, release: Release, kind: str, packages: Tuple[str, ...], *apt: str, update: bool = False
+) -> List[Path]:
+    """The .debs apt downloads for ``packages`` into the unpacked base, kept in the cache directory.
 
-    Fetched with the chroot's apt (network) on first use and kept in the cache
-    directory, keyed by the base and the package names: the install of the
-    agent's .deb then takes them from the archive cache, as it does its Depends.
+    Fetched with the chroot's apt (network) on first use, keyed by the base and
+    the package names, and only the files apt added are kept: every later build
+    takes them from the cache, so it needs no network (the VM tests may run in a
+    network namespace).  ``apt`` are options of the download; ``update`` first
+    refreshes the base's package lists.
     """
-    if not release.agent_recommends:
-        return
-    key = hashlib.sha256(f"{_base_key(release)}|{release.agent_recommends}".encode()).hexdigest()[:16]
-    cached = cache_dir() / f"{release.suite}-recommends-{key}"
+    key = hashlib.sha256(f"{_base_key(release)}|{packages}".encode()).hexdigest()[:16]
+    cached = cache_dir() / f"{release.suite}-{kind}-{key}"
     archives = root / "var/cache/apt/archives"
-    with open(cache_dir() / f"recommends-{release.suite}.lock", "w") as lock:
+    with open(cache_dir() / f"{kind}-{release.suite}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not cached.is_dir():
             before = {path.name for path in archives.glob("*.deb")}
             with _guest_resolver(root):
-                _chroot_apt(root, "install", "--download-only", *release.agent_recommends)
+                if update:
+                    _chroot_apt(root, "update")
+                _chroot_apt(root, "install", "--download-only", *apt, *packages)
             partial = cached.with_suffix(".partial")
             shutil.rmtree(partial, ignore_errors=True)
             partial.mkdir()
@@ -356,8 +360,16 @@ def _agent_recommends(root: Path, release: Release) -> None:
                 if path.name not in before:
                     shutil.copy(path, partial / path.name)
             partial.rename(cached)
-    for path in cached.glob("*.deb"):
-        shutil.copy(path, archives / path.name)
+    return sorted(cached.glob("*.deb"))
+
+
+def _agent_recommends(root: Path, release: Release) -> None:
+    """The .debs of ``release.agent_recommends`` into the unpacked base's archive cache, where the
+    install of the agent's .deb takes them, as it does its Depends."""
+    if not release.agent_recommends:
+        return
+    for path in _cached_debs(root, release, "recommends", release.agent_recommends):
+        shutil.copy(path, root / "var/cache/apt/archives" / path.name)
 
 
 def _configure_base(root: Path) -> None:
@@ -481,33 +493,12 @@ def _configure_networkd(root: Path, release: Release) -> None:
 
 
 def _install_layer(root: Path, release: Release) -> None:
-    """``release.layer`` installed from .debs downloaded once and kept in the cache directory.
-
-    The first build fetches them with fresh package lists (the base's may be
-    older than the archive) and keeps exactly the .debs apt downloaded, keyed by
-    the base and the package names; every build then installs those files, so
-    it needs no network (the VM tests may run in a network namespace).
-    """
+    """``release.layer`` installed from .debs downloaded once (_cached_debs, with fresh package lists:
+    the base's may be older than the archive)."""
     if not release.layer:
         return
-    key = hashlib.sha256(f"{_base_key(release)}|{release.layer}".encode()).hexdigest()[:16]
-    cached = cache_dir() / f"{release.suite}-layer-{key}"
     archives = root / "var/cache/apt/archives"
-    with open(cache_dir() / f"layer-{release.suite}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not cached.is_dir():
-            before = {path.name for path in archives.glob("*.deb")}
-            with _guest_resolver(root):
-                _chroot_apt(root, "update")
-                _chroot_apt(root, "install", "--download-only", "--no-install-recommends", *release.layer)
-            partial = cached.with_suffix(".partial")
-            shutil.rmtree(partial, ignore_errors=True)
-            partial.mkdir()
-            for path in archives.glob("*.deb"):
-                if path.name not in before:
-                    shutil.copy(path, partial / path.name)
-            partial.rename(cached)
-    debs = sorted(cached.glob("*.deb"))
+    debs = _cached_debs(root, release, "layer", release.layer, "--no-install-recommends", update=True)
     for path in debs:
         shutil.copy(path, archives / path.name)
     _chroot_apt(root, "install", "--no-install-recommends", *(f"/var/cache/apt/archives/{p.name}" for p in debs))
