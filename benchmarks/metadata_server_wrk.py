@@ -114,7 +114,7 @@ def instances() -> List[object]:
 def serve(address: str, port: int, access_log: Optional[str], tap: str) -> None:
     """The server process: 1,000 instances, real address book, one uvicorn process.
 
-    Where the server knows the NICs' taps (since issue 14), each instance's
+    Where the server knows the NICs' taps, each instance's
     first NIC is given one, the target's being the veth: every request then
     also takes the tap check, as for a domain libvirt runs.
     """
