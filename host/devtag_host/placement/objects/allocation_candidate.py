@@ -710,20 +710,21 @@ def _own_query_limited(
             )
         )
     chosen = select(rps.c.id).where(*chosen_conditions).order_by(rps.c.id).limit(limit).subquery("chosen")
-    inv = inventories
-    rp_id = inv.c.resource_provider_id
-    columns = []
+    # Each chosen provider has an inventory of every requested class: one join per class
+    # on its unique key gives one row per provider, with nothing to group or sort but the
+    # ids.  Outer joins (the same rows here) keep the planner walking from the chosen few:
+    # with inner ones SQLite may scan a class's whole index and probe the chosen.
+    source = chosen.join(rps, rps.c.id == chosen.c.id)
+    columns: List[ColumnElement[Any]] = []
     for rc_id in class_ids:
-        columns.append(func.max(case((inv.c.resource_class_id == rc_id, _capacity()))))
-        columns.append(func.max(case((inv.c.resource_class_id == rc_id, used_of_inventory()))))
-    traits_column = _trait_list(dialect) if with_traits else null()
-    source = chosen.join(inv, rp_id == chosen.c.id).join(rps, rps.c.id == rp_id)
-    return (
-        select(rp_id, rps.c.uuid, traits_column, *columns)
-        .select_from(source)
-        .group_by(rp_id, rps.c.uuid)
-        .order_by(rp_id)
-    )
+        inv = inventories.alias(f"class_{rc_id}")
+        source = source.outerjoin(
+            inv, and_(inv.c.resource_provider_id == chosen.c.id, inv.c.resource_class_id == rc_id)
+        )
+        columns.append((inv.c.total - inv.c.reserved) * inv.c.allocation_ratio)
+        columns.append(inv.c.used)
+    traits_column = _trait_list(dialect, chosen.c.id) if with_traits else null()
+    return select(chosen.c.id, rps.c.uuid, traits_column, *columns).select_from(source).order_by(chosen.c.id)
 
 
 def _request(parts: List[Tuple[str, Dict[str, int]]], dict_format: bool) -> Dict[str, Any]:
@@ -736,9 +737,11 @@ def _capacity() -> ColumnElement[float]:
     return (inventories.c.total - inventories.c.reserved) * inventories.c.allocation_ratio
 
 
-def _trait_list(dialect: str) -> ScalarSelect[str]:
-    """SQL: the comma-joined ``id=name`` of the current row's provider's traits (names
-    have no commas nor ``=``), for ``_by_trait_id``."""
+def _trait_list(
+    dialect: str, provider_id: ColumnElement[int] = inventories.c.resource_provider_id
+) -> ScalarSelect[str]:
+    """SQL: the comma-joined ``id=name`` of the traits of the current row's provider
+    (``provider_id``; names have no commas nor ``=``), for ``_by_trait_id``."""
     pair = cast(traits.c.id, String).concat("=").concat(traits.c.name)
     if dialect == "postgresql":
         joined = func.string_agg(pair, ",")
@@ -747,8 +750,8 @@ def _trait_list(dialect: str) -> ScalarSelect[str]:
     return (
         select(joined)
         .select_from(provider_traits.join(traits, traits.c.id == provider_traits.c.trait_id))
-        .where(provider_traits.c.resource_provider_id == inventories.c.resource_provider_id)
-        .correlate(inventories)
+        .where(provider_traits.c.resource_provider_id == provider_id)
+        .correlate(provider_id.table)
         .scalar_subquery()
     )
 
