@@ -14,9 +14,9 @@ BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "placement_bench.py
 
 
 def test_a_small_run_prints_the_response_times_of_every_scenario(tmp_path: Path) -> None:
+    options = ["--providers", "30", "--nested", "3", "--no-stock", "--no-contention", "--wide", "--repeat", "2"]
     done = subprocess.run(
-        [sys.executable, str(BENCH), "--providers", "30", "--nested", "3", "--no-stock", "--no-contention"]
-        + ["--wide", "--repeat", "2", "--workdir", str(tmp_path), "--json", str(tmp_path / "figures.json")],
+        [sys.executable, str(BENCH), *options, "--workdir", str(tmp_path), "--json", str(tmp_path / "figures.json")],
         capture_output=True,
         text=True,
         timeout=240,
