@@ -136,19 +136,27 @@ def test_check_verb_cross_checks_udev_against_the_state(vm, capsys):
 
 def test_a_hot_plugged_share_asks_for_the_hotplug_service(vm):
     """A virtio file system device (virtio id 26) is a share: its add starts the hot-plug service once the
-    agent has run; other virtio devices (a balloon) and the boot's coldplug do not."""
+    agent has run; other virtio devices (a balloon) and the boot's coldplug do not.
+
+    Every event of the share carries the "systemd" tag: systemd keeps a device unit active only while
+    the device's latest event had it, and the driver's "bind" comes right after the "add", before the
+    service starts (a "bind" without the tag fails the service's BindsTo=)."""
     machine, _ = vm
     root = str(machine.root)
     rules = udevrules.parse(RULES.read_text())
     virtio = "/sys/devices/pci0000:00/0000:00:06.0/virtio7"
 
-    def add(modalias: str) -> udevrules.Event:
-        env = {"ACTION": "add", "DEVPATH": virtio[len("/sys") :], "SUBSYSTEM": "virtio", "MODALIAS": modalias}
+    def event(modalias: str, action: str = "add") -> udevrules.Event:
+        env = {"ACTION": action, "DEVPATH": virtio[len("/sys") :], "SUBSYSTEM": "virtio", "MODALIAS": modalias}
         return udevrules.run_event(rules, udevrules.Event(root, virtio, env))
 
     share, balloon = "virtio:d0000001Av00001AF4", "virtio:d00000005v00001AF4"
-    assert "SYSTEMD_WANTS" not in add(share).env  # boot: the agent has not run yet
+    assert "SYSTEMD_WANTS" not in event(share).env  # boot: the agent has not run yet
     assert run_cli("--root", root, "apply", "--source", "configdrive", "--no-trigger") == 0
-    event = add(share)
-    assert event.env["SYSTEMD_WANTS"] == "devtag-agent-hotplug@.service" and "systemd" in event.tags
-    assert "SYSTEMD_WANTS" not in add(balloon).env
+    added = event(share)
+    assert added.env["SYSTEMD_WANTS"] == "devtag-agent-hotplug@.service" and "systemd" in added.tags
+    for action in ("bind", "change"):
+        later = event(share, action)
+        assert "systemd" in later.tags and "SYSTEMD_WANTS" not in later.env, action
+    assert "SYSTEMD_WANTS" not in event(balloon).env and "systemd" not in event(balloon).tags
+    assert "systemd" not in event(share, "remove").tags  # systemd stops the unit on remove whatever the tags
