@@ -66,3 +66,21 @@ def test_a_kept_alive_http_client_connection_answers_in_a_few_milliseconds(url: 
     finally:
         connection.close()
     assert _fastest_kept_alive(timings) < KEPT_ALIVE_BUDGET, timings
+
+
+@pytest.mark.parametrize(("method", "path"), [("GET", "/"), ("GET", "/resource_providers"), ("GET", "/nowhere")])
+def test_every_answer_says_its_length_and_is_not_chunked(url: str, method: str, path: str) -> None:
+    """As upstream's WSGI servers answer: a client reads a known length, not chunks."""
+    parts = urlsplit(url)
+    connection = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=10)
+    try:
+        connection.request(method, path, headers=HEADERS)
+        response = connection.getresponse()
+        body = response.read()
+        assert response.getheader("Transfer-Encoding") is None
+        assert response.getheader("Content-Length") == str(len(body)) and body
+        connection.request("HEAD", "/resource_providers", headers=HEADERS)
+        head = connection.getresponse()
+        assert head.read() == b"" and int(head.getheader("Content-Length") or 0) > 0
+    finally:
+        connection.close()

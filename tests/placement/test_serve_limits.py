@@ -51,14 +51,21 @@ def _get(port: int, timeout: float = 10.0) -> int:
 
 
 def _read_response(sock: socket.socket) -> bytes:
-    """One whole HTTP/1.1 response from a kept-alive connection (placement answers chunked)."""
+    """One whole HTTP/1.1 response from a kept-alive connection (placement sends its length)."""
     sock.settimeout(10)
     data = b""
-    while not data.endswith(b"\r\n0\r\n\r\n"):
+    while b"\r\n\r\n" not in data:
         chunk = sock.recv(65536)
         assert chunk, data
         data += chunk
-    return data
+    head, _, body = data.partition(b"\r\n\r\n")
+    lengths = [line.split(b":", 1)[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")]
+    assert len(lengths) == 1, head
+    while len(body) < int(lengths[0]):
+        chunk = sock.recv(65536)
+        assert chunk, data + body
+        body += chunk
+    return head + b"\r\n\r\n" + body
 
 
 def _closed_by_peer(sock: socket.socket, within: float) -> bool:

@@ -397,13 +397,12 @@ class Placement:
         await self._send(scope, response, send)
 
     async def _send(self, scope: Dict[str, Any], response: Response, send: Callable) -> None:
-        await send(
-            {
-                "type": "http.response.start",
-                "status": response.status,
-                "headers": [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.headers],
-            }
-        )
+        headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.headers]
+        if not any(name.lower() == b"content-length" for name, _value in headers):
+            # Its length, as upstream's WSGI servers send it: else uvicorn would send the body
+            # chunked, which clients read piece by piece (a HEAD gets the length of the GET).
+            headers.append((b"content-length", str(len(response.body)).encode("latin-1")))
+        await send({"type": "http.response.start", "status": response.status, "headers": headers})
         await send({"type": "http.response.body", "body": b"" if scope["method"] == "HEAD" else response.body})
 
     # -- WSGI ----------------------------------------------------------------------------------
