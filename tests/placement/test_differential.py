@@ -17,6 +17,7 @@ fresh seeds (its time limit grows with the count).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -34,6 +35,7 @@ from devtag_host.placement.app import Placement
 from devtag_host.placement.db import Store
 from tests.support.upstream_placement import forget_empty_consumers, reset, upstream_app
 
+from . import test_candidate_oracle as oracle
 from .conftest import clean
 
 PROVIDERS = [
@@ -851,3 +853,45 @@ def _fixed(minor: int) -> Dict[str, List[Request]]:
 @pytest.mark.parametrize("case", sorted(_fixed(27)))
 def test_allocation_checks_as_upstream(services, case, minor):
     compare(services, _fixed(minor)[case])
+
+
+ORACLE_EXAMPLES = int(os.environ.get("DEVTAG_DIFF_ORACLE_EXAMPLES", "20"))
+
+
+@contextlib.contextmanager
+def _headers(client: httpx.Client, headers: Dict[str, str]) -> Iterator[httpx.Client]:
+    kept = client.headers.copy()
+    client.headers.update(headers)
+    try:
+        yield client
+    finally:
+        client.headers = kept
+
+
+@pytest.mark.differential
+@pytest.mark.timeout(max(300, ORACLE_EXAMPLES * 4))
+@settings(
+    max_examples=ORACLE_EXAMPLES,
+    deadline=None,
+    derandomize=not os.environ.get("DEVTAG_DIFF_RANDOM"),
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(case=oracle.cases())
+def test_candidates_as_upstream_and_the_oracle(services, case):
+    """The candidate oracle's worlds and requests (trees, sharing providers, every group
+    option) sent to upstream too: its candidates are the oracle's brute force, and
+    devtag's answer is upstream's, provider summaries included."""
+    ours, upstream, upstream_db, store = services
+    clean(store)
+    reset(upstream_db)
+    answers = []
+    for client in (ours, upstream):
+        with _headers(client, oracle.HEADERS):
+            oracle.build(client, case)
+            response = client.get(oracle.query(case))
+        assert response.status_code == 200, (oracle.query(case), response.text)
+        answers.append(response.json())
+    mine, theirs = answers
+    assert set(oracle.keys(theirs)) == oracle.brute_force(case), oracle.query(case)
+    assert sorted(oracle.keys(mine), key=repr) == sorted(oracle.keys(theirs), key=repr), oracle.query(case)
+    assert mine["provider_summaries"] == theirs["provider_summaries"], oracle.query(case)
