@@ -11,16 +11,15 @@ AGG = "a0000000-0000-4000-8000-00000000000a"
 SHARES = "MISC_SHARES_VIA_AGGREGATE"
 
 
-def custom(client, *names: str) -> None:
-    for name in names:
-        path = f"/resource_classes/{name}" if not name.startswith("CUSTOM_T") else f"/traits/{name}"
+def custom(client, *paths: str) -> None:
+    for path in paths:
         assert client.put(path).status_code in (201, 204)
 
 
 def test_summaries_leave_out_a_sharing_provider_only_a_resourceless_group_maps(client):
     """Upstream's summaries cover the trees the candidate allocates from: the sharing
     provider that meets a resourceless group is in the mappings, not the summaries."""
-    custom(client, "CUSTOM_VF", "CUSTOM_TAG")
+    custom(client, "/resource_classes/CUSTOM_VF", "/traits/CUSTOM_TAG")
     cn = new_provider(client, "cn")
     child = new_provider(client, "child", parent_provider_uuid=cn)
     share = new_provider(client, "share")
