@@ -29,7 +29,7 @@ import itertools
 import os
 import uuid
 from dataclasses import dataclass, field
-from typing import Dict, FrozenSet, List, Optional, Set, Tuple
+from typing import Any, Dict, FrozenSet, List, Optional, Set, Tuple
 
 import httpx
 import pytest
@@ -340,9 +340,29 @@ def brute_force(case: Case) -> Set[Key]:
     """Every pick of one option per group under one anchor (upstream's
     _merge_candidates, by anchor), checked as upstream checks the merged pick; a set,
     as upstream's (the same allocations reached from two anchors are one candidate)."""
-    answers: Set[Key] = set()
+    return set(candidates_with_flags(case))
+
+
+def _frozen(option: Option) -> Tuple[Any, ...]:
+    return (tuple(sorted((i, tuple(sorted(r.items()))) for i, r in option[0].items())), option[1])
+
+
+def candidates_with_flags(case: Case) -> Dict[Key, bool]:
+    """``brute_force``'s candidates, each with whether upstream may leave it out: its
+    unsuffixed group takes everything from sharing providers that serve several
+    trees, and every pick that makes it does.  Upstream's
+    ``_alloc_candidates_multiple_providers`` gathers the unsuffixed group's options
+    of all anchors in one set whose members compare without their anchor: such an
+    option survives under one of its anchors only (which one follows its set's order)."""
+    answers: Dict[Key, bool] = {}
     uuid = [provider.uuid for provider in case.providers]
     per_group = [options(case, group) for group in case.groups]
+    anchors_of_option: Dict[Tuple[Any, ...], int] = {}
+    for index, group in enumerate(case.groups):
+        if not group.suffix:
+            for listed in per_group[index].values():
+                for option in listed:
+                    anchors_of_option[_frozen(option)] = anchors_of_option.get(_frozen(option), 0) + 1
     for anchor in set.intersection(*(set(found) for found in per_group)):
         for pick in itertools.product(*(found[anchor] for found in per_group)):
             # exceeds_capacity: summed per (provider, class) within capacity and max_unit
@@ -374,15 +394,17 @@ def brute_force(case: Case) -> Set[Key]:
             allocations: Dict[str, Dict[str, int]] = {}
             for (index, rc), amount in summed.items():
                 allocations.setdefault(uuid[index], {})[rc] = amount
-            answers.add(
-                (
-                    frozenset((rp, frozenset(resources.items())) for rp, resources in allocations.items()),
-                    frozenset(
-                        (group.suffix, tuple(sorted(uuid[i] for i in option[1])))
-                        for option, group in zip(pick, case.groups)
-                    ),
-                )
+            key = (
+                frozenset((rp, frozenset(resources.items())) for rp, resources in allocations.items()),
+                frozenset(
+                    (group.suffix, tuple(sorted(uuid[i] for i in option[1])))
+                    for option, group in zip(pick, case.groups)
+                ),
             )
+            lost = any(
+                not group.suffix and anchors_of_option[_frozen(option)] > 1 for option, group in zip(pick, case.groups)
+            )
+            answers[key] = answers.get(key, True) and lost
     return answers
 
 

@@ -892,7 +892,17 @@ def test_candidates_as_upstream_and_the_oracle(services, case):
         assert response.status_code == 200, (oracle.query(case), response.text)
         answers.append(response.json())
     mine, theirs = answers
-    assert set(oracle.keys(theirs)) == oracle.brute_force(case), oracle.query(case)
+    flagged = oracle.candidates_with_flags(case)
+    upstream_found = set(oracle.keys(theirs))
     found = oracle.keys(mine)
-    assert len(found) == len(set(found)) and set(found) == set(oracle.keys(theirs)), oracle.query(case)
-    assert mine["provider_summaries"] == theirs["provider_summaries"], oracle.query(case)
+    assert len(found) == len(set(found)) and set(found) == set(flagged), oracle.query(case)
+    # Upstream keeps an unsuffixed group taken wholly from sharing providers under one
+    # of the trees they serve (a known difference: devtag answers every tree).
+    assert upstream_found <= set(flagged), oracle.query(case)
+    assert {key for key, lost in flagged.items() if not lost} <= upstream_found, oracle.query(case)
+    oracle.summaries_ok(case, theirs)
+    if upstream_found == set(found):
+        assert mine["provider_summaries"] == theirs["provider_summaries"], oracle.query(case)
+    else:
+        for rp, summary in theirs["provider_summaries"].items():
+            assert mine["provider_summaries"][rp] == summary, oracle.query(case)

@@ -33,3 +33,25 @@ def test_summaries_leave_out_a_sharing_provider_only_a_resourceless_group_maps(c
         {"allocations": {cn: {"resources": {"VCPU": 1}}}, "mappings": {"": [cn], "1": [share]}}
     ]
     assert set(body["provider_summaries"]) == {cn, child}
+
+
+def test_an_unsuffixed_group_taken_wholly_from_a_share_goes_with_every_tree_it_serves(client):
+    """Upstream gathers the unsuffixed group's options of all trees in one set whose
+    members compare without their tree: the share's VCPU survives under one of the
+    trees it serves only (which one follows that set's order; with openstack-placement
+    16.0.0 here, the share's own), and upstream answers 3 candidates where 5 fit.
+    devtag answers all 5, as the brute force does."""
+    cn1, cn2, share = new_provider(client, "cn1"), new_provider(client, "cn2"), new_provider(client, "share")
+    for rp in (cn1, cn2):
+        set_inventory(client, rp, VCPU={"total": 1})
+        set_aggregates(client, rp, AGG)
+    set_inventory(client, share, VCPU={"total": 2})
+    set_traits(client, share, SHARES)
+    set_aggregates(client, share, AGG)
+    body = candidates(client, "resources=VCPU:1&resources1=VCPU:1&group_policy=none", "1.34")
+    pairs = {
+        (frozenset(request["mappings"][""]), frozenset(request["mappings"]["1"]))
+        for request in body["allocation_requests"]
+    }
+    assert {(frozenset({share}), frozenset({cn})) for cn in (cn1, cn2)} <= pairs
+    assert len(body["allocation_requests"]) == 5
