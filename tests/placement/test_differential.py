@@ -880,7 +880,11 @@ def _headers(client: httpx.Client, headers: Dict[str, str]) -> Iterator[httpx.Cl
 def test_candidates_as_upstream_and_the_oracle(services, case):
     """The candidate oracle's worlds and requests (trees, sharing providers, every group
     option) sent to upstream too: its candidates are the oracle's brute force, and
-    devtag's answer is upstream's, provider summaries included."""
+    devtag's answer is upstream's, provider summaries included, but for upstream's
+    two known faults (docs/placement.md): an unsuffixed group taken wholly from
+    sharing providers kept under one tree only, and amounts added up across
+    candidates with ``group_policy=isolate`` when the unsuffixed group and a numbered
+    group ask for one class (then only devtag's answer is checked)."""
     ours, upstream, upstream_db, store = services
     clean(store)
     reset(upstream_db)
@@ -896,6 +900,12 @@ def test_candidates_as_upstream_and_the_oracle(services, case):
     upstream_found = set(oracle.keys(theirs))
     found = oracle.keys(mine)
     assert len(found) == len(set(found)) and set(found) == set(flagged), oracle.query(case)
+    oracle.summaries_ok(case, mine)
+    unsuffixed = {rc for group in case.groups if not group.suffix for rc in group.resources}
+    if case.policy == "isolate" and any(unsuffixed & set(group.resources) for group in case.groups if group.suffix):
+        # Upstream's _consolidate_allocation_requests adds a numbered group's amount to
+        # the unsuffixed group's own entry (it copies entries only with group_policy=none).
+        return
     # Upstream keeps an unsuffixed group taken wholly from sharing providers under one
     # of the trees they serve (a known difference: devtag answers every tree).
     assert upstream_found <= set(flagged), oracle.query(case)
