@@ -855,7 +855,7 @@ def test_allocation_checks_as_upstream(services, case, minor):
     compare(services, _fixed(minor)[case])
 
 
-ORACLE_EXAMPLES = int(os.environ.get("DEVTAG_DIFF_ORACLE_EXAMPLES", "20"))
+ORACLE_EXAMPLES = int(os.environ.get("DEVTAG_DIFF_ORACLE_EXAMPLES", "10"))
 
 
 @contextlib.contextmanager
