@@ -85,6 +85,11 @@ class Case:
     root_forbidden: FrozenSet[str] = frozenset()
 
 
+def stable_uuid(name: str) -> str:
+    """The same on every service: two services' answers compare as they are."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"oracle/{name}"))
+
+
 @st.composite
 def trees(draw: st.DrawFn) -> List[Provider]:
     providers: List[Provider] = []
@@ -197,8 +202,8 @@ def cases(draw: st.DrawFn) -> Case:
         if len(subtree) < 2 and len(numbered) > 1:
             subtree = sorted(set(subtree) | {next(s for s in numbered if s not in subtree)})
     root_traits = draw(st.sampled_from([()] * 9 + [("CUSTOM_A",), ("!CUSTOM_A",), (f"!{SHARES}",)]))
-    for provider in providers:  # the same on every service: two services' answers compare as they are
-        provider.uuid = str(uuid.uuid5(uuid.NAMESPACE_URL, f"oracle/{provider.name}"))
+    for provider in providers:
+        provider.uuid = stable_uuid(provider.name)
     return Case(
         providers,
         groups,
@@ -459,6 +464,7 @@ def build(client: httpx.Client, case: Case) -> None:
         assert client.put(name).status_code in (201, 204)
     for provider in case.providers:
         parent = {"parent_provider_uuid": case.providers[provider.parent].uuid} if provider.parent is not None else {}
+        provider.uuid = provider.uuid or stable_uuid(provider.name)
         assert new_provider(client, provider.name, uuid=provider.uuid, **parent) == provider.uuid
         if provider.inventory:
             set_inventory(

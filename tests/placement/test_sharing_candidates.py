@@ -55,3 +55,25 @@ def test_an_unsuffixed_group_taken_wholly_from_a_share_goes_with_every_tree_it_s
     }
     assert {(frozenset({share}), frozenset({cn})) for cn in (cn1, cn2)} <= pairs
     assert len(body["allocation_requests"]) == 5
+
+
+def test_a_sharing_child_lends_to_another_tree_when_its_own_cannot_serve(client):
+    """A sharing provider below another provider (here an NFS share under a node
+    with no inventory): upstream answers 500 (its summaries never read the share's
+    tree); devtag answers the one candidate, with the share's tree in the summaries."""
+    host = new_provider(client, "host")
+    nfs = new_provider(client, "nfs", parent_provider_uuid=host)
+    cn = new_provider(client, "cn")
+    set_inventory(client, nfs, DISK_GB={"total": 4})
+    set_inventory(client, cn, VCPU={"total": 2})
+    set_traits(client, nfs, SHARES)
+    set_aggregates(client, nfs, AGG)
+    set_aggregates(client, cn, AGG)
+    body = candidates(client, "resources=VCPU:1,DISK_GB:1", "1.34")
+    assert body["allocation_requests"] == [
+        {
+            "allocations": {cn: {"resources": {"VCPU": 1}}, nfs: {"resources": {"DISK_GB": 1}}},
+            "mappings": {"": sorted([cn, nfs])},
+        }
+    ]
+    assert set(body["provider_summaries"]) == {host, nfs, cn}
