@@ -277,3 +277,22 @@ def test_summaries_list_traits_in_trait_id_order(client):
         ["MISC_SHARES_VIA_AGGREGATE", "STORAGE_DISK_SSD", "CUSTOM_APPLE"],
         ["STORAGE_DISK_SSD", "MISC_SHARES_VIA_AGGREGATE", "CUSTOM_APPLE"],
     )
+
+
+def test_isolate_sums_each_candidate_on_its_own(client):
+    """The unsuffixed group and two isolated numbered groups, one class, one tree:
+    each candidate takes 1 per group.  Upstream adds a numbered group's amount into
+    the unsuffixed group's own entry, shared by other candidates, and answers 14
+    candidates with amounts up to 5 where 18 candidates of 1 + 1 (+ 1) fit."""
+    node = new_provider(client, "cn")
+    children = [new_provider(client, f"numa{n}", parent_provider_uuid=node) for n in (1, 2)]
+    for rp in (node, *children):
+        set_inventory(client, rp, VCPU={"total": 4})
+    query = "resources=VCPU:1&resources1=VCPU:1&resources2=VCPU:1&group_policy=isolate"
+    requests = candidates(client, query, "1.34")["allocation_requests"]
+    assert len(requests) == 18
+    for request in requests:
+        taken = {rp: entry["resources"]["VCPU"] for rp, entry in request["allocations"].items()}
+        mapped = [rp for rps in request["mappings"].values() for rp in rps]
+        assert taken == {rp: mapped.count(rp) for rp in set(mapped)}
+        assert request["mappings"]["1"] != request["mappings"]["2"]

@@ -17,6 +17,7 @@ fresh seeds (its time limit grows with the count).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -26,7 +27,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from devtag_host.placement import microversion, schema_upgrade
@@ -34,6 +35,7 @@ from devtag_host.placement.app import Placement
 from devtag_host.placement.db import Store
 from tests.support.upstream_placement import forget_empty_consumers, reset, upstream_app
 
+from . import test_candidate_oracle as oracle
 from .conftest import clean
 
 PROVIDERS = [
@@ -851,3 +853,70 @@ def _fixed(minor: int) -> Dict[str, List[Request]]:
 @pytest.mark.parametrize("case", sorted(_fixed(27)))
 def test_allocation_checks_as_upstream(services, case, minor):
     compare(services, _fixed(minor)[case])
+
+
+ORACLE_EXAMPLES = int(os.environ.get("DEVTAG_DIFF_ORACLE_EXAMPLES", "10"))
+
+
+@contextlib.contextmanager
+def _headers(client: httpx.Client, headers: Dict[str, str]) -> Iterator[httpx.Client]:
+    kept = client.headers.copy()
+    client.headers.update(headers)
+    try:
+        yield client
+    finally:
+        client.headers = kept
+
+
+@pytest.mark.differential
+@pytest.mark.timeout(max(300, ORACLE_EXAMPLES * 4))
+@settings(
+    max_examples=ORACLE_EXAMPLES,
+    deadline=None,
+    derandomize=not os.environ.get("DEVTAG_DIFF_RANDOM"),
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+@given(case=oracle.cases(), keep_empty=st.sampled_from([True, False, False, False]))
+def test_candidates_as_upstream_and_the_oracle(services, case, keep_empty):
+    """The candidate oracle's worlds and requests (trees, sharing providers, every group
+    option) sent to upstream too: its candidates are the oracle's brute force, and
+    devtag's answer is upstream's, provider summaries included, but for upstream's
+    two known faults (docs/placement.md): an unsuffixed group taken wholly from
+    sharing providers kept under one tree only, and amounts added up across
+    candidates with ``group_policy=isolate`` when the unsuffixed group and a numbered
+    group ask for one class (such requests are sent with ``group_policy=none``)."""
+    unsuffixed = {rc for group in case.groups if not group.suffix for rc in group.resources}
+    if any(unsuffixed & set(group.resources) for group in case.groups if group.suffix):
+        # With isolate, upstream's _consolidate_allocation_requests adds a numbered
+        # group's amount into the unsuffixed group's own entry (it copies entries only
+        # with group_policy=none): only devtag's answer would be worth comparing.
+        case.policy = "none"
+    flagged = oracle.candidates_with_flags(case)
+    assume(flagged or keep_empty)  # most random requests fit nowhere: keep a quarter of those
+    ours, upstream, upstream_db, store = services
+    clean(store)
+    reset(upstream_db)
+    answers = []
+    for client in (ours, upstream):
+        with _headers(client, oracle.HEADERS):
+            oracle.build(client, case)
+            response = client.get(oracle.query(case))
+        assert response.status_code == 200, (oracle.query(case), response.text)
+        answers.append(response.json())
+    mine, theirs = answers
+    upstream_found = set(oracle.keys(theirs))
+    found = oracle.keys(mine)
+    assert len(found) == len(set(found)) and set(found) == set(flagged), oracle.query(case)
+    oracle.summaries_ok(case, mine)
+    event(f"upstream lost {min(len(flagged) - len(upstream_found), 1)}+ candidates; sharing providers allocating: "
+          f"{oracle.lent(case, flagged)}")  # fmt: skip
+    # Upstream keeps an unsuffixed group taken wholly from sharing providers under one
+    # of the trees they serve (a known difference: devtag answers every tree).
+    assert upstream_found <= set(flagged), oracle.query(case)
+    assert {key for key, lost in flagged.items() if not lost} <= upstream_found, oracle.query(case)
+    oracle.summaries_ok(case, theirs)
+    if upstream_found == set(found):
+        assert mine["provider_summaries"] == theirs["provider_summaries"], oracle.query(case)
+    else:
+        for rp, summary in theirs["provider_summaries"].items():
+            assert mine["provider_summaries"][rp] == summary, oracle.query(case)

@@ -156,9 +156,12 @@ def _general(
     chosen = found.candidates if request.limit is None else found.candidates[: request.limit]
     # Parts are shared by the candidates that use them: each is looked at once.
     parts = {id(part): part for pick, _merged in chosen for part in pick}
+    # The summaries cover the trees the candidates allocate from, as upstream's: a
+    # resourceless group's provider elsewhere (a sharing provider, or the anchor's tree
+    # when only sharing providers give resources) is in the mappings only.
     involved: Set[int] = set()
     for part in parts.values():
-        involved.update(part[0])  # every provider of a part is in its mappings
+        involved.update(rp_id for rp_id, _amounts in part[1])
     if shape.nested_aware:
         roots = {world.root[rp_id] for rp_id in involved}
         root_of = world.root
