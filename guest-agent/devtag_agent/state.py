@@ -135,26 +135,11 @@ class Database:
 
     def read_db(self) -> Dict[str, str]:
         """Current ``db/`` files by key."""
-        db = os.path.join(self.current, "db")
-        files: Dict[str, str] = {}
-        try:
-            names = os.listdir(db)
-        except FileNotFoundError:
-            return files
-        for name in names:
-            with open(os.path.join(db, name), encoding="utf-8") as handle:
-                files[name] = handle.read()
-        return files
+        return _read_files(os.path.join(self.current, "db"))
 
     def read_initramfs_db(self) -> Dict[str, str]:
-        """The files the initramfs hook published (udev shows them until the first apply)."""
-        db = self.sys.path(INITRAMFS_DB)
-        files: Dict[str, str] = {}
-        for name in sorted(os.listdir(db)) if os.path.isdir(db) else []:
-            if name.startswith("b") and not os.path.islink(os.path.join(db, name)):
-                with open(os.path.join(db, name), encoding="utf-8", errors="replace") as handle:
-                    files[name] = handle.read()
-        return files
+        """The disks' files the initramfs hook published (udev shows them until the first apply)."""
+        return _read_files(self.sys.path(INITRAMFS_DB), prefix="b")
 
     def write(self, index: Dict[str, Any], db: Dict[str, str]) -> str:
         """Write a new generation and make it current; return its directory name."""
@@ -203,3 +188,20 @@ def _remove_tree(path: str) -> None:
         _unlink_if_there(path)
     else:
         shutil.rmtree(path, ignore_errors=True)
+
+
+def _read_files(directory: str, prefix: str = "") -> Dict[str, str]:
+    """The regular files of ``directory`` whose names start with ``prefix``, by name (none
+    when it is missing); text that is not UTF-8 read as replacement characters, a symlink
+    skipped: the initramfs's files come from another program."""
+    files: Dict[str, str] = {}
+    try:
+        names = sorted(os.listdir(directory))
+    except (FileNotFoundError, NotADirectoryError):
+        return files
+    for name in names:
+        path = os.path.join(directory, name)
+        if name.startswith(prefix) and not os.path.islink(path):
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                files[name] = handle.read()
+    return files

@@ -724,7 +724,7 @@ def _own_query_limited(
         source = source.outerjoin(
             inv, and_(inv.c.resource_provider_id == chosen.c.id, inv.c.resource_class_id == rc_id)
         )
-        columns.append((inv.c.total - inv.c.reserved) * inv.c.allocation_ratio)
+        columns.append(_capacity(inv))
         columns.append(inv.c.used)
     traits_column = _trait_list(dialect, chosen.c.id) if with_traits else null()
     return select(chosen.c.id, rps.c.uuid, traits_column, *columns).select_from(source).order_by(chosen.c.id)
@@ -736,8 +736,9 @@ def _request(parts: List[Tuple[str, Dict[str, int]]], dict_format: bool) -> Dict
     return {"allocations": [{"resource_provider": {"uuid": uuid}, "resources": resources} for uuid, resources in parts]}
 
 
-def _capacity() -> ColumnElement[float]:
-    return (inventories.c.total - inventories.c.reserved) * inventories.c.allocation_ratio
+def _capacity(inv: Any = inventories) -> ColumnElement[float]:
+    """SQL: what the ``inv`` row (``inventories`` or an alias of it) can hold."""
+    return (inv.c.total - inv.c.reserved) * inv.c.allocation_ratio
 
 
 def _trait_list(

@@ -389,7 +389,7 @@ def _combine(
                         else frozenset.intersection(*map(lineage, providers))
                     )
     plan = _Plan(world, nested_aware, numbered, isolate, not apart, subtrees, commons, set() if world.sharing else None)
-    plan.steps = MAX_SEARCH_STEPS
+    plan.steps = MAX_SEARCH_STEPS  # the module's value now (the field's default was read at import)
     anchors = sorted(set.intersection(*(set(parts) for parts in per_group)))
     searches = [_anchor_candidates(plan, [parts[anchor] for parts in per_group]) for anchor in anchors]
     return _generated(searches, settings, limit)
