@@ -192,8 +192,8 @@ def _remove_tree(path: str) -> None:
 
 def _read_files(directory: str, prefix: str = "") -> Dict[str, str]:
     """The regular files of ``directory`` whose names start with ``prefix``, by name (none
-    when it is missing); text that is not UTF-8 read as replacement characters, a symlink
-    skipped: the initramfs's files come from another program."""
+    when it is missing); text that is not UTF-8 read as replacement characters, symlinks
+    and anything but a regular file skipped: the initramfs's files come from another program."""
     files: Dict[str, str] = {}
     try:
         names = sorted(os.listdir(directory))
@@ -201,7 +201,7 @@ def _read_files(directory: str, prefix: str = "") -> Dict[str, str]:
         return files
     for name in names:
         path = os.path.join(directory, name)
-        if name.startswith(prefix) and not os.path.islink(path):
+        if name.startswith(prefix) and not os.path.islink(path) and os.path.isfile(path):  # no FIFO to block on
             with open(path, encoding="utf-8", errors="replace") as handle:
                 files[name] = handle.read()
     return files

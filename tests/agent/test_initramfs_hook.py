@@ -221,3 +221,20 @@ def test_the_agents_first_apply_retriggers_only_what_the_initramfs_did_not_get_r
     # The next apply compares with its own state only.
     assert run_cli("--root", str(machine.root), "apply", "--source", "configdrive", "--no-trigger", "--json") == 0
     assert json.loads(capsys.readouterr().out)["triggered"] == []
+
+
+def test_odd_files_in_the_initramfs_state_are_skipped_not_waited_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The first apply reads another program's files: a FIFO must not block it, a symlink
+    is not followed, bytes that are not UTF-8 do not stop it."""
+    machine, document = scenario.build(tmp_path / "root")
+    machine.config_drive(document)
+    run_hook(machine.root)
+    db = machine.root / "run/devtag-initramfs/db"
+    os.mkfifo(db / "b250:1:")
+    (db / "b250:2:").symlink_to("/etc/shadow")
+    (db / "b250:3:").write_bytes(b"DEVTAG_TAGS=\xff\xfe\n")
+    capsys.readouterr()
+    assert run_cli("--root", str(machine.root), "apply", "--source", "configdrive", "--no-trigger", "--json") == 0
+    assert AGENT_ONLY <= {path.rsplit("/", 1)[-1] for path in json.loads(capsys.readouterr().out)["triggered"]}
