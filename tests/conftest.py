@@ -77,6 +77,21 @@ def postgres_url() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
+def mariadb_url() -> Iterator[str]:
+    """The session's one throw-away MariaDB server (started on first use, about 4 s).
+
+    Yields the URL of a scratch database on it; test folders make their own
+    databases with :func:`tests.support.services.create_database`.
+    """
+    from tests.support.services import throwaway_mariadb
+
+    if shutil.which("mariadb-install-db") is None:
+        pytest.fail("MariaDB binaries missing: run ./setup.sh (Debian package mariadb-server)")
+    with throwaway_mariadb(database="devtag_tests") as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
 def embedded_root() -> Iterator[Path]:
     root = _world_traversable_tmpdir("devtag-libvirt-")
     yield root

@@ -348,7 +348,10 @@ def delete(connection: Connection, provider: Provider) -> None:
     bump_generation(connection, provider)
     for table in (inventories, provider_aggregates, provider_traits):
         connection.execute(table.delete().where(table.c.resource_provider_id == provider.id))
-    connection.execute(resource_providers.delete().where(resource_providers.c.id == provider.id))
+    # InnoDB checks a foreign key row by row, its own row's too: a root names itself (as upstream).
+    mine = resource_providers.c.id == provider.id
+    connection.execute(resource_providers.update().where(mine).values(root_provider_id=None))
+    connection.execute(resource_providers.delete().where(mine))
 
 
 def bump_generation(connection: Connection, provider: Provider) -> int:
