@@ -25,7 +25,6 @@ from tests.support.services import free_port, wait_for_port
 from .conftest import make_client
 from .race_worker import HEADERS, claim
 
-
 CAPACITY = 4  # VCPU per provider
 PROVIDERS = 3
 PROCESSES = 3

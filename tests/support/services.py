@@ -55,8 +55,11 @@ def wait_for_port(port: int, timeout: float = 20.0) -> None:
 
 
 @contextlib.contextmanager
-def served_placement(database: Path, *options: str, config: Optional[Path] = None) -> Iterator[str]:
-    """Run ``devtag-host placement serve`` on the SQLite file ``database``; yield its URL.
+def served_placement(
+    database: Path, *options: str, config: Optional[Path] = None, db_url: Optional[str] = None
+) -> Iterator[str]:
+    """Run ``devtag-host placement serve`` on the SQLite file ``database``, or on the
+    database of ``db_url`` when given (``database`` then only names the log); yield its URL.
 
     ``options`` go to ``serve`` (e.g. ``--auth-token-file F``); without a token
     file (or Keystone) the server takes ``--any-token`` (clients send 'admin'); ``config`` is
@@ -66,7 +69,7 @@ def served_placement(database: Path, *options: str, config: Optional[Path] = Non
     port = free_port()
     command = [str(Path(sys.executable).parent / "devtag-host"), *(["--config", str(config)] if config else [])]
     command += ["placement", "serve"]
-    command += ["--db", f"sqlite:///{database}", "--listen", f"127.0.0.1:{port}", *options]
+    command += ["--db", db_url or f"sqlite:///{database}", "--listen", f"127.0.0.1:{port}", *options]
     if "--auth-token-file" not in options and "--auth-strategy" not in options:
         command.append("--any-token")
     log = database.parent / f"{database.name}.serve.log"  # what went wrong, if it did
