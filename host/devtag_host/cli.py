@@ -105,7 +105,8 @@ def build_parser() -> config.Parser:
         "--connect",
         dest=GLOBAL_CONNECT,
         metavar="URI",
-        help="libvirt URI of a verb that talks to libvirt, as the verb's own -c/--connect",
+        help="libvirt URI of a verb that talks to libvirt, as its own -c/--connect (default: $DEVTAG_LIBVIRT_URI, "
+        "else devtag's embedded QEMU driver)",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
