@@ -245,7 +245,7 @@ def check_flags(args: argparse.Namespace) -> None:
             try:
                 option.convert(value) if isinstance(value, str) else check(value)
             except ValueError as exc:
-                raise InputError(f"{flag} {_env_value(str(value))} {exc}") from None
+                raise InputError(f"{flag} {_env_value(str(value))} {exc} ({option.key})") from None
 
 
 def sample() -> str:
