@@ -300,7 +300,12 @@ def reference() -> str:
             default = f"`{option.default}`" if option.default else "unset"
             if option.packaged is not None:
                 default += f" (packaged: `{option.packaged}`)"
-            flags = ", ".join(sorted({f"`{' '.join(verb)} {flag}`" for verb, _dest, flag in option.flags}))
+            flags = ", ".join(
+                [
+                    *sorted({f"`{' '.join(verb)} {flag}`" for verb, _dest, flag in option.flags}),
+                    *(f"`{f}`" for f in option.same_as),
+                ]
+            )
             env = f"`{option.env}`" if option.env else NONE
             cells = [name, default, values_of(option.convert), env, flags or NONE, option.help.replace("|", "\\|")]
             lines.append("| " + " | ".join(cells) + " |")

@@ -123,6 +123,7 @@ class Option:
     packaged: Optional[str] = None  # set in the file the packages ship (what their units used to pass)
     exported: bool = True  # a value from the file reaches the code through ``env`` too
     checks: Tuple[Tuple[Verb, str, str], ...] = ()  # flags only checked: the verb reads the variable itself
+    same_as: Tuple[str, ...] = ()  # flags that read ``env`` when not given, for the reference tables
 
     @property
     def key(self) -> str:
@@ -156,6 +157,7 @@ OPTIONS: Tuple[Option, ...] = (
         "This compute node's name: the provider name 'placement report' uses and the host name of the "
         "attach verbs. Unset: the host name.",
         env="DEVTAG_HOST",
+        same_as=("attach --host",),
         flags=((_REPORT, "name", "--name"),),
     ),
     Option(
@@ -165,6 +167,7 @@ OPTIONS: Tuple[Option, ...] = (
         "(qemu:///embed?root=<state_dir>/libvirt).",
         env="DEVTAG_LIBVIRT_URI",
         aliases=(("libvirt", "connection_uri"),),
+        same_as=("-c/--connect",),
     ),
     Option(
         "libvirt",
@@ -266,7 +269,8 @@ OPTIONS: Tuple[Option, ...] = (
     Option(
         "placement",
         "auth_token_file",
-        "Accept only the X-Auth-Token in this file. Unset: any token (the server then listens on loopback only).",
+        "Accept only the X-Auth-Token in this file. Unset: the token generated at first start into the state "
+        "directory's placement-token (or, with any_token, any token on loopback only).",
         env="DEVTAG_PLACEMENT_TOKEN_FILE",
         flags=((_SERVE, "auth_token_file", "--auth-token-file"),),
     ),
@@ -371,7 +375,8 @@ OPTIONS: Tuple[Option, ...] = (
     Option(
         "placement_client",
         "token_file",
-        "The X-Auth-Token the clients send, from this file. Unset: 'admin'.",
+        "The X-Auth-Token the clients send, from this file. Unset: for a service on loopback, the token "
+        "'placement serve' generated, if readable; else 'admin'.",
         flags=((_REPORT, "token_file", "--token-file"),),
     ),
     Option(
@@ -448,6 +453,7 @@ OPTIONS: Tuple[Option, ...] = (
         "Ask placement for the traits the image's properties need (hw_disk_bus, hw_vif_model, ...), as Nova's option.",
         default="false",
         env="DEVTAG_IMAGE_METADATA_PREFILTER",
+        same_as=("schedule/rebuild-check --image-metadata-prefilter",),
         convert=_boolean,
     ),
     # -- attach -------------------------------------------------------------------------------------
@@ -456,6 +462,7 @@ OPTIONS: Tuple[Option, ...] = (
         "connection",
         "The attachment store, a SQLAlchemy URL. Unset: attach.sqlite in state_dir.",
         env="DEVTAG_ATTACH_DB",
+        same_as=("attach --db",),
     ),
     Option(
         "attach",
