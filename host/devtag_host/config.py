@@ -26,8 +26,9 @@ to flag names in flattened sections and feeds them to the top-level parser
 (sub-commands reject them, ``[placement_database] connection`` cannot be
 ``--db``), and oslo.config keeps the INI format but names variables
 ``OS_GROUP__NAME``, owns its own command line, accepts ``nan`` within
-``min``/``max``, quotes a bad line in its error and adds 16 packages and
-about 270 ms to every start.
+``min``/``max``, quotes a bad line in its error, warns of no unknown name,
+and brings oslo.i18n, pbr, stevedore, netaddr and rfc3986 and 100-200 ms of
+imports to every start.
 """
 
 from __future__ import annotations
