@@ -166,6 +166,10 @@ def mariadb_install(base: Path) -> None:
     base.mkdir(parents=True, exist_ok=True)
     if os.geteuid() == 0:
         shutil.chown(base, "mysql")
+        for parent in base.parents:  # the mysql user must reach it
+            if parent in (Path("/"), Path(tempfile.gettempdir())):
+                break
+            parent.chmod(parent.stat().st_mode | 0o011)
     install = ["mariadb-install-db", *MARIADB_OPTIONS[:1], f"--datadir={base / 'data'}", "--skip-test-db"]
     install += [*MARIADB_OPTIONS[1:5], "--auth-root-authentication-method=normal"]
     install += ["--user=mysql"] if os.geteuid() == 0 else []
