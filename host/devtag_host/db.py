@@ -85,6 +85,20 @@ def is_retryable(error: DBAPIError) -> bool:
     return any(word in _message(error) for word in _RETRYABLE_WORDS)
 
 
+# MySQL's and MariaDB's client codes: no server at the address, the server gone away or the
+# connection lost during a query (a node stopped or killed).
+MYSQL_UNREACHABLE = frozenset({2002, 2003, 2006, 2013})
+
+
+def is_unreachable(error: DBAPIError) -> bool:
+    """Whether ``error`` is the database server being out of reach (not a wrong statement):
+    SQLAlchemy saw the connection drop, or the server could not be connected to."""
+    if error.connection_invalidated:
+        return True
+    arguments = getattr(getattr(error, "orig", None), "args", ())
+    return bool(arguments) and arguments[0] in MYSQL_UNREACHABLE
+
+
 def is_busy(error: DBAPIError) -> bool:
     """Whether ``error`` says the database was too busy to wait for (tell the client to retry)."""
     return any(word in _message(error) for word in _BUSY_WORDS)

@@ -120,14 +120,15 @@ def test_a_deadlock_victim_request_runs_again_and_succeeds(impatient, other, mar
 @pytest.mark.mariadb
 def test_a_lock_wait_timeout_runs_again_until_the_lock_is_free(impatient, other, caplog):
     """Error 1205 (innodb_lock_wait_timeout, 1 s here): the request runs again; the
-    other transaction lets go after 2.5 s, the third run goes through."""
+    other transaction lets go 1.5 s after the request began waiting (so after its first
+    timeout at the latest), a later run goes through."""
     provider = _provider(impatient)
     caplog.set_level(logging.INFO, logger="devtag_host.placement.app")
     _hold_the_static_row(other)
     answers: list = []
     thread = _set_traits_in_thread(impatient, provider, answers)
     _wait_for_a_lock_wait(other)
-    time.sleep(2.5)
+    time.sleep(1.5)
     other.rollback()
     thread.join(timeout=60)
     assert [answer.status_code for answer in answers] == [200], [answer.text for answer in answers]
@@ -196,3 +197,18 @@ def test_writes_without_returning_as_on_mysql(mariadb_store, monkeypatch):
         assert client.get(f"/resource_providers/{child['uuid']}/usages").json()["usages"] == {"VCPU": 0}
     with mariadb_store.read() as connection:
         assert connection.scalar(text("SELECT SUM(used) FROM inventories")) == 0
+
+
+def test_a_database_out_of_reach_is_a_503_not_a_500():
+    """No server at the address (a Galera node down behind its placement server): 503,
+    so that a load balancer or the client tries again elsewhere."""
+    from tests.support.services import free_port
+
+    store = Store(f"mysql+pymysql://placement:x@127.0.0.1:{free_port()}/placement")
+    try:
+        with make_client(store, **LATEST) as client:
+            answer = client.get("/resource_providers")
+    finally:
+        store.dispose()
+    assert answer.status_code == 503, answer.text
+    assert answer.json()["errors"][0]["detail"] == "The database is unreachable, please retry."

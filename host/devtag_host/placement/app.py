@@ -215,6 +215,9 @@ class Placement:
         except DBAPIError as exc:
             if db.is_retryable(exc) or db.is_busy(exc):
                 error = PlacementError(409, "Conflicting concurrent update, please retry.", errors.CONCURRENT_UPDATE)
+            elif db.is_unreachable(exc):  # e.g. its Galera node is down: the load balancer tries another
+                log.warning("database unreachable on %s %s: %s", method, path, str(exc.orig).splitlines()[0][:200])
+                error = PlacementError(503, "The database is unreachable, please retry.")
             else:
                 log.exception("database error on %s %s", method, path)
                 error = PlacementError(500, "A database error occurred.")
