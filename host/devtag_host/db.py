@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Optional, Tuple
 
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Connection, Engine, make_url
@@ -79,7 +79,7 @@ def is_retryable(error: DBAPIError) -> bool:
     """Whether the database rolled ``error``'s transaction back for another one's sake
     (a deadlock, a lock wait timed out, a serialization or certification failure):
     the same transaction may well succeed when run again."""
-    arguments = getattr(getattr(error, "orig", None), "args", ())
+    arguments: Tuple[Any, ...] = tuple(getattr(getattr(error, "orig", None), "args", ()))
     if arguments and isinstance(arguments[0], int):  # PyMySQL: (code, message)
         return arguments[0] in MYSQL_RETRYABLE
     return any(word in _message(error) for word in _RETRYABLE_WORDS)
@@ -95,7 +95,7 @@ def is_unreachable(error: DBAPIError) -> bool:
     SQLAlchemy saw the connection drop, or the server could not be connected to."""
     if error.connection_invalidated:
         return True
-    arguments = getattr(getattr(error, "orig", None), "args", ())
+    arguments: Tuple[Any, ...] = tuple(getattr(getattr(error, "orig", None), "args", ()))
     return bool(arguments) and arguments[0] in MYSQL_UNREACHABLE
 
 
