@@ -1,5 +1,5 @@
 """Scheduling fixtures: an in-process placement service (a migrated SQLite store,
-or a fresh database on a throw-away PostgreSQL server; reached through httpx's
+or a fresh database on a throw-away PostgreSQL or MariaDB server; reached through httpx's
 WSGI transport, no sockets) and a reporter client on it."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from devtag_host import placement_client
 from devtag_host.placement import schema_upgrade
 from devtag_host.placement.app import Placement
 from devtag_host.placement.db import Store
+from tests.placement.conftest import clean
 from tests.support.services import create_database
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "domcapabilities"
@@ -25,15 +26,37 @@ def _fresh_postgres_store(server_url: str) -> Store:
     return Store(create_database(server_url, f"sched_{uuid.uuid4().hex[:12]}"))
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)])
+@pytest.fixture(scope="session")
+def mariadb_scheduling_store(mariadb_url: str) -> Iterator[Store]:
+    """One migrated database on the session's MariaDB, emptied before each test
+    (a migration there costs about 2 s: one per test would double the tests' time)."""
+    store = Store(create_database(mariadb_url, "scheduling"))
+    schema_upgrade.upgrade(store)
+    yield store
+    store.dispose()
+
+
+@pytest.fixture(
+    params=[
+        "sqlite",
+        pytest.param("postgresql", marks=pytest.mark.postgresql),
+        pytest.param("mariadb", marks=pytest.mark.mariadb),
+    ]
+)
 def placement(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[placement_client.PlacementClient]:
     """The placement service in-process, on each backend in turn."""
+    own = request.param != "mariadb"
     if request.param == "sqlite":
         store = Store(f"sqlite:///{tmp_path / 'placement.sqlite'}")
-    else:
+    elif request.param == "postgresql":
         store = _fresh_postgres_store(request.getfixturevalue("postgres_url"))
-    schema_upgrade.upgrade(store)
+    else:
+        store = request.getfixturevalue("mariadb_scheduling_store")
+        clean(store)
+    if own:
+        schema_upgrade.upgrade(store)
     session = httpx.Client(transport=httpx.WSGITransport(app=Placement(store).wsgi))
     yield placement_client.PlacementClient("http://placement", session=session)
     session.close()
-    store.dispose()
+    if own:
+        store.dispose()
