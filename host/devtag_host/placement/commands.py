@@ -210,7 +210,8 @@ def _sync(url: str | None) -> None:
     try:
         schema_upgrade.upgrade(store)
     except SQLAlchemyError as exc:
-        raise RuntimeFailure(f"cannot create or upgrade the placement database: {exc}") from None
+        first_line = str(exc).splitlines()[0]  # not SQLAlchemy's "Background on this error" lines
+        raise RuntimeFailure(f"cannot create or upgrade the placement database: {first_line}") from None
     finally:
         store.dispose()
 
