@@ -86,8 +86,9 @@ def is_retryable(error: DBAPIError) -> bool:
 
 
 # MySQL's and MariaDB's client codes: no server at the address, the server gone away or the
-# connection lost during a query (a node stopped or killed).
-MYSQL_UNREACHABLE = frozenset({2002, 2003, 2006, 2013})
+# connection lost during a query (a node stopped or killed); and a Galera node cut off from
+# the cluster's majority (1047: "WSREP has not yet prepared node for application use").
+MYSQL_UNREACHABLE = frozenset({2002, 2003, 2006, 2013, 1047})
 
 
 def is_unreachable(error: DBAPIError) -> bool:
