@@ -15,8 +15,7 @@ from ..errors import InputError, RuntimeFailure
 from ..placement_client import URL_HELP, PlacementClient, client_token, service_url
 from ..state import state_dir
 from .devices import parse_device_spec
-from .host_capabilities import DEFAULT_MACHINE_TYPES
-from .host_facts import GIB, pool_gb, read_host
+from .host_facts import DEFAULT_MACHINE_TYPES, GIB, pool_gb, read_host
 from .node_identity import node_uuid
 from .reporter import ReportError, Settings, add_aggregate, report, report_shared_pool
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-from ..compute.capabilities import (
+from ..compute.emulation_traits import (
     EMULATION_ARCH_PREFIX,
     GRAPHICS_MODEL_PREFIX,
     HOST_ARCH_PREFIX,
