@@ -14,12 +14,12 @@ from ..compute import commands as compute_commands
 from ..config import ReplacingAppend
 from ..errors import InputError, RuntimeFailure
 from ..inputs import ListenAddress, parse_listen, read_secret_file
-from ..request_log import BufferedStreamSink
+from ..json_lines import BufferedStreamSink
 from ..serving import announce, announce_stop, listening_socket, metrics_listen, serve_exit_status
 from ..state import placement_token_path
 from . import candidate_settings
+from .access_log import REQUEST_LOG_ENV, RequestLog
 from .microversion import max_version_string, min_version_string
-from .requestlog import REQUEST_LOG_ENV, RequestLog
 
 log = logging.getLogger(__name__)
 DEFAULT_LISTEN = "127.0.0.1:8778"
@@ -285,7 +285,7 @@ def _cmd_serve(args: argparse.Namespace) -> None:
             os.environ[ALLOWED_HOSTS_ENV] = ",".join(args.allowed_host)
             os.environ[REQUEST_LOG_ENV] = "0" if args.no_request_log else "1"
             uvicorn.run(
-                "devtag_host.placement.requestlog:create_app_from_env",
+                "devtag_host.placement.access_log:create_app_from_env",
                 factory=True,
                 fd=listener.fileno(),
                 workers=args.workers,
