@@ -35,7 +35,7 @@ import httpx
 
 from devtag_host import virt
 from devtag_host.attach import AttachmentStore, ComputeHost
-from devtag_host.attach.kernel import default_backends
+from devtag_host.attach.host import default_backends
 from devtag_host.attach.storage_daemon import StorageDaemon
 from devtag_host.metadata_server import AddressBook, MetadataService
 

@@ -34,14 +34,14 @@ LAYERS: Dict[str, Set[str]] = {
     "serving": {"errors", "inputs"},  # the listening socket, start and stop lines of the long-running verbs
     "config": {"errors"},  # /etc/devtag/devtag.conf: every setting, its flags and variables, the sample
     "metrics": {"errors", "inputs", "serving"},  # Prometheus metrics of both servers (prometheus_client)
-    "request_log": set(),  # the request log lines both servers write (timestamp, quoting, batching sink)
+    "json_lines": set(),  # the access log lines both servers write (timestamp, quoting, batching sink)
     "virt": {"errors", "locks", "metadata", "state"},  # the libvirt edge
     # The transports: each on metadata/ and virt.py, never on each other.
     "configdrive": {"errors", "inputs", "metadata", "virt"},
-    "metadata_server": {"config", "errors", "inputs", "metadata", "metrics", "request_log", "serving", "virt"},
+    "metadata_server": {"config", "errors", "inputs", "metadata", "json_lines", "metrics", "serving", "virt"},
     "fwcfg": {"errors", "metadata", "virt"},
     # Placement's world: the service, the node reporting to it, the scheduler asking it.
-    "placement": {"config", "errors", "db", "inputs", "metrics", "request_log", "serving", "state"},
+    "placement": {"config", "errors", "db", "inputs", "json_lines", "metrics", "serving", "state"},
     "compute": {"errors", "placement_client", "state", "virt"},
     "scheduling": {"errors", "compute", "placement_client"},
     "attach": {"db", "errors", "locks", "metadata", "state", "virt"},
@@ -79,7 +79,7 @@ IN_FUNCTION_IMPORTS: Dict[Tuple[str, str], str] = {
     ("devtag_host.entry", "devtag_host.cli"): "importing cli.py loads the host extra: a missing one is one line",
     ("devtag_host.metadata_server.commands", "devtag_host.metrics"): "prometheus_client: only with --metrics-listen",
     ("devtag_host.placement.commands", "devtag_host.metrics"): "prometheus_client: only with --metrics-listen",
-    ("devtag_host.placement.requestlog", "devtag_host.placement.app"): SERVICE,
+    ("devtag_host.placement.access_log", "devtag_host.placement.app"): SERVICE,
     ("devtag_host.placement.commands", "devtag_host.placement.keystone"): SERVICE + " (--auth-strategy keystone)",
     ("devtag_host.placement.commands", "uvicorn.middleware.wsgi"): SERVICE + " (--auth-strategy keystone)",
     ("devtag_host.placement.keystone", "keystonemiddleware"): "keystonemiddleware: only --auth-strategy keystone",
@@ -89,7 +89,6 @@ IN_FUNCTION_IMPORTS: Dict[Tuple[str, str], str] = {
     ("devtag_host.cli", "devtag_host.example"): CLI,
     ("devtag_host.cli", "dataclasses"): CLI,
     ("devtag_host.compute.commands", "devtag_host.virt"): LIBVIRT,
-    ("devtag_host.compute.host_capabilities", "libvirt"): LIBVIRT,
     ("devtag_host.compute.host_facts", "libvirt"): LIBVIRT,
     ("devtag_host.configdrive", "devtag_host.virt"): LIBVIRT,
     ("devtag_host.configdrive.domain", "devtag_host.virt"): LIBVIRT,

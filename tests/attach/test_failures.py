@@ -335,7 +335,7 @@ def test_reconcile_leaves_an_operation_of_a_live_process_alone(compute_host: Com
     import subprocess
     import sys
 
-    from devtag_host.attach.kernel import operation_lock_path
+    from devtag_host.attach.operation_lock import operation_lock_path
 
     handle = domain(define_domain, running=True)
     compute_host.create_volume("victim", 1 << 20)

@@ -21,8 +21,8 @@ from sqlalchemy import text
 from devtag_host import cli, virt
 from devtag_host.attach import ATTACHED, IN_USE, RESERVED, Conflict, InvalidInput, VolumeInUse
 from devtag_host.attach.display_secrets import SECRETS_DIR_ENV
+from devtag_host.attach.failures import FlowFailed, SimulatedCrash
 from devtag_host.attach.flows import ComputeHost
-from devtag_host.attach.kernel import FlowFailed, SimulatedCrash
 from devtag_host.attach.lifecycle import (
     evacuate,
     shelve_offload,

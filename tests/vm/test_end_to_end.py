@@ -593,8 +593,8 @@ def hot_plug_and_unplug(connection: Any, domain: Any, directory: Path) -> None:
     """
     from devtag_host.attach import AttachmentStore
     from devtag_host.attach.flows import ComputeHost
+    from devtag_host.attach.host import default_backends
     from devtag_host.attach.invariants import check_invariants
-    from devtag_host.attach.kernel import default_backends
     from devtag_host.attach.storage_daemon import StorageDaemon
 
     link = _link(HOTPLUG_TAG)

@@ -56,19 +56,9 @@ import libvirt
 from .. import virt
 from ..metadata.model import Disk, Domain, TagEntry
 from . import devices, display_secrets, model
-from .guest import Guest, libvirt_failure
-from .kernel import (
-    NO_DEVICE,
-    DevicePlan,
-    FlowFailed,
-    Host,
-    Journal,
-    Replay,
-    as_flow_failed,
-    destroy_and_undefine,
-    started,
-    undoing,
-)
+from .failures import FlowFailed, as_flow_failed
+from .guest import Guest, destroy_and_undefine, libvirt_failure
+from .host import Host
 from .live_migration import (
     MovedVolume,
     ensure_tags,
@@ -77,6 +67,7 @@ from .live_migration import (
     settled_attachments,
 )
 from .model import Attachment, JournalRecord
+from .operation import NO_DEVICE, DevicePlan, Journal, Replay, started, undoing
 from .retarget import DiskRetarget, move_disk, retarget_disks
 
 log = logging.getLogger(__name__)

@@ -51,20 +51,11 @@ import libvirt
 from .. import virt
 from ..metadata import add_tags, find_device, tags_of
 from . import devices, model
-from .guest import Guest, libvirt_failure
-from .kernel import (
-    NO_DEVICE,
-    DevicePlan,
-    FlowFailed,
-    Host,
-    Journal,
-    Operation,
-    Pending,
-    Replay,
-    as_flow_failed,
-    destroy_and_undefine,
-)
+from .failures import FlowFailed, Pending, as_flow_failed
+from .guest import Guest, destroy_and_undefine, libvirt_failure
+from .host import Host
 from .model import Attachment, JournalRecord
+from .operation import NO_DEVICE, DevicePlan, Journal, Operation, Replay
 from .retarget import DiskRetarget, retarget_disks
 from .store import AttachmentStore
 

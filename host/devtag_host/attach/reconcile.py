@@ -37,19 +37,14 @@ from .. import virt
 from ..metadata.device_tags import taggable_devices
 from ..metadata.model import Domain, TagEntry
 from . import devices, lifecycle, live_migration, model
-from .guest import Guest
-from .kernel import (
-    Host,
-    Pending,
-    destroy_and_undefine,
-    operation_in_progress,
-    operation_lock_path,
-    record_tag,
-    undoing,
-    untag,
-)
+from .failures import Pending
+from .guest import Guest, destroy_and_undefine
+from .host import Host
 from .model import JOURNAL_IDS, Attachment, InterfaceAttachment, JournalIds, JournalRecord
+from .operation import undoing
+from .operation_lock import operation_in_progress, operation_lock_path
 from .store import AttachmentStore
+from .tags import record_tag, untag
 
 log = logging.getLogger(__name__)
 
