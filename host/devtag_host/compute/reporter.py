@@ -46,6 +46,7 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Union
 
 import os_traits
 
+from ..errors import RuntimeFailure
 from ..placement_client import PlacementClient, error_code, error_detail
 from .devices import ChildProvider, DeviceSpec, device_providers, provider_uuid
 from .emulation_traits import PREFIXES
@@ -58,7 +59,7 @@ MANAGED_TRAIT_PREFIX = CPU_TRAIT_PREFIX
 CAPABILITY_TRAIT_PREFIXES = tuple(prefix + "_" for prefix in PREFIXES)
 
 
-class ReportError(Exception):
+class ReportError(RuntimeFailure):
     """Placement refused a write (after retries)."""
 
 
