@@ -42,11 +42,8 @@ detach_timeout=..., detach_attempts=...)`` -- the flows on one libvirt connectio
     tag=) -> InterfaceAttachment``, ``detach_interface(domain, mac)``, ``reconcile() -> list``
     (every flow, lifecycle and live migration included; ``add_peer(host)`` for a migration's
     destination);
-    building blocks for other flows (:class:`~devtag_host.attach.host.Host`): ``connector()``, ``backend(name)``,
-    ``operation(flow, **ids) -> Operation`` (``Operation.step(name, **detail)`` journals the step
-    *before* it runs and calls ``step_hook(flow, step)``; ``Operation.end(outcome)``),
-    ``guest`` (:class:`~devtag_host.attach.guest.Guest`: live+config attach, detach waiting for
-    ``DEVICE_REMOVED``).
+    building blocks for other flows (:class:`~devtag_host.attach.host.Host`): ``connector()``,
+    ``backend(name)``, ``operation(flow, **ids)`` (:class:`~devtag_host.attach.operation.Operation`).
 
 ``check_invariants(host) -> list[str]`` -- no leaked attachment, no volume in a wrong state,
 no device in a guest without an attachment or vice versa, no stale tag.

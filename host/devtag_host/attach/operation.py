@@ -1,14 +1,6 @@
-"""The one runner every attach flow is written against, :class:`Operation`, and its stand-in for roll forward.
-
-A flow is written as the list of its steps: ``operation.step(name, undo=...)``
-followed by the step's work.  The runner journals each step (its own committed
-row) *before* it runs, lets the host's step hook see it and keeps its undo;
-on an error before the flow's point of no return (:meth:`Operation.landed`)
-it rolls back newest first, after it it leaves the operation open for
-reconcile to roll forward; a crash leaves the journal open.  Roll forward is
-the flow's own tail run again (:class:`Replay`): the steps after the point of
-no return are idempotent.  Reconcile knows every flow from one table
-(:data:`devtag_host.attach.reconcile.RECONCILERS`).
+"""The one runner every attach flow is written against, :class:`Operation`, and :class:`Replay`, its
+stand-in when reconcile rolls a flow forward (the steps after the point of no return are idempotent).
+Reconcile knows every flow from one table (:data:`devtag_host.attach.reconcile.RECONCILERS`).
 Why not OpenStack TaskFlow: docs/attach.md, "The runner".
 """
 
@@ -42,7 +34,7 @@ class Runner(Protocol):
 
 
 class Operation:
-    """One run of a flow: the runner every flow is written against (docs/attach.md, "The kernel").
+    """One run of a flow: the runner every flow is written against (docs/attach.md, "The runner").
 
     A flow is the list of its steps: :meth:`step` (journalled, the step hook
     called, its undo kept), then the step's work, all inside ``with
@@ -51,15 +43,9 @@ class Operation:
     undos newest first (each journalled ``undo-<step>``) and raises
     ``error(exc)``, a failed undo marking what the flow ``creates``
     ``error_attaching``; one after it leaves the operation open for reconcile
-    to roll forward; anything else (a crash, :class:`SimulatedCrash`) leaves
-    the journal open and undoes nothing.
-
-    While the flow runs, its process holds a POSIX lock on
-    ``<lock dir>/attach-op-<id>.lock`` (taken before the first journal row):
-    ``reconcile`` in another process leaves an operation alone while that lock
-    is held, so only operations whose process died are repaired.  POSIX locks
-    belong to the process, so a reconcile in the same process (tests simulating
-    a crash) is not blocked by its own flows.
+    to roll forward; anything else (a crash, :class:`~.failures.SimulatedCrash`)
+    leaves the journal open and undoes nothing.  While the flow runs, its
+    process holds the operation's lock file (:mod:`.operation_lock`).
     """
 
     def __init__(

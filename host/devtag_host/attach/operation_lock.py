@@ -1,4 +1,10 @@
-"""The lock file a running operation holds, so that reconcile in another process leaves it alone."""
+"""The lock file a running operation holds, so that reconcile in another process leaves it alone.
+
+A POSIX lock on ``<lock dir>/attach-op-<id>.lock``, taken before the operation's
+first journal row: only operations whose process died are repaired.  POSIX
+locks belong to the process, so a reconcile in the same process (tests
+simulating a crash) is not blocked by its own flows.
+"""
 
 from __future__ import annotations
 
