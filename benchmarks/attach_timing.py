@@ -16,7 +16,7 @@ case attaches a tagged volume ``--rounds`` times:
 
 SCSI disks on virtio-scsi are used: they unplug without a guest OS (a PCI
 device would wait for a guest that never answers).  Prints median, p90 and max
-in milliseconds per case; the issue's budget is "visible within 0.5 s".
+in milliseconds per case (the aim: visible within 0.5 s).
 """
 
 from __future__ import annotations

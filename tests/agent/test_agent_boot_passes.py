@@ -1,4 +1,4 @@
-"""The boot's two passes and hot-plug after a boot that found nothing (issue 18).
+"""The boot's two passes and hot-plug after a boot that found nothing.
 
 Pass 1 (devtag-agent.service, before the network) reads fw_cfg, the config
 drive and cloud-init's local-stage instance data; pass 2
