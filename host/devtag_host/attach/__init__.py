@@ -25,14 +25,14 @@ Public API (stable; the migration/lifecycle flows build on it):
     ``AVAILABLE RESERVED ATTACHING IN_USE DETACHING`` (:func:`model.volume_status`);
     errors ``AttachError > NotFound, Conflict > VolumeInUse, InvalidInput``.
 
-``AttachmentStore(url=None)`` -- Cinder's attachment API, one transaction per call: volumes
-    (``create_volume``, ``get_volume``, ``list_volumes``, ...), attachments (``reserve`` ->
-    ``reserved``, ``update`` -> ``attaching``, ``complete`` -> ``attached``, ``begin_detaching``,
-    ``mark_error``, ``delete_attachment``, ...), NICs (``add_interface``, ...) and the journal
-    (``journal_step``, ``open_operations``, ``prune_journal``); each method's docstring in ``store.py``.
+``AttachmentStore(url=None)`` -- Cinder's attachment API, one transaction per call (``store.py``):
+    volumes (``create_volume(name, backend, size_bytes, multiattach=False)``, ``get_volume``, ...),
+    attachments (``reserve(volume, instance_uuid, mode=, tag=, bus=, host=, detail=)`` -> ``reserved``,
+    ``update`` -> ``attaching``, ``complete`` -> ``attached``, ``delete_attachment``, ...), NICs and the
+    journal (``journal_step(operation, flow, step, instance_uuid=, volume_id=, attachment_id=, mac=,
+    detail=)``, ``prune_journal(keep=1000)``, ...).
 
-``backends`` -- the ``VolumeBackend`` protocol (create, connect, disconnect a volume),
-    ``host_connector(host=None)``, ``BackendError``.
+``backends`` -- ``VolumeBackend`` (create, connect, disconnect a volume), ``host_connector``, ``BackendError``.
 
 ``ComputeHost(connection, store, *, host=None, backends=None, step_hook=None,
 detach_timeout=..., detach_attempts=...)`` -- the flows on one libvirt connection
