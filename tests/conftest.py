@@ -92,6 +92,20 @@ def mariadb_url() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
+def mariadb_client_store(mariadb_url: str) -> Iterator[object]:
+    """A migrated placement database on the session's MariaDB, shared by the tests that
+    talk to placement as a client (tests/support/in_process_placement.py empties it)."""
+    from devtag_host.placement import schema_upgrade
+    from devtag_host.placement.db import Store
+    from tests.support.services import create_database
+
+    store = Store(create_database(mariadb_url, "placement_clients"))
+    schema_upgrade.upgrade(store)
+    yield store
+    store.dispose()
+
+
+@pytest.fixture(scope="session")
 def embedded_root() -> Iterator[Path]:
     root = _world_traversable_tmpdir("devtag-libvirt-")
     yield root
