@@ -114,6 +114,8 @@ IN_FUNCTION_IMPORTS: Dict[Tuple[str, str], str] = {
     ("devtag_host.placement.commands", "uvicorn"): SERVICE,
     ("devtag_host.placement.commands", "devtag_host.placement.serve_limits"): SERVICE + " (a uvicorn protocol)",
     ("devtag_host.placement.commands", "sqlalchemy.engine"): SERVICE + " (--db URL check, redacted start line)",
+    ("devtag_host.placement.copy_verbs", "devtag_host.placement.upstream_copy"): SERVICE + " (import and export)",
+    ("devtag_host.placement.copy_verbs", "devtag_host.placement.db"): SERVICE + " (import and export)",
 }
 
 

@@ -89,13 +89,14 @@ _ENGINES: Dict[Path, Engine] = {}
 
 
 @contextlib.contextmanager
-def served_upstream(database: Path) -> Iterator[str]:
-    """Serve upstream over HTTP on a free loopback port (a child process); yield its URL."""
+def served_upstream(database: Path, sync: bool = True) -> Iterator[str]:
+    """Serve upstream over HTTP on a free loopback port (a child process); yield its URL.
+    ``sync=False``: upstream runs no migration at start (its ``sync_on_startup`` off)."""
     port = free_port()
     log = database.parent / f"{database.name}.upstream.log"
     with open(log, "ab") as output:
         server = subprocess.Popen(
-            [sys.executable, "-m", __name__, str(database), str(port)],
+            [sys.executable, "-m", __name__, str(database), str(port), *([] if sync else ["--no-sync"])],
             cwd=Path(__file__).parents[2],  # the checkout: ``tests`` is a package there
             stdout=output,
             stderr=subprocess.STDOUT,
@@ -108,12 +109,27 @@ def served_upstream(database: Path) -> Iterator[str]:
         server.wait(timeout=30)
 
 
-def _serve(database: Path, port: int) -> None:
+def _serve(database: Path, port: int, sync: bool) -> None:
     class Threaded(ThreadingMixIn, WSGIServer):
         daemon_threads = True
 
-    make_server("127.0.0.1", port, upstream_app(database), server_class=Threaded).serve_forever()
+    if sync:
+        app = upstream_app(database)
+    else:  # as upstream's own WSGI entry point: the engine configured first, no migration
+        from oslo_config import cfg
+        from placement import conf as placement_conf
+        from placement import db_api, deploy
+
+        conf = cfg.ConfigOpts()
+        placement_conf.register_opts(conf)
+        conf.set_override("connection", f"sqlite:///{database}", group="placement_database")
+        conf.set_override("sync_on_startup", False, group="placement_database")
+        conf([], default_config_files=[])
+        conf.set_override("auth_strategy", "noauth2", group="api")
+        db_api.configure(conf)
+        app = deploy.loadapp(conf)
+    make_server("127.0.0.1", port, app, server_class=Threaded).serve_forever()
 
 
 if __name__ == "__main__":
-    _serve(Path(sys.argv[1]), int(sys.argv[2]))
+    _serve(Path(sys.argv[1]), int(sys.argv[2]), "--no-sync" not in sys.argv[3:])

@@ -1,4 +1,4 @@
-"""``devtag-host placement serve | db-sync | report``."""
+"""``devtag-host placement serve | db-sync | import | export | report``."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from ..inputs import ListenAddress, parse_listen, read_secret_file
 from ..request_log import BufferedStreamSink
 from ..serving import announce, announce_stop, listening_socket, metrics_listen, serve_exit_status
 from ..state import placement_token_path
-from . import candidate_settings
+from . import candidate_settings, copy_verbs
 from .microversion import max_version_string, min_version_string
 from .requestlog import REQUEST_LOG_ENV, RequestLog
 
@@ -150,6 +150,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     sync.add_argument("--db", metavar="URL", help=f"SQLAlchemy URL ({_DEFAULT_DB})")
     sync.set_defaults(handler=_cmd_db_sync)
 
+    copy_verbs.register(verbs, check_database_url)
     compute_commands.register(verbs)
 
 
