@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 import shutil
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Tuple
 
@@ -389,3 +391,20 @@ def test_export_refuses_a_database_that_is_not_empty(upstream_db, tmp_path, caps
     assert main(["placement", "db-sync", "--db", ours]) == 0
     capsys.readouterr()
     _one_line_refusal(capsys, ["placement", "export", "--db", ours, "--to", _sqlite(upstream_db[0])], "is not empty")
+
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "placement_import.py"
+
+
+def test_the_import_benchmark_prints_its_figures_at_a_small_size(tmp_path):
+    done = subprocess.run(
+        [sys.executable, str(BENCH), "--providers", "40", "--allocations", "60", "--workdir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "40 providers, 60 allocations" in done.stdout
+    assert "devtag-host placement import:" in done.stdout and "devtag-host placement export:" in done.stdout
+    with sqlite3.connect(tmp_path / "back.sqlite") as db:  # what it exported holds what it imported
+        assert db.execute("SELECT count(*), sum(used) FROM allocations").fetchone() == (60, 30 * 65)

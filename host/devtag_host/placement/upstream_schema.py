@@ -121,10 +121,15 @@ class World:
 def check_source(columns: Mapping[str, Set[str]], revision: Optional[str], where: str) -> None:
     """Refuse (InputError, one line) a database that is not upstream's schema at :data:`HEAD`:
     ``columns`` is {table: its column names} as reflected, ``revision`` its Alembic revision."""
-    missing = [table for table, wanted in TABLES.items() if not set(wanted) <= columns.get(table, set())]
+    missing = [
+        f"no table {table}" if table not in columns else f"no column {table}.{sorted(set(wanted) - columns[table])[0]}"
+        for table, wanted in TABLES.items()
+        if not set(wanted) <= columns.get(table, set())
+    ]
     if revision is None or missing:
-        what = f"no table {missing[0]}" if missing else "no Alembic revision"
-        raise InputError(f"{where} is not an OpenStack Placement database ({what})")
+        raise InputError(
+            f"{where} is not an OpenStack Placement database ({missing[0] if missing else 'no Alembic revision'})"
+        )
     if revision not in REVISIONS:
         raise InputError(
             f"{where} is at Alembic revision {revision}, which this devtag does not know "
