@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from devtag_host.cli import main
-from devtag_host.placement import upstream_schema
+from devtag_host.placement import upstream_copy, upstream_schema
 from devtag_host.placement.db import Store
 from tests.placement.conftest import make_client
 from tests.support.upstream_placement import served_upstream
@@ -408,3 +408,26 @@ def test_the_import_benchmark_prints_its_figures_at_a_small_size(tmp_path):
     assert "devtag-host placement import:" in done.stdout and "devtag-host placement export:" in done.stdout
     with sqlite3.connect(tmp_path / "back.sqlite") as db:  # what it exported holds what it imported
         assert db.execute("SELECT count(*), sum(used) FROM allocations").fetchone() == (60, 30 * 65)
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["import", "--from", "/var/lib/placement.sqlite"], "is not a database URL"),
+        (["import", "--from", "sqlite:////nonexistent/placement.sqlite"], "no such file"),
+        (["import", "--from", "oracle://x@y/z"], "is not a database URL"),
+        (["export", "--to", "placement.sqlite"], "is not a database URL"),
+    ],
+)
+def test_a_bad_url_is_one_line_and_exit_2(argv, words, tmp_path, capsys):
+    _one_line_refusal(capsys, ["placement", *argv, "--db", _sqlite(tmp_path / "devtag.sqlite")], words)
+
+
+def test_export_without_openstack_placement_says_so(tmp_path, capsys, monkeypatch):
+    ours = _sqlite(tmp_path / "devtag.sqlite")
+    assert main(["placement", "db-sync", "--db", ours]) == 0
+    capsys.readouterr()
+    monkeypatch.setattr(upstream_copy, "upstream_installed", lambda: False)
+    argv = ["placement", "export", "--db", ours, "--to", _sqlite(tmp_path / "back.sqlite")]
+    _one_line_refusal(capsys, argv, "install openstack-placement")
+    assert not (tmp_path / "back.sqlite").exists() or (tmp_path / "back.sqlite").stat().st_size == 0

@@ -72,8 +72,7 @@ def _cmd_export(check_database_url: UrlCheck, args: argparse.Namespace) -> None:
     check_database_url(args.db)
     store = Store(args.db)
     try:
-        world = upstream_copy.read_devtag(store)
+        world = upstream_copy.export_store(store, args.target, _progress("exported"))
     finally:
         store.dispose()
-    upstream_copy.export_world(world, args.target, _progress("exported"))
     print(f"exported {len(world.providers)} resource providers and {len(world.allocations)} allocations")

@@ -280,11 +280,6 @@ def upstream_installed() -> bool:
 
 def create_upstream_schema(url: str, where: str) -> None:
     """Create upstream's schema in ``url`` with the installed openstack-placement."""
-    if not upstream_installed():
-        raise InputError(
-            "export needs OpenStack Placement's own migrations: install openstack-placement "
-            "(pip install openstack-placement) beside devtag"
-        )
     # This interpreter and fixed code; the URL on stdin, not on a command line others may read.
     done = subprocess.run(
         [sys.executable, "-c", _UPSTREAM_SYNC], input=url, capture_output=True, text=True, check=False
@@ -294,15 +289,22 @@ def create_upstream_schema(url: str, where: str) -> None:
         raise RuntimeFailure(f"openstack-placement could not create its schema in {where}: {lines[-1]}")
 
 
-def export_world(world: World, url: str, progress: Progress, option: str = "--to") -> None:
-    """Write ``world`` into the empty database ``url`` in upstream's schema at its head."""
+def export_store(store: Store, url: str, progress: Progress, option: str = "--to") -> World:
+    """Write the state of devtag's ``store`` into the empty database ``url`` in upstream's
+    schema at its head; the state written."""
     engine = _engine(url, option)
     where = _where(option, engine)
     try:
+        if not upstream_installed():
+            raise InputError(
+                "export needs OpenStack Placement's own migrations: install openstack-placement "
+                "(pip install openstack-placement) beside devtag"
+            )
         with engine.connect() as connection:
             present = sorted(inspect(connection).get_table_names())
         if present:
             raise InputError(f"{where} is not empty (it has table {present[0]}): export into an empty database")
+        world = read_devtag(store)
         create_upstream_schema(engine.url.render_as_string(hide_password=False), where)
         with engine.begin() as connection:
             if connection.dialect.name == "mysql":  # upstream's standard class VCPU has id 0
@@ -313,6 +315,7 @@ def export_world(world: World, url: str, progress: Progress, option: str = "--to
         raise RuntimeFailure(f"cannot write {where}: {exc}") from None
     finally:
         engine.dispose()
+    return world
 
 
 def _stamped(table: Table, rows: List[Dict[str, Any]], now: datetime.datetime) -> List[Dict[str, Any]]:
