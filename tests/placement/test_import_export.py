@@ -17,6 +17,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Tuple
 
@@ -27,6 +28,7 @@ from devtag_host.cli import main
 from devtag_host.placement import upstream_copy, upstream_schema
 from devtag_host.placement.db import Store
 from tests.placement.conftest import make_client
+from tests.support.services import create_database
 from tests.support.upstream_placement import served_upstream
 
 LATEST = {"x-auth-token": "admin", "openstack-api-version": "placement 1.39"}
@@ -272,14 +274,21 @@ def _sqlite(path: Path) -> str:
     return f"sqlite:///{path}"
 
 
-def test_import_answers_as_upstream_and_export_back(upstream_db, tmp_path, capsys):
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)])
+def devtag_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """An empty database for devtag's placement, on each backend in turn."""
+    if request.param == "sqlite":
+        return _sqlite(tmp_path / "devtag.sqlite")
+    return create_database(request.getfixturevalue("postgres_url"), f"import_{uuid.uuid4().hex[:12]}")
+
+
+def test_import_answers_as_upstream_and_export_back(upstream_db, devtag_url, tmp_path, capsys):
     source, upstream_answers = upstream_db
     failed = {path: answer for path, answer in upstream_answers.items() if answer[0] != 200}
     assert set(failed) == {f"/resource_providers/{rp}/inventories/VCPU" for rp in (CN1, PF, SHARED, MOVED, LATE)}, (
         failed
     )
-    ours = tmp_path / "devtag.sqlite"
-    assert main(["placement", "import", "--from", _sqlite(source), "--db", _sqlite(ours)]) == 0
+    assert main(["placement", "import", "--from", _sqlite(source), "--db", devtag_url]) == 0
     output = capsys.readouterr()
     assert "imported 8 resource providers and 14 allocations" in output.out
     progress = output.err.splitlines()
@@ -291,13 +300,13 @@ def test_import_answers_as_upstream_and_export_back(upstream_db, tmp_path, capsy
     assert "devtag-host: imported 2 projects" in progress and "devtag-host: imported 5 consumers" in progress
     assert progress[-1] == "devtag-host: imported 14 allocations"
 
-    store = Store(_sqlite(ours))
+    store = Store(devtag_url)
     try:
         with make_client(store) as http:
             _assert_same(answers(http), upstream_answers, "devtag")
 
         exported = tmp_path / "exported.sqlite"
-        assert main(["placement", "export", "--db", _sqlite(ours), "--to", _sqlite(exported)]) == 0
+        assert main(["placement", "export", "--db", devtag_url, "--to", _sqlite(exported)]) == 0
         output = capsys.readouterr()
         assert "exported 8 resource providers and 14 allocations" in output.out
         assert output.err.splitlines()[-1] == "devtag-host: exported 14 allocations"
