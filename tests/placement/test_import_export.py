@@ -19,10 +19,11 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Tuple
+from typing import Any, Dict, Iterator, List, Tuple, Union
 
 import httpx
 import pytest
+from sqlalchemy import create_engine, text
 
 from devtag_host.cli import main
 from devtag_host.placement import upstream_copy, upstream_schema
@@ -288,13 +289,27 @@ def test_import_answers_as_upstream_and_export_back(upstream_db, devtag_url, tmp
     assert set(failed) == {f"/resource_providers/{rp}/inventories/VCPU" for rp in (CN1, PF, SHARED, MOVED, LATE)}, (
         failed
     )
-    assert main(["placement", "import", "--from", _sqlite(source), "--db", devtag_url]) == 0
+    round_trip(_sqlite(source), upstream_answers, devtag_url, tmp_path / "exported.sqlite", tmp_path, capsys)
+
+
+def round_trip(
+    source: str,
+    upstream_answers: Dict[str, Tuple[int, Any]],
+    devtag_url: str,
+    exported: Union[Path, str],
+    log_dir: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Import ``source``, answer as upstream did; export to ``exported`` (a SQLite file or an
+    empty database's URL), upstream serves it unmigrated and answers the same; both take the
+    generations upstream handed out."""
+    assert main(["placement", "import", "--from", source, "--db", devtag_url]) == 0
     output = capsys.readouterr()
     assert "imported 8 resource providers and 14 allocations" in output.out
     progress = output.err.splitlines()
     assert progress[:3] == [
-        f"devtag-host: imported {upstream_schema_count(source, 'resource_classes')} resource classes",
-        f"devtag-host: imported {upstream_schema_count(source, 'traits')} traits",
+        f"devtag-host: imported {_count(source, 'resource_classes')} resource classes",
+        f"devtag-host: imported {_count(source, 'traits')} traits",
         "devtag-host: imported 8 resource providers",
     ]
     assert "devtag-host: imported 2 projects" in progress and "devtag-host: imported 5 consumers" in progress
@@ -305,14 +320,21 @@ def test_import_answers_as_upstream_and_export_back(upstream_db, devtag_url, tmp
         with make_client(store) as http:
             _assert_same(answers(http), upstream_answers, "devtag")
 
-        exported = tmp_path / "exported.sqlite"
-        assert main(["placement", "export", "--db", devtag_url, "--to", _sqlite(exported)]) == 0
+        target = _sqlite(exported) if isinstance(exported, Path) else exported
+        assert main(["placement", "export", "--db", devtag_url, "--to", target]) == 0
         output = capsys.readouterr()
         assert "exported 8 resource providers and 14 allocations" in output.out
         assert output.err.splitlines()[-1] == "devtag-host: exported 14 allocations"
-        with sqlite3.connect(exported) as db:
-            assert db.execute("SELECT version_num FROM alembic_version").fetchall() == [(upstream_schema.HEAD,)]
-        with served_upstream(exported, sync=False) as url, httpx.Client(base_url=url, headers=LATEST, timeout=60) as up:
+        engine = create_engine(target)
+        with engine.connect() as connection:
+            assert list(connection.execute(text("SELECT version_num FROM alembic_version"))) == [
+                (upstream_schema.HEAD,)
+            ]
+        engine.dispose()
+        with (
+            served_upstream(exported, sync=False, log_dir=log_dir) as url,
+            httpx.Client(base_url=url, headers=LATEST, timeout=60) as up,
+        ):
             _assert_same(answers(up), upstream_answers, "upstream on the export")
             _writes_with_upstreams_generations(up, upstream_answers)
         with make_client(store) as http:
@@ -321,9 +343,13 @@ def test_import_answers_as_upstream_and_export_back(upstream_db, devtag_url, tmp
         store.dispose()
 
 
-def upstream_schema_count(database: Path, table: str) -> int:
-    with sqlite3.connect(database) as db:
-        return int(db.execute(f"SELECT count(*) FROM {table}").fetchone()[0])  # noqa: S608 - fixed table names
+def _count(url: str, table: str) -> int:
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            return int(connection.execute(text(f"SELECT count(*) FROM {table}")).scalar_one())  # noqa: S608 - fixed names
+    finally:
+        engine.dispose()
 
 
 def _writes_with_upstreams_generations(http: httpx.Client, seen: Dict[str, Tuple[int, Any]]) -> None:
