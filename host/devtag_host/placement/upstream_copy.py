@@ -93,7 +93,9 @@ def _checked_upstream(connection: Connection, where: str) -> MetaData:
 
 def _rows(connection: Connection, table: Table, columns: Sequence[str]) -> List[Dict[str, Any]]:
     query = select(*(table.c[name] for name in columns)).order_by(*table.primary_key.columns)
-    return [dict(row._mapping) for row in connection.execute(query)]
+    result = connection.execute(query)
+    keys = list(result.keys())
+    return [dict(zip(keys, row)) for row in result.tuples()]
 
 
 def read_upstream(url: str, option: str = "--from") -> World:
