@@ -95,7 +95,7 @@ def _rows(connection: Connection, table: Table, columns: Sequence[str]) -> List[
     query = select(*(table.c[name] for name in columns)).order_by(*table.primary_key.columns)
     result = connection.execute(query)
     keys = list(result.keys())
-    return [dict(zip(keys, row)) for row in result.tuples()]
+    return [dict(zip(keys, row)) for row in result]
 
 
 def read_upstream(url: str, option: str = "--from") -> World:
