@@ -56,10 +56,9 @@ def _cmd_import(check_database_url: UrlCheck, args: argparse.Namespace) -> None:
     from .db import Store
 
     check_database_url(args.db)
-    world = upstream_copy.read_upstream(args.source)
     store = Store(args.db)
     try:
-        upstream_copy.import_world(store, world, _progress("imported"))
+        world = upstream_copy.import_from(store, args.source, _progress("imported"))
     finally:
         store.dispose()
     print(f"imported {len(world.providers)} resource providers and {len(world.allocations)} allocations")

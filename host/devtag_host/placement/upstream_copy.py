@@ -98,8 +98,9 @@ def _rows(connection: Connection, table: Table, columns: Sequence[str]) -> List[
     return [dict(zip(keys, row)) for row in result]
 
 
-def read_upstream(url: str, option: str = "--from") -> World:
-    """The state of upstream's database ``url``; InputError if it is not upstream's schema at its head."""
+def read_upstream(url: str, option: str = "--from", before_reading: Callable[[], None] = lambda: None) -> World:
+    """The state of upstream's database ``url``; InputError if it is not upstream's schema at its head.
+    ``before_reading`` runs once the schema is checked, before the rows are read."""
     engine = _engine(url, option)
     where = _where(option, engine)
     if _sqlite_file_missing(engine):
@@ -107,6 +108,8 @@ def read_upstream(url: str, option: str = "--from") -> World:
     try:
         with engine.connect() as connection:
             metadata = _checked_upstream(connection, where)
+        before_reading()
+        with engine.connect() as connection:
             tables = {
                 name: _rows(connection, metadata.tables[name], columns)
                 for name, columns in upstream_schema.TABLES.items()
@@ -134,13 +137,25 @@ def _names(connection: Connection, table: Table, names: Sequence[str]) -> Dict[s
     return have
 
 
-def import_world(store: Store, world: World, progress: Progress) -> None:
-    """Write ``world`` into devtag's database ``store`` (migrated first), which must hold no provider."""
-    schema_upgrade.upgrade(store)
+def import_from(store: Store, url: str, progress: Progress, option: str = "--from") -> World:
+    """Copy upstream's database ``url`` into devtag's ``store`` (migrated first), which must
+    hold no provider: both checked before a row is read; the state copied."""
+
+    def empty_target() -> None:
+        schema_upgrade.upgrade(store)
+        with store.read() as connection:
+            _refuse_providers(connection)
+
+    world = read_upstream(url, option, before_reading=empty_target)
     with store.write() as connection:
-        if connection.scalar(select(func.count()).select_from(resource_providers)):
-            raise InputError("--db already holds resource providers: import into an empty placement database")
+        _refuse_providers(connection)
         _write_devtag(connection, world, progress)
+    return world
+
+
+def _refuse_providers(connection: Connection) -> None:
+    if connection.scalar(select(func.count()).select_from(resource_providers)):
+        raise InputError("--db already holds resource providers: import into an empty placement database")
 
 
 def _write_devtag(connection: Connection, world: World, progress: Progress) -> None:
@@ -309,8 +324,6 @@ def export_store(store: Store, url: str, progress: Progress, option: str = "--to
         world = read_devtag(store)
         create_upstream_schema(engine.url.render_as_string(hide_password=False), where)
         with engine.begin() as connection:
-            if connection.dialect.name == "mysql":  # upstream's standard class VCPU has id 0
-                connection.exec_driver_sql("SET SESSION sql_mode = CONCAT(@@sql_mode, ',NO_AUTO_VALUE_ON_ZERO')")
             metadata = _checked_upstream(connection, where)
             _write_upstream(connection, metadata.tables, world, progress)
     except SQLAlchemyError as exc:
