@@ -27,7 +27,7 @@ from typing import Any, Dict, List, Optional
 
 from sqlalchemy import MetaData, bindparam, create_engine, select
 
-from devtag_host.placement import upstream_copy
+from devtag_host.placement.upstream_db import transfer
 
 
 def _uuid(kind: str, index: int) -> str:
@@ -36,7 +36,7 @@ def _uuid(kind: str, index: int) -> str:
 
 def build_upstream(url: str, providers: int, allocations: int) -> None:
     """An upstream database at ``url`` holding ``providers`` and ``allocations`` (both even)."""
-    upstream_copy.create_upstream_schema(url, url)
+    transfer.create_upstream_schema(url, url)
     engine = create_engine(url)
     now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
     with engine.begin() as connection:
@@ -126,7 +126,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--allocations", type=int, default=100000)
     parser.add_argument("--workdir", type=Path, help="keep the databases here (default: a temporary directory)")
     args = parser.parse_args(argv)
-    if not upstream_copy.upstream_installed():
+    if not transfer.upstream_installed():
         print("benchmarks/placement_import.py: openstack-placement is not installed (pip install -e '.[test]')",
               file=sys.stderr)  # fmt: skip
         return 2
@@ -140,7 +140,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         build_upstream(source, args.providers, args.allocations)
         built = time.perf_counter() - start
         start = time.perf_counter()
-        world = upstream_copy.read_upstream(source)
+        world = transfer.read_upstream(source)
         read = time.perf_counter() - start
         counts = world.counts()
         imported = _timed(["placement", "import", "--from", source, "--db", ours])

@@ -26,8 +26,8 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from devtag_host.cli import main
-from devtag_host.placement import upstream_copy, upstream_schema
 from devtag_host.placement.db import Store
+from devtag_host.placement.upstream_db import schema, transfer
 from tests.placement.conftest import make_client
 from tests.support.services import create_database
 from tests.support.upstream_placement import served_upstream
@@ -327,9 +327,7 @@ def round_trip(
         assert output.err.splitlines()[-1] == "devtag-host: exported 14 allocations"
         engine = create_engine(target)
         with engine.connect() as connection:
-            assert list(connection.execute(text("SELECT version_num FROM alembic_version"))) == [
-                (upstream_schema.HEAD,)
-            ]
+            assert list(connection.execute(text("SELECT version_num FROM alembic_version"))) == [(schema.HEAD,)]
         engine.dispose()
         with (
             served_upstream(exported, sync=False, log_dir=log_dir) as url,
@@ -416,7 +414,7 @@ def test_import_refuses_an_older_revision(upstream_db, tmp_path, capsys):
     source = tmp_path / "older.sqlite"
     shutil.copy(upstream_db[0], source)
     with sqlite3.connect(source) as db:
-        db.execute("UPDATE alembic_version SET version_num = ?", (upstream_schema.REVISIONS[-2],))
+        db.execute("UPDATE alembic_version SET version_num = ?", (schema.REVISIONS[-2],))
     argv = ["placement", "import", "--from", _sqlite(source), "--db", _sqlite(tmp_path / "devtag.sqlite")]
     _one_line_refusal(capsys, argv, "placement-manage db sync")
 
@@ -462,7 +460,7 @@ def test_export_without_openstack_placement_says_so(tmp_path, capsys, monkeypatc
     ours = _sqlite(tmp_path / "devtag.sqlite")
     assert main(["placement", "db-sync", "--db", ours]) == 0
     capsys.readouterr()
-    monkeypatch.setattr(upstream_copy, "upstream_installed", lambda: False)
+    monkeypatch.setattr(transfer, "upstream_installed", lambda: False)
     argv = ["placement", "export", "--db", ours, "--to", _sqlite(tmp_path / "back.sqlite")]
     _one_line_refusal(capsys, argv, "install openstack-placement")
     assert not (tmp_path / "back.sqlite").exists() or (tmp_path / "back.sqlite").stat().st_size == 0

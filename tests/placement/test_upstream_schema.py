@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from devtag_host.errors import InputError
-from devtag_host.placement import upstream_schema
-from devtag_host.placement.upstream_schema import Allocation, Consumer, Inventory, Provider, World
+from devtag_host.placement.upstream_db import schema
+from devtag_host.placement.upstream_db.schema import Allocation, Consumer, Inventory, Provider, World
 
 _names = st.text(alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZ_", min_size=1, max_size=8)
 
@@ -63,17 +63,17 @@ def _numbered(names: List[str], rng: random.Random) -> Dict[str, int]:
 
 
 def as_upstream(world: World, rng: random.Random) -> Dict[str, List[Dict[str, Any]]]:
-    projects, users = upstream_schema.projects_and_users(world)
-    ids = upstream_schema.UpstreamIds(
+    projects, users = schema.projects_and_users(world)
+    ids = schema.UpstreamIds(
         classes=_numbered(world.resource_classes, rng),
         traits=_numbered(world.traits, rng),
         providers=_numbered([p.uuid for p in world.providers], rng),
-        aggregates=_numbered(upstream_schema.aggregate_uuids(world), rng),
+        aggregates=_numbered(schema.aggregate_uuids(world), rng),
         projects=_numbered(projects, rng),
         users=_numbered(users, rng),
         consumer_types=_numbered(world.consumer_types, rng),
     )
-    tables = upstream_schema.upstream_rows(world, ids)
+    tables = schema.upstream_rows(world, ids)
     for name, key, named in (
         ("resource_classes", "name", ids.classes),
         ("traits", "name", ids.traits),
@@ -101,39 +101,39 @@ def as_upstream(world: World, rng: random.Random) -> Dict[str, List[Dict[str, An
 @settings(max_examples=60, deadline=None, derandomize=True)
 @given(world=worlds(), rng=st.randoms(use_true_random=False))
 def test_a_world_written_as_upstreams_rows_reads_back_the_same(world, rng):
-    assert upstream_schema.world_from_upstream(as_upstream(world, rng)) == world
+    assert schema.world_from_upstream(as_upstream(world, rng)) == world
 
 
 @settings(max_examples=60, deadline=None, derandomize=True)
 @given(world=worlds())
 def test_inventory_usage_is_the_sum_of_the_allocations(world):
-    used = upstream_schema.used_by_inventory(world.allocations)
+    used = schema.used_by_inventory(world.allocations)
     assert sum(used.values()) == sum(allocation.used for allocation in world.allocations)
     for (rp, rc), amount in used.items():
         assert amount == sum(a.used for a in world.allocations if (a.provider, a.resource_class) == (rp, rc))
 
 
 def test_custom_classes_are_numbered_as_upstream_numbers_them():
-    assert upstream_schema.custom_class_ids(["VCPU", "CUSTOM_A", "CUSTOM_B"], {"VCPU": 0}) == {
+    assert schema.custom_class_ids(["VCPU", "CUSTOM_A", "CUSTOM_B"], {"VCPU": 0}) == {
         "CUSTOM_A": 10000,
         "CUSTOM_B": 10001,
     }
-    assert upstream_schema.custom_class_ids(["CUSTOM_A", "CUSTOM_C"], {"CUSTOM_A": 10004}) == {"CUSTOM_C": 10005}
+    assert schema.custom_class_ids(["CUSTOM_A", "CUSTOM_C"], {"CUSTOM_A": 10004}) == {"CUSTOM_C": 10005}
 
 
-_HEAD_COLUMNS = {table: set(columns) for table, columns in upstream_schema.TABLES.items()}
+_HEAD_COLUMNS = {table: set(columns) for table, columns in schema.TABLES.items()}
 
 
 @settings(max_examples=100, deadline=None, derandomize=True)
-@given(revision=st.text(min_size=1, max_size=40).filter(lambda r: r not in upstream_schema.REVISIONS))
+@given(revision=st.text(min_size=1, max_size=40).filter(lambda r: r not in schema.REVISIONS))
 def test_an_unknown_revision_is_refused_in_one_line(revision):
     with pytest.raises(InputError) as refused:
-        upstream_schema.check_source(_HEAD_COLUMNS, revision, "--from X")
+        schema.check_source(_HEAD_COLUMNS, revision, "--from X")
     assert "which this devtag does not know" in str(refused.value)
     assert "\n" not in str(refused.value).replace(revision, "")
 
 
-@given(table=st.sampled_from(sorted(upstream_schema.TABLES)), drop_column=st.booleans())
+@given(table=st.sampled_from(sorted(schema.TABLES)), drop_column=st.booleans())
 @settings(deadline=None, derandomize=True)
 def test_a_missing_table_or_column_is_not_upstreams_schema(table, drop_column):
     columns = {name: set(wanted) for name, wanted in _HEAD_COLUMNS.items()}
@@ -145,11 +145,11 @@ def test_a_missing_table_or_column_is_not_upstreams_schema(table, drop_column):
         del columns[table]
         missing = f"no table {table}"
     with pytest.raises(InputError, match=f"is not an OpenStack Placement database \\({missing}\\)"):
-        upstream_schema.check_source(columns, upstream_schema.HEAD, "--from X")
+        schema.check_source(columns, schema.HEAD, "--from X")
 
 
 def test_an_older_revision_names_upstreams_upgrade():
-    for revision in upstream_schema.REVISIONS[:-1]:
+    for revision in schema.REVISIONS[:-1]:
         with pytest.raises(InputError, match="placement-manage db sync"):
-            upstream_schema.check_source(_HEAD_COLUMNS, revision, "--from X")
-    upstream_schema.check_source(_HEAD_COLUMNS, upstream_schema.HEAD, "--from X")
+            schema.check_source(_HEAD_COLUMNS, revision, "--from X")
+    schema.check_source(_HEAD_COLUMNS, schema.HEAD, "--from X")

@@ -1,19 +1,18 @@
-"""``devtag-host placement import | export``: take over an OpenStack Placement database, and the way back."""
+"""``devtag-host placement import | export``: take over an OpenStack Placement database, and the way back
+(the parsers; the handlers are commands.py)."""
 
 from __future__ import annotations
 
 import argparse
-import functools
-import sys
-from typing import Callable, Optional
 
-UrlCheck = Callable[[Optional[str]], None]
+# The handlers load the database stack (SQLAlchemy): named here, imported when their verb runs.
+_HANDLERS = "devtag_host.placement.upstream_db.commands"
 
 _DEFAULT_DB = "devtag's placement database (default: as for serve)"
 
 
-def register(verbs: argparse._SubParsersAction, check_database_url: UrlCheck) -> None:
-    """Add the verbs to ``placement``'s; ``check_database_url`` refuses a --db placement cannot use."""
+def register(verbs: argparse._SubParsersAction) -> None:
+    """Add the verbs to ``placement``'s."""
     copy_in = verbs.add_parser(
         "import",
         help="copy an OpenStack Placement database into an empty devtag placement database",
@@ -27,7 +26,7 @@ def register(verbs: argparse._SubParsersAction, check_database_url: UrlCheck) ->
     )
     copy_in.add_argument("--from", dest="source", required=True, metavar="URL", help="OpenStack Placement's database")
     copy_in.add_argument("--db", metavar="URL", help=_DEFAULT_DB)
-    copy_in.set_defaults(handler=functools.partial(_cmd_import, check_database_url))
+    copy_in.set_defaults(handler=f"{_HANDLERS}:run_import")
 
     copy_out = verbs.add_parser(
         "export",
@@ -41,37 +40,4 @@ def register(verbs: argparse._SubParsersAction, check_database_url: UrlCheck) ->
     )
     copy_out.add_argument("--to", dest="target", required=True, metavar="URL", help="an empty database")
     copy_out.add_argument("--db", metavar="URL", help=_DEFAULT_DB)
-    copy_out.set_defaults(handler=functools.partial(_cmd_export, check_database_url))
-
-
-def _progress(verb: str) -> Callable[[str, int], None]:
-    def line(what: str, count: int) -> None:
-        print(f"devtag-host: {verb} {count} {what}", file=sys.stderr, flush=True)
-
-    return line
-
-
-def _cmd_import(check_database_url: UrlCheck, args: argparse.Namespace) -> None:
-    from . import upstream_copy
-    from .db import Store
-
-    check_database_url(args.db)
-    store = Store(args.db)
-    try:
-        world = upstream_copy.import_from(store, args.source, _progress("imported"))
-    finally:
-        store.dispose()
-    print(f"imported {len(world.providers)} resource providers and {len(world.allocations)} allocations")
-
-
-def _cmd_export(check_database_url: UrlCheck, args: argparse.Namespace) -> None:
-    from . import upstream_copy
-    from .db import Store
-
-    check_database_url(args.db)
-    store = Store(args.db)
-    try:
-        world = upstream_copy.export_store(store, args.target, _progress("exported"))
-    finally:
-        store.dispose()
-    print(f"exported {len(world.providers)} resource providers and {len(world.allocations)} allocations")
+    copy_out.set_defaults(handler=f"{_HANDLERS}:run_export")

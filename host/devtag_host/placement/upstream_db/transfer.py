@@ -2,7 +2,7 @@
 database of OpenStack Placement's own service and devtag's, each in one transaction.
 
 Upstream's tables are reflected (SQLAlchemy Core), never described here: what a
-table must hold is :data:`upstream_schema.TABLES`.  An export creates upstream's
+table must hold is :data:`schema.TABLES`.  An export creates upstream's
 schema with upstream's own code (its Alembic migrations and its start-up sync of
 standard traits and resource classes) in a child process: openstack-placement
 configures its database engine once per process.
@@ -22,9 +22,9 @@ from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
-from ..errors import InputError, RuntimeFailure
-from . import schema_upgrade, upstream_schema
-from .db import (
+from ...errors import InputError, RuntimeFailure
+from .. import schema_upgrade
+from ..db import (
     Store,
     allocations,
     inventories,
@@ -34,8 +34,9 @@ from .db import (
     resource_providers,
     traits,
 )
-from .objects.consumer import consumer_types, consumers
-from .upstream_schema import World
+from ..objects.consumer import consumer_types, consumers
+from . import schema
+from .schema import World
 
 Progress = Callable[[str, int], None]  # (what, how many rows), once per table written
 
@@ -87,7 +88,7 @@ def _revision(connection: Connection, metadata: MetaData) -> Optional[str]:
 def _checked_upstream(connection: Connection, where: str) -> MetaData:
     metadata = _reflect(connection)
     columns = {name: set(table.c.keys()) for name, table in metadata.tables.items()}
-    upstream_schema.check_source(columns, _revision(connection, metadata), where)
+    schema.check_source(columns, _revision(connection, metadata), where)
     return metadata
 
 
@@ -111,15 +112,14 @@ def read_upstream(url: str, option: str = "--from", before_reading: Callable[[],
         before_reading()
         with engine.connect() as connection:
             tables = {
-                name: _rows(connection, metadata.tables[name], columns)
-                for name, columns in upstream_schema.TABLES.items()
+                name: _rows(connection, metadata.tables[name], columns) for name, columns in schema.TABLES.items()
             }
     except SQLAlchemyError as exc:
         raise RuntimeFailure(f"cannot read {where}: {exc}") from None
     finally:
         engine.dispose()
     try:
-        return upstream_schema.world_from_upstream(tables)
+        return schema.world_from_upstream(tables)
     except KeyError as exc:
         raise InputError(f"{where} refers to a row that does not exist (id {exc})") from None
 
@@ -180,7 +180,7 @@ def _write_devtag(connection: Connection, world: World, progress: Progress) -> N
             ],
         )
     progress("resource providers", counts["resource providers"])
-    used = upstream_schema.used_by_inventory(world.allocations)
+    used = schema.used_by_inventory(world.allocations)
     _insert(
         connection,
         inventories,
@@ -188,7 +188,7 @@ def _write_devtag(connection: Connection, world: World, progress: Progress) -> N
             {
                 "resource_provider_id": ids[row.provider],
                 "resource_class_id": classes[row.resource_class],
-                **{name: getattr(row, name) for name in upstream_schema.TABLES["inventories"][3:]},
+                **{name: getattr(row, name) for name in schema.TABLES["inventories"][3:]},
                 "used": used.get((row.provider, row.resource_class), 0),
             }
             for row in world.inventories
@@ -272,7 +272,7 @@ def read_devtag(store: Store) -> World:
     schema_upgrade.upgrade(store)
     with store.read() as connection:
         tables = {name: _rows(connection, table, list(table.c.keys())) for name, table in _DEVTAG_TABLES.items()}
-    return upstream_schema.world_from_devtag(tables)
+    return schema.world_from_devtag(tables)
 
 
 # Upstream's own schema creation, run as its service does at start-up: migrations to the
@@ -358,7 +358,7 @@ def _write_upstream(connection: Connection, tables: Mapping[str, Table], world: 
         return _by_key(connection, tables[name], key)
 
     classes = _by_key(connection, tables["resource_classes"], "name")
-    new_classes = upstream_schema.custom_class_ids(world.resource_classes, classes)
+    new_classes = schema.custom_class_ids(world.resource_classes, classes)
     insert("resource_classes", [{"id": id_, "name": name} for name, id_ in new_classes.items()])
     classes.update(new_classes)
     progress("resource classes", counts["resource classes"])
@@ -380,9 +380,9 @@ def _write_upstream(connection: Connection, tables: Mapping[str, Table], world: 
             ],
         )
     progress("resource providers", counts["resource providers"])
-    aggregates = named("placement_aggregates", "uuid", upstream_schema.aggregate_uuids(world))
-    projects, users = upstream_schema.projects_and_users(world)
-    ids_of = upstream_schema.UpstreamIds(
+    aggregates = named("placement_aggregates", "uuid", schema.aggregate_uuids(world))
+    projects, users = schema.projects_and_users(world)
+    ids_of = schema.UpstreamIds(
         classes=classes,
         traits=trait_ids,
         providers=ids,
@@ -391,7 +391,7 @@ def _write_upstream(connection: Connection, tables: Mapping[str, Table], world: 
         users=named("users", "external_id", users),
         consumer_types=named("consumer_types", "name", world.consumer_types),
     )
-    rows = upstream_schema.upstream_rows(world, ids_of)
+    rows = schema.upstream_rows(world, ids_of)
     order = [
         ("inventories", "inventories"),
         ("resource_provider_aggregates", "aggregate memberships"),

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
-from ..errors import InputError
+from ...errors import InputError
 
 # Upstream's Alembic revisions, oldest first; the last is the one its service
 # of this release runs at (and the only one imported from or exported to).
