@@ -464,3 +464,21 @@ def test_export_without_openstack_placement_says_so(tmp_path, capsys, monkeypatc
     argv = ["placement", "export", "--db", ours, "--to", _sqlite(tmp_path / "back.sqlite")]
     _one_line_refusal(capsys, argv, "install openstack-placement")
     assert not (tmp_path / "back.sqlite").exists() or (tmp_path / "back.sqlite").stat().st_size == 0
+
+
+@pytest.mark.parametrize(
+    "dangling",
+    [
+        "UPDATE allocations SET resource_class_id = 99999 WHERE id = (SELECT min(id) FROM allocations)",
+        "UPDATE consumers SET project_id = 99999 WHERE id = (SELECT min(id) FROM consumers)",
+        "UPDATE resource_providers SET parent_provider_id = 99999 WHERE uuid = 'c0000000-0000-4000-8000-000000000002'",
+    ],
+    ids=["allocation's class", "consumer's project", "provider's parent"],
+)
+def test_a_row_that_refers_to_nothing_is_one_line_and_exit_2(dangling, upstream_db, tmp_path, capsys):
+    source = tmp_path / "dangling.sqlite"
+    shutil.copy(upstream_db[0], source)
+    with sqlite3.connect(source) as db:
+        db.execute(dangling)
+    argv = ["placement", "import", "--from", _sqlite(source), "--db", _sqlite(tmp_path / "devtag.sqlite")]
+    _one_line_refusal(capsys, argv, "refers to a row that does not exist (id 99999)")
