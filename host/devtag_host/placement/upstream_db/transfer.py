@@ -111,7 +111,9 @@ def read_upstream(url: str, option: str = "--from", before_reading: Callable[[],
             metadata = _checked_upstream(connection, where)
         before_reading()
         with engine.connect() as connection:
-            tables = {
+            if connection.dialect.name == "sqlite":  # pysqlite begins no transaction for a SELECT
+                connection.exec_driver_sql("BEGIN")
+            tables = {  # one transaction: one snapshot of the source
                 name: _rows(connection, metadata.tables[name], columns) for name, columns in schema.TABLES.items()
             }
     except SQLAlchemyError as exc:
