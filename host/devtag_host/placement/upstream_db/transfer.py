@@ -52,8 +52,11 @@ def _engine(url: str, option: str) -> Engine:
         raise InputError(
             f"{option} {url!r} is not a database URL (sqlite:////PATH, mysql+pymysql://..., postgresql://...)"
         )
+    # The drivers devtag's host extra installs, for URLs that name none.
     if parsed.drivername in ("postgresql", "postgres"):
-        parsed = parsed.set(drivername="postgresql+psycopg")  # the driver devtag's host extra installs
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    elif parsed.drivername == "mysql":
+        parsed = parsed.set(drivername="mysql+pymysql")
     try:
         return create_engine(parsed, poolclass=NullPool)
     except ImportError as exc:
