@@ -40,6 +40,7 @@ LAYERS: Dict[str, Set[str]] = {
     "configdrive": {"errors", "inputs", "metadata", "virt"},
     "metadata_server": {"config", "errors", "inputs", "metadata", "metrics", "request_log", "serving", "virt"},
     "fwcfg": {"errors", "metadata", "virt"},
+    "credentials": {"errors", "metadata", "virt"},  # roles as systemd credentials (guests without the agent)
     # Placement's world: the service, the node reporting to it, the scheduler asking it.
     "placement": {"config", "errors", "db", "inputs", "metrics", "request_log", "serving", "state"},
     "compute": {"errors", "placement_client", "state", "virt"},
@@ -49,7 +50,7 @@ LAYERS: Dict[str, Set[str]] = {
     "examples": set(),
     # The verbs register themselves: cli.py names their modules (COMMAND_MODULES), it does not import them.
     "cli": {
-        *("config", "devtag_host", "errors", "example", "extras", "fwcfg"),
+        *("config", "credentials", "devtag_host", "errors", "example", "extras", "fwcfg"),
         *("inputs", "metadata", "serving", "state", "virt"),
     },
     "extras": set(),  # what the host extra provides, for one line when a module of it is missing
@@ -86,6 +87,10 @@ IN_FUNCTION_IMPORTS: Dict[Tuple[str, str], str] = {
     ("devtag_host.cli", "devtag_host.virt"): LIBVIRT,
     ("devtag_host.cli", "devtag_host.fwcfg"): LIBVIRT + " (fwcfg.domain imports virt)",
     ("devtag_host.cli", "devtag_host.fwcfg.domain"): LIBVIRT,
+    ("devtag_host.cli", "devtag_host.credentials"): LIBVIRT + " (beside credentials.domain, which imports virt)",
+    ("devtag_host.cli", "devtag_host.credentials.domain"): LIBVIRT,
+    ("devtag_host.credentials.commands", "devtag_host.virt"): LIBVIRT,
+    ("devtag_host.credentials.commands", "devtag_host.credentials.domain"): LIBVIRT,
     ("devtag_host.cli", "devtag_host.example"): CLI,
     ("devtag_host.cli", "dataclasses"): CLI,
     ("devtag_host.compute.commands", "devtag_host.virt"): LIBVIRT,

@@ -53,6 +53,7 @@ COMMAND_MODULES: Tuple[str, ...] = (
     "devtag_host.metadata_server.commands",
     "devtag_host.placement.commands",
     "devtag_host.fwcfg.commands",
+    "devtag_host.credentials.commands",
     "devtag_host.scheduling.commands",
     "devtag_host.attach.commands",
 )
@@ -243,6 +244,7 @@ def _change_tags(args: argparse.Namespace, change: Any, acpi_index: Optional[int
             note = f" (ACPI index {acpi_index}{', from the next boot' if domain.isActive() else ''})"
         virt.update_tags(domain, change)
         _refresh_fwcfg(domain)
+        _refresh_credentials(domain)
         current = virt.read_domain(domain, inactive=not domain.isActive())
         tags = tags_of(current, find_device(current, args.device))
         print(f"{current.name} {args.device}: {', '.join(tags) if tags else '(no tags)'}{note}")
@@ -270,6 +272,22 @@ def _refresh_fwcfg(handle: Any) -> None:
             log.info("domain %s: fw_cfg copy of the devices metadata refreshed (read at next boot)", handle.name())
     except FwCfgError as exc:
         raise RuntimeFailure(f"tags stored, but the fw_cfg copy could not be refreshed: {exc}") from None
+
+
+def _refresh_credentials(handle: Any) -> None:
+    """Domains given their roles as systemd credentials get the new tags from their next boot."""
+    from .credentials import CredentialsError
+    from .credentials.domain import refresh_if_applied
+
+    try:
+        refreshed = refresh_if_applied(handle)
+    except CredentialsError as exc:
+        raise InputError(f"tags stored, but the credentials no longer fit: {exc}") from None
+    if refreshed is not None:
+        transport, left_out = refreshed
+        for why in left_out:
+            log.warning("credentials: %s", why)
+        log.info("domain %s: credentials refreshed (%s; read at next boot)", handle.name(), transport)
 
 
 def _read_xml_file(name: str) -> bytes:

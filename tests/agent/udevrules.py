@@ -8,7 +8,7 @@ No udev can run in a container, and Debian 12's udevadm (systemd 252) has no
   ``#`` comments) and rejects unknown keys, operators not allowed for a key,
   unknown ``IMPORT`` types and ``GOTO``s without a later ``LABEL``;
 * :func:`run_event` evaluates the rules for one device event: ``==``/``!=``
-  with globs and ``|``, ``TEST``, ``IMPORT{file}``, ``IMPORT{parent}``,
+  with globs and ``|`` (also on ``DEVPATH`` and ``ATTR{}``), ``TEST``, ``IMPORT{file}``, ``IMPORT{parent}``,
   ``ENV``/``TAG``/``SYMLINK`` assignment, ``GOTO``/``LABEL``, and the
   substitutions ``$attr{}``, ``$env{}``, ``$major``, ``$minor``, ``%n``, with
   the character replacement udev applies to ``SYMLINK`` values
@@ -202,6 +202,10 @@ def _apply(event: Event, token: Token) -> bool:
             result = _glob(token.value, event.env["SUBSYSTEM"])
         elif key == "ENV":
             result = _glob(token.value, event.env.get(token.attr or "", ""))
+        elif key == "DEVPATH":
+            result = _glob(token.value, event.env["DEVPATH"])
+        elif key == "ATTR":
+            result = _glob(token.value, event.attr(token.attr or ""))
         elif key == "TEST":  # a relative path is relative to the device's sysfs directory
             path = _format(event, token.value, False)
             if not path.startswith("/"):
