@@ -163,7 +163,7 @@ def test_the_dropin_pulls_in_the_udev_credentials_service_and_packs_rules_into_o
     names = [c.name for c in result.credentials]
     assert names == [f"{RULES_PREFIX}1", UDEV_DROPIN_NAME]
     dropin = result.credentials[-1].data.decode()
-    assert dropin == "[Unit]\nWants=systemd-udev-load-credentials.service\n"
+    assert dropin == "[Unit]\nWants=systemd-udev-load-credentials.service systemd-network-generator.service\n"
     assert credentials_for({"devices": []}).credentials == []
 
 

@@ -17,10 +17,10 @@ smbios-type-11(7)).  Some it acts upon itself:
   ``AlternativeName=<role>`` and otherwise the naming policies of systemd's own
   ``99-default.link`` (only the first matching ``.link`` file applies, so the
   kernel name stays what it would be without it);
-* ``systemd.unit-dropin.UNIT~NAME`` becomes a drop-in of UNIT (systemd 256):
-  here one making ``systemd-udevd.service`` want
-  ``systemd-udev-load-credentials.service``, which Debian 13 ships but does not
-  enable.
+* ``systemd.unit-dropin.UNIT~NAME`` becomes a drop-in of UNIT (systemd-debug-generator,
+  systemd 256): here one making ``systemd-udevd.service`` want
+  ``systemd-udev-load-credentials.service`` and ``systemd-network-generator.service``,
+  which Debian 13 ships but does not enable (both run before udevd).
 
 A role reaches a rule or a ``.link`` file only through the agent's encoding
 (:mod:`.encoding`): every character but ASCII letters, digits, ``#+-.:=@_``
@@ -59,7 +59,7 @@ FWCFG_PREFIX = "opt/io.systemd.credentials/"
 RULES_PREFIX = "udev.rules.70-devtag-"
 LINK_PREFIX = "network.link.70-devtag-"
 UDEV_DROPIN_NAME = "systemd.unit-dropin.systemd-udevd.service~devtag-credentials"
-UDEV_DROPIN = "[Unit]\nWants=systemd-udev-load-credentials.service\n"
+UDEV_DROPIN = "[Unit]\nWants=systemd-udev-load-credentials.service systemd-network-generator.service\n"
 TRANSPORTS = ("smbios", "fwcfg")
 
 # QEMU's fw_cfg file names are at most 55 characters (FW_CFG_MAX_FILE_PATH 56 with its NUL).
