@@ -56,8 +56,8 @@ def oem_credentials(root: ET.Element) -> Dict[str, bytes]:
 def test_apply_refresh_on_tag_change_and_remove(
     libvirt_uri: str, embedded_root: Path, define_domain: Callable, image_dir: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    devices = disk(image_dir, "vdb", "virtio", "vol-b") + disk(image_dir, "sda", "scsi", "vol-s") + nic(
-        "52:54:00:60:00:01"
+    devices = (
+        disk(image_dir, "vdb", "virtio", "vol-b") + disk(image_dir, "sda", "scsi", "vol-s") + nic("52:54:00:60:00:01")
     )
     domain = define_domain(DOMAIN.format(name="cred1", devices=devices))
     assert main(["tag", "--connect", libvirt_uri, "cred1", "vdb", "db", "fast db"]) == 0

@@ -45,7 +45,7 @@ def check_plain_report(report: Dict[str, Any]) -> None:
         assert tag in nic["altnames"], (tag, report["nics"], report["network_d"])
         assert nic["udev"].get(f"DEVTAG_TAG_{encode_key(tag)}") == "1", nic
         assert name.startswith("enp"), f"the kernel name stays the predictable one: {name}"
-    untagged_name, untagged = by_mac[NICS["plain"]]
+    _, untagged = by_mac[NICS["plain"]]
     assert not untagged["altnames"] or all(not a.startswith("nfv") for a in untagged["altnames"]), untagged
     assert not any(key.startswith("DEVTAG_") for key in untagged["udev"]), untagged
 
