@@ -13,6 +13,7 @@ Run alone:  .venv/bin/pytest -m vm tests/vm/test_credentials.py
 
 from __future__ import annotations
 
+import shlex
 import time
 from pathlib import Path
 from typing import Any, Dict
@@ -26,6 +27,18 @@ from .test_end_to_end import EXPECTED_DISKS, EXPECTED_NICS, NICS, _link, define_
 
 pytestmark = [pytest.mark.vm, pytest.mark.timeout(2400)]
 REPORT_SCRIPT = Path(__file__).with_name("plain_report.py")
+# The operator's commands as docs/configure-by-role.md shows them ("Without the agent"): the test runs them.
+CREDENTIALS_COMMANDS = """\
+devtag-host credentials web1            # print what the guest will get
+devtag-host credentials web1 --apply    # into the domain's SMBIOS OEM strings, from its next boot
+"""
+
+
+def run_documented_commands(uri: str, name: str) -> None:
+    for line in CREDENTIALS_COMMANDS.splitlines():
+        argv = shlex.split(line.split("#", 1)[0])
+        assert argv[:3] == ["devtag-host", "credentials", "web1"], argv
+        assert devtag_host(["credentials", "--connect", uri, name, *argv[3:]]) == 0, line
 
 
 def check_plain_report(report: Dict[str, Any]) -> None:
@@ -58,7 +71,7 @@ def test_a_guest_without_the_agent_finds_its_devices_by_role_from_credentials(
     directory.mkdir(mode=0o755)
     domain = define_tagged(libvirt_conn, libvirt_uri, "e2e-creds", image, directory)
     try:
-        assert devtag_host(["credentials", "--connect", libvirt_uri, "e2e-creds", "--apply"]) == 0
+        run_documented_commands(libvirt_uri, "e2e-creds")
         started = time.monotonic()
         domain.create()
         report = wait_for_report(directory, 1, domain=domain)

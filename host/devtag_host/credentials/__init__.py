@@ -19,8 +19,9 @@ smbios-type-11(7)).  Some it acts upon itself:
   kernel name stays what it would be without it);
 * ``systemd.unit-dropin.UNIT~NAME`` becomes a drop-in of UNIT (systemd-debug-generator,
   systemd 256): here one making ``systemd-udevd.service`` want
-  ``systemd-udev-load-credentials.service`` and ``systemd-network-generator.service``,
-  which Debian 13 ships but does not enable (both run before udevd).
+  ``systemd-udev-load-credentials.service`` and ``systemd-network-generator.service``
+  (both run before udevd): Debian 13's udevd wants the first itself, but the
+  network generator is not enabled there, and without it no ``.link`` file is written.
 
 A role reaches a rule or a ``.link`` file only through the agent's encoding
 (:mod:`.encoding`): every character but ASCII letters, digits, ``#+-.:=@_``

@@ -17,9 +17,9 @@ Turn DOMAIN's devices metadata into systemd credentials that give a guest
 without devtag-agent its roles: udev rules for the /dev/disk/by-tag/<role>
 links and the DEVTAG_TAGS / DEVTAG_TAG_<role>=1 properties, a .link file per
 tagged NIC for its alternative names, and a drop-in that makes
-systemd-udevd.service load the rules (systemd-udev-load-credentials.service).
-systemd imports them once, at boot: systemd 256 or later for the rules and
-drop-in, the .link files from systemd-network-generator. --print (the
+systemd-udevd.service want the services that write them out
+(systemd-udev-load-credentials, systemd-network-generator). systemd 256 or
+later imports them once, at boot. --print (the
 default) shows them; --apply writes them into the persistent definition
 (SMBIOS OEM strings, or fw_cfg files written into --directory), read at the
 domain's next boot and refreshed by 'devtag-host tag/untag'; --remove takes
