@@ -51,7 +51,10 @@ def main():
     _, version, _ = run("systemctl", "--version")
     _, journal, _ = run("journalctl", "-b", "--no-pager", "-o", "cat", "-u", "systemd-udevd", "-u",
                         "systemd-udev-load-credentials", "-u", "systemd-network-generator")  # fmt: skip
+    rules = sorted(os.path.join("/run/udev/rules.d", n) for n in listing("/run/udev/rules.d") or [])
+    verify = run("udevadm", "verify", *rules) if rules else (None, "", "")
     report = {
+        "verify": [verify[0], (verify[1] + verify[2])[-2000:]],
         "systemd": version.splitlines()[0] if version else "",
         "credentials": listing("/run/credentials/@system"),
         "rules_d": listing("/run/udev/rules.d"),

@@ -46,6 +46,7 @@ def check_plain_report(report: Dict[str, Any]) -> None:
 
     assert report["credentials"] and "udev.rules.70-devtag-1" in report["credentials"], report
     assert "70-devtag-1.rules" in (report["rules_d"] or []), (report["rules_d"], report["units"], report["journal"])
+    assert report["verify"][0] == 0, report["verify"]  # udevadm verify (systemd 253 and later) accepts the rules
     for tag, serial in EXPECTED_DISKS.items():
         devnode = report["by_tag"].get(_link(tag))
         assert devnode, (tag, report["by_tag"], report["journal"])

@@ -62,6 +62,8 @@ LINK_PREFIX = "network.link.70-devtag-"
 UDEV_DROPIN_NAME = "systemd.unit-dropin.systemd-udevd.service~devtag-credentials"
 UDEV_DROPIN = "[Unit]\nWants=systemd-udev-load-credentials.service systemd-network-generator.service\n"
 TRANSPORTS = ("smbios", "fwcfg")
+# Passed-through devices: the rules give the PCI function (or the TPM) the DEVTAG properties.
+PASSTHROUGH_TYPES = ("hostdev", "mdev", "tpm")
 
 # QEMU's fw_cfg file names are at most 55 characters (FW_CFG_MAX_FILE_PATH 56 with its NUL).
 FWCFG_MAX_NAME = 55
@@ -195,6 +197,24 @@ def _disk_rules(entry: Dict[str, Any], names: Sequence[str], keys: Sequence[str]
     return [_rule(disk), _rule(part)], None
 
 
+def _passthrough_rule(
+    entry: Dict[str, Any], names: Sequence[str], keys: Sequence[str]
+) -> Tuple[List[str], Optional[str]]:
+    """The properties of a passed-through PCI device (the PCI function itself) or of the TPM."""
+    if not names:
+        return [], None
+    if entry.get("type") == "tpm":
+        match = ['SUBSYSTEM=="tpm"', 'KERNEL=="tpm[0-9]*"']
+    else:
+        found = _pci_dir(entry)
+        if not found:
+            return [], f"no guest PCI address a rule can match (address {entry.get('address') or '-'})"
+        match = ['SUBSYSTEM=="pci"', f'DEVPATH=="{found}"']
+    return [
+        _rule([*match, f'ENV{{DEVTAG_TAGS}}="{" ".join(names)}"', *(f'ENV{{DEVTAG_TAG_{k}}}="1"' for k in keys)])
+    ], None
+
+
 def _nic_rule(entry: Dict[str, Any], mac: str, names: Sequence[str], keys: Sequence[str]) -> str:
     match = _location_match(entry) or ['TEST=="device"', f'ATTR{{address}}=="{mac}"']
     return _rule(
@@ -254,7 +274,7 @@ def credentials_for(document: Dict[str, Any], *, dropin: bool = True) -> Credent
     for entry in document.get("devices", []):
         tags = [tag for tag in entry.get("tags") or [] if isinstance(tag, str)]
         kind = entry.get("type")
-        if not tags or kind not in ("disk", "nic"):
+        if not tags or kind not in ("disk", "nic", *PASSTHROUGH_TYPES):
             continue
         label = _device_label(entry)
         names: List[str] = []
@@ -265,6 +285,12 @@ def credentials_for(document: Dict[str, Any], *, dropin: bool = True) -> Credent
                 continue
             names.append(name)
         keys = [encode_key(tag) for tag in tags if link_name(tag) is not None]
+        if kind in PASSTHROUGH_TYPES:
+            device_rule, why = _passthrough_rule(entry, names, keys)
+            if why:
+                result.left_out.append(f"{label}: {why}")
+            rules.extend(device_rule)
+            continue
         if kind == "disk":
             device_rules, why = _disk_rules(entry, names, keys) if names else ([], None)
             if why:
