@@ -116,15 +116,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     tag = commands.add_parser(
         "tag",
-        help="add tags to a NIC, disk or virtiofs share",
-        description="Add TAGs to the NIC, disk or virtiofs share DEVICE of DOMAIN. The tags are stored in the "
-        "domain's <metadata> (live and persistent definitions), keyed by MAC, disk serial, ua- alias, target dev "
-        "or a share's mount tag.",
+        help="add tags to a NIC, disk, virtiofs share or passed-through device",
+        description="Add TAGs to the NIC, disk, virtiofs share or passed-through device (PCI hostdev, mdev, TPM) "
+        "DEVICE of DOMAIN. The tags are stored in the domain's <metadata> (live and persistent definitions), keyed "
+        "by MAC, disk serial, ua- alias, target dev, a share's mount tag, a hostdev's host PCI address, an mdev's "
+        "UUID, or 'tpm'.",
     )
     connect_option(tag)
     tag.add_argument("domain", metavar="DOMAIN", help="domain name, UUID or id")
     tag.add_argument(
-        "device", metavar="DEVICE", help="NIC MAC, disk target (sdb), disk serial, share mount tag or alias"
+        "device",
+        metavar="DEVICE",
+        help="NIC MAC, disk target (sdb), disk serial, share mount tag, alias, host PCI address, mdev UUID or 'tpm'",
     )
     tag.add_argument("tags", metavar="TAG", nargs="+", help="1-60 characters, no ',' or '/' or control characters")
     tag.add_argument(
