@@ -32,7 +32,8 @@ LAYERS: Dict[str, Set[str]] = {
     "inputs": {"errors", "ssh_keys"},  # the operator's files and --listen, for the transports' and serving verbs
     "placement_client": {"errors", "state"},  # token, microversion, error bodies
     "serving": {"errors", "inputs"},  # the listening socket, start and stop lines of the long-running verbs
-    "config": {"errors"},  # /etc/devtag/devtag.conf: every setting, its flags and variables, the sample
+    "settings": set(),  # every setting: section, name, variable, flags, type and range (pure data)
+    "config": {"errors", "settings"},  # /etc/devtag/devtag.conf: read, checked, layered; the sample, the tables
     "metrics": {"errors", "inputs", "serving"},  # Prometheus metrics of both servers (prometheus_client)
     "request_log": set(),  # the request log lines both servers write (timestamp, quoting, batching sink)
     "virt": {"errors", "locks", "metadata", "state"},  # the libvirt edge

@@ -42,6 +42,7 @@ from .state import state_dir
 log = logging.getLogger("devtag_host")
 _INPUT_ERRORS = (DomainXmlError, TagError, DeviceSelectionError, TooManyDevicesError)
 MAX_XML_FILE_BYTES = 64 * 1024 * 1024
+GLOBAL_CONNECT = "connect_before_verb"
 
 # Each host capability (config drive, metadata server, placement, ...) adds its
 # verbs from its own module: ``register(subparsers)`` adds sub-commands whose
@@ -90,8 +91,8 @@ source): install.md, host.md, configuration.md, troubleshooting.md, ...
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+def build_parser() -> config.Parser:
+    parser = config.Parser(
         prog="devtag-host",
         description=_DESCRIPTION,
         epilog=_EPILOG,
@@ -99,10 +100,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     _verbosity_options(parser, default=False)
+    _config_option(parser, default=None)
     parser.add_argument(
-        "--config",
-        metavar="FILE",
-        help=f"read settings from FILE (default: $DEVTAG_CONFIG, else {config.DEFAULT_PATH} if it exists)",
+        "-c",
+        "--connect",
+        dest=GLOBAL_CONNECT,
+        metavar="URI",
+        help="libvirt URI of a verb that talks to libvirt, as its own -c/--connect (default: $DEVTAG_LIBVIRT_URI, "
+        "else devtag's embedded QEMU driver)",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -194,23 +199,26 @@ def build_parser() -> argparse.ArgumentParser:
 
     for module_name in COMMAND_MODULES:
         importlib.import_module(module_name).register(commands)
-    _verbosity_after_verbs(parser)
+    for verb, sub in parser.verbs.items():
+        if verb:  # -v/-q/--debug and --config after any verb too (devtag-host placement serve -v); SUPPRESS keeps
+            _verbosity_options(sub, default=argparse.SUPPRESS)  # one given before the verb from being reset
+            _config_option(sub, default=argparse.SUPPRESS)
     return parser
+
+
+def _config_option(parser: argparse.ArgumentParser, default: Any) -> None:
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        default=default,
+        help=f"read settings from FILE (default: $DEVTAG_CONFIG, else {config.DEFAULT_PATH} if it exists)",
+    )
 
 
 def _verbosity_options(parser: argparse.ArgumentParser, default: Any) -> None:
     parser.add_argument("-v", "--verbose", action="store_true", default=default, help="say what is done (stderr)")
     parser.add_argument("-q", "--quiet", action="store_true", default=default, help="only errors (stderr)")
     parser.add_argument("--debug", action="store_true", default=default, help="debug logging, tracebacks on errors")
-
-
-def _verbosity_after_verbs(parser: argparse.ArgumentParser) -> None:
-    """-v/-q/--debug after any verb too (``devtag-host placement serve -v``); SUPPRESS keeps an
-    option given before the verb from being reset by the verb's default."""
-    for action in parser._subparsers._group_actions if parser._subparsers else ():
-        for sub in getattr(action, "choices", {}).values():
-            _verbosity_options(sub, default=argparse.SUPPRESS)
-            _verbosity_after_verbs(sub)
 
 
 def _print_document(document: Dict[str, Any], compact: bool = False) -> None:
@@ -396,6 +404,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return exit_status(exc)
     args = parser.parse_args(arguments)
     args.loaded_config, args.environment_at_start = loaded, environment_at_start
+    try:
+        _global_connect(parser, args)
+        config.check_flags(args)
+    except InputError as exc:
+        sys.stderr.write(f"devtag-host: error: {exc}\n")
+        return 2
     if args.verbose and args.quiet:
         parser.error("-v/--verbose and -q/--quiet exclude each other")
     level = logging.DEBUG if args.debug else logging.INFO if args.verbose else logging.WARNING
@@ -427,6 +441,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         return 130
     return 0
+
+
+def _global_connect(parser: config.Parser, args: argparse.Namespace) -> None:
+    """``devtag-host -c URI VERB``: the verb's own -c/--connect, unless given after the verb too."""
+    uri = getattr(args, GLOBAL_CONNECT, None)
+    if uri is None:
+        return
+    verb = getattr(args, config.VERB_DEST, ())
+    if not hasattr(args, "connect"):
+        raise InputError(f"-c/--connect: 'devtag-host {' '.join(verb)}' does not talk to libvirt")
+    if args.connect == parser.verbs[verb].get_default("connect"):
+        args.connect = uri
 
 
 def _handler(handler: Any) -> Callable[[argparse.Namespace], Any]:
