@@ -132,9 +132,11 @@ def _format(event: Event, template: str, replace_whitespace: bool) -> str:
         number = re.search(r"[0-9]*$", os.path.basename(event.syspath)).group(0)  # the kernel number
         table = {"$major": event.env.get("MAJOR", ""), "$minor": event.env.get("MINOR", ""), "%n": number}
         table.update({"%M": table["$major"], "%m": table["$minor"], "%%": "%", "$$": "$"})
+        table.update({"$kernel": os.path.basename(event.syspath), "%k": os.path.basename(event.syspath)})
         return table[text]
 
-    return re.sub(r"(?:\$attr|%s)\{([^}]*)\}|(?:\$env|%E)\{([^}]*)\}|\$major|\$minor|%M|%m|%n|%%|\$\$", one, template)
+    pattern = r"(?:\$attr|%s)\{([^}]*)\}|(?:\$env|%E)\{([^}]*)\}|\$major|\$minor|\$kernel|%M|%m|%n|%k|%%|\$\$"
+    return re.sub(pattern, one, template)
 
 
 def replace_chars(text: str, allow: str) -> str:
