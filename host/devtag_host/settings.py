@@ -356,9 +356,10 @@ OPTIONS: Tuple[Option, ...] = (
     Option(
         "api",
         "auth_strategy",
-        "How placement authenticates requests: noauth2 (X-Auth-Token: any token, or the one in "
-        "[placement] auth_token_file) or keystone (keystonemiddleware's auth_token validates tokens "
-        "against Keystone, set up in [keystone_authtoken]; the roles admin and service may use the API).",
+        "How placement authenticates requests: noauth2 (X-Auth-Token: the one in [placement] "
+        "auth_token_file, else the generated one, or any with any_token) or keystone "
+        "(keystonemiddleware's auth_token validates tokens against Keystone, set up in [keystone_authtoken]; "
+        "the roles admin and service may use the API).",
         default="noauth2",
         flags=((_SERVE, "auth_strategy", "--auth-strategy"),),
         convert=OneOf("noauth2", "keystone"),

@@ -7,6 +7,10 @@ inline value, because libvirt passes an inline value to QEMU's ``-fw_cfg``
 without escaping the commas of udev rules.  devtag's entries are told apart
 by their names; other OEM strings and fw_cfg entries are kept.  Like every
 sysinfo, they reach the guest at its next boot.
+
+The functions take the definition editor (``virt.edit_persistent_definition``,
+which holds the domain's lock) as a parameter, so this module loads no libvirt:
+the tag verbs import it at their start.
 """
 
 from __future__ import annotations
@@ -16,11 +20,10 @@ import os
 import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Any, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 from ..errors import InputError, RuntimeFailure
 from ..metadata import devices_document, parse_domain_xml
-from ..virt import edit_persistent_definition
 from . import (
     FWCFG_PREFIX,
     LINK_PREFIX,
@@ -34,6 +37,8 @@ from . import (
 )
 
 log = logging.getLogger(__name__)
+# virt.edit_persistent_definition(handle, edit): edit the persistent XML, redefine if edit says it changed.
+Editor = Callable[[Any, Callable[[ET.Element], bool]], bool]
 
 # The transport chosen by ``--apply`` is remembered in the domain's own <metadata> (libvirt keeps
 # foreign-namespace elements verbatim), so a tag change refreshes the credentials even after an
@@ -179,7 +184,7 @@ def _write_fwcfg(root: ET.Element, result: CredentialSet, directory: Path) -> No
         ET.SubElement(fwcfg, "entry", {"name": name, "file": str(directory.resolve() / credential.name)})
 
 
-def apply(handle: Any, transport: str, directory: Optional[Path] = None) -> CredentialSet:
+def apply(handle: Any, transport: str, directory: Optional[Path], edit_persistent_definition: Editor) -> CredentialSet:
     """Write the domain's credentials into its persistent definition by ``transport``; returns them."""
     written = CredentialSet()
 
@@ -199,7 +204,7 @@ def apply(handle: Any, transport: str, directory: Optional[Path] = None) -> Cred
     return written
 
 
-def remove(handle: Any) -> bool:
+def remove(handle: Any, edit_persistent_definition: Editor) -> bool:
     """Take devtag's credentials out of the persistent definition; False if there were none."""
 
     def edit(root: ET.Element) -> bool:
@@ -210,7 +215,7 @@ def remove(handle: Any) -> bool:
     return edit_persistent_definition(handle, edit)
 
 
-def refresh_if_applied(handle: Any) -> Optional[Tuple[str, List[str]]]:
+def refresh_if_applied(handle: Any, edit_persistent_definition: Editor) -> Optional[Tuple[str, List[str]]]:
     """After a tag change: rewrite the credentials where they were applied; (transport, left out) or None."""
     if not handle.isPersistent():
         return None
