@@ -2,7 +2,7 @@
 
 A guest without the agent must see the very names the agent would publish, so
 these are the agent's encoders (``devtag_agent.encoding``), kept here because
-the host package does not ship the agent; ``tests/host/test_credentials.py``
+the host package does not ship the agent; ``tests/credentials/test_credentials.py``
 checks that both give the same result for every tag.
 
 ``encode_name`` keeps ASCII letters, digits and ``# + - . : = @ _`` and
