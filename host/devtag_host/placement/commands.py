@@ -1,4 +1,4 @@
-"""``devtag-host placement serve | db-sync | report``."""
+"""``devtag-host placement serve | db-sync | import | export | report``."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from ..state import placement_token_path
 from . import candidate_settings
 from .access_log import REQUEST_LOG_ENV, RequestLog
 from .microversion import max_version_string, min_version_string
+from .upstream_db import verbs as upstream_db_verbs
 
 log = logging.getLogger(__name__)
 DEFAULT_LISTEN = "127.0.0.1:8778"
@@ -150,6 +151,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     sync.add_argument("--db", metavar="URL", help=f"SQLAlchemy URL ({_DEFAULT_DB})")
     sync.set_defaults(handler=_cmd_db_sync)
 
+    upstream_db_verbs.register(verbs)
     compute_commands.register(verbs)
 
 
