@@ -90,15 +90,23 @@ def anchor_candidates(plan: Plan, lists: List[List[Part]]) -> Iterator[Candidate
             levels.append(level)
     else:  # nothing to sum: only the parts themselves
         levels = [[(part, (), ()) for part in lists[group]] for group in order]
-    one_need = [track and all(len(entry[1]) == 1 for entry in level) for level in levels]
+    # Levels whose every part takes from one (provider, class): (that key, the amount,
+    # the entry) each, for the check most searches repeat most (one VF per group).
+    single: List[Optional[List[Tuple[Tuple[int, int], int, Entry]]]] = [
+        [(entry[1][0][0], entry[1][0][1], entry) for entry in level]
+        if track and all(len(entry[1]) == 1 for entry in level)
+        else None
+        for level in levels
+    ]
 
     def viable(depth: int) -> List[Entry]:
         """The level's parts that fit beside the levels above: what they hold does not
         change while this level tries its parts (each is released before the next)."""
         level = levels[depth]
         if track:
-            if one_need[depth]:
-                level = [entry for entry in level if room[entry[1][0][0]] >= entry[1][0][1]]
+            keyed = single[depth]
+            if keyed is not None:
+                level = [entry for key, amount, entry in keyed if room[key] >= amount]
             else:
                 level = [entry for entry in level if all(room[key] >= amount for key, amount in entry[1])]
         if keep_apart[depth]:
