@@ -189,7 +189,7 @@ def _own_query(
     source = inv.join(resource_providers, resource_providers.c.id == rp_id)
     conditions = [fitting_rows({rc_id: bindparam(f"b_amount_{rc_id}", type_=Integer) for rc_id in class_ids})]
     # Drive the query from the most selective tables: each single required trait and
-    # single aggregate is a join on its primary key (3x faster than IN lists).
+    # single aggregate is a join on its primary key (faster than IN lists).
     for index, size in enumerate(required):
         if size == 1:
             having = provider_traits.alias(f"required_{index}")
