@@ -361,6 +361,32 @@ def test_placement_objects_know_no_http_errors() -> None:
     )
 
 
+# Placement's layers below the HTTP one (CONTRIBUTING.md, "Architecture"): handlers parse,
+# check the microversion, call objects and serialize; objects run the SQL and return data
+# (no microversion, no wire bytes); the answer's encoding (candidate_encoding) sits between
+# them, on the objects' data, with neither SQL nor HTTP.
+PLACEMENT_SQL = ("sqlalchemy",)
+PLACEMENT_WIRE = ("orjson", "devtag_host.placement.microversion", "devtag_host.placement.candidate_encoding")
+PLACEMENT_ENCODING = {"devtag_host.placement.candidate_encoding"}
+
+
+def _imports_of(module: str) -> Set[str]:
+    return {_own(target) if target.startswith("devtag_host") else target for target, _ in _imports(module)}
+
+
+def test_placement_handlers_run_no_sql_and_objects_write_no_wire_bytes() -> None:
+    wrong = []
+    for module in MODULES:
+        imported = _imports_of(module)
+        if module.startswith("devtag_host.placement.handlers") or module in PLACEMENT_ENCODING:
+            wrong += [f"{module} imports {name}" for name in imported if name.startswith(PLACEMENT_SQL)]
+        if module in PLACEMENT_ENCODING:
+            wrong += [f"{module} imports {name}" for name in imported if name in PLACEMENT_HTTP_MODULES]
+        if module.startswith("devtag_host.placement.objects"):
+            wrong += [f"{module} imports {name}" for name in imported if name.startswith(PLACEMENT_WIRE)]
+    assert wrong == [], "SQL in objects/, the answer's bytes above them:\n" + "\n".join(sorted(wrong))
+
+
 def _is_command_line(module: str) -> bool:
     """The command-line layer: cli.py, the command's entry and each package's verbs (commands.py, verbs.py)."""
     return module in ("devtag_host.cli", "devtag_host.entry") or module.rsplit(".", 1)[-1] in ("commands", "verbs")

@@ -25,7 +25,7 @@ import orjson
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from ..inputs import read_secret_file
-from . import errors, microversion, policy
+from . import collector, errors, microversion, policy
 from .access import Access, generated_token, listen_hosts
 from .candidate_settings import CandidateSettings
 from .candidate_settings import from_env as candidate_settings_from_env
@@ -353,6 +353,7 @@ class Placement:
             while True:
                 message = await receive()
                 if message["type"] == "lifespan.startup":
+                    collector.tune()  # the serving process starts: no request runs yet
                     await send({"type": "lifespan.startup.complete"})
                 elif message["type"] == "lifespan.shutdown":
                     await send({"type": "lifespan.shutdown.complete"})

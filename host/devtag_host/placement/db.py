@@ -8,7 +8,7 @@ writers on PostgreSQL rely on the compare-and-swap of a provider's
 from __future__ import annotations
 
 import os
-from typing import Optional
+from typing import Dict, Optional
 
 import os_resource_classes
 import os_traits
@@ -34,6 +34,14 @@ from ..state import state_dir
 
 DEFAULT_DB_ENV = "DEVTAG_PLACEMENT_DB"
 MAX_INT = 2147483647
+
+
+def fits_nowhere(amounts: Dict[str, int]) -> bool:
+    """An amount above any inventory's ``max_unit`` (at most ``MAX_INT``): no
+    provider can take it, which is upstream's answer on its databases.  Said
+    before any SQL, whose integer columns cannot hold such a number."""
+    return any(amount > MAX_INT for amount in amounts.values())
+
 
 metadata = MetaData()
 
