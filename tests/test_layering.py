@@ -26,7 +26,7 @@ LAYERS: Dict[str, Set[str]] = {
     "errors": set(),
     "locks": {"errors"},
     "state": set(),  # where devtag keeps its state on this host (embedded libvirt root, databases, volumes)
-    "db": {"state"},  # engines, transactions, Alembic upgrades (placement and attach)
+    "db": {"errors", "state"},  # engines, transactions, Alembic upgrades (placement and attach)
     "metadata": {"errors"},  # what is published: device model, addresses, documents (pure)
     "ssh_keys": set(),  # what an OpenSSH public key line looks like (config drive and instance data)
     "inputs": {"errors", "ssh_keys"},  # the operator's files and --listen, for the transports' and serving verbs
@@ -109,6 +109,7 @@ IN_FUNCTION_IMPORTS: Dict[Tuple[str, str], str] = {
     ("devtag_host.placement.commands", "devtag_host.placement.app"): SERVICE,
     ("devtag_host.placement.commands", "devtag_host.placement.access"): SERVICE + " (token and Host rules)",
     ("devtag_host.placement.commands", "devtag_host.placement.db"): SERVICE,
+    ("devtag_host.placement.commands", "devtag_host.db"): SERVICE + " (a database error in one line)",
     ("devtag_host.placement.commands", "devtag_host.placement.schema_upgrade"): SERVICE,
     ("devtag_host.placement.commands", "sqlalchemy.exc"): SERVICE,
     ("devtag_host.placement.commands", "uvicorn"): SERVICE,

@@ -24,12 +24,14 @@ from urllib.parse import parse_qsl
 import orjson
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
+from ..db import error_line
 from ..inputs import read_secret_file
 from . import errors, microversion, policy
 from .access import Access, generated_token, listen_hosts
 from .candidate_settings import CandidateSettings
 from .candidate_settings import from_env as candidate_settings_from_env
 from .db import Store
+from .error_log import ErrorLog, database_unavailable
 from .errors import PlacementError
 from .exception import PlacementException
 from .handlers import aggregate, allocation, allocation_candidate, inventory, reshaper, resource_class, trait, usage
@@ -162,6 +164,7 @@ class Placement:
         self.access = Access(token=auth_token) if access is None else access
         self.auth_token = self.access.token
         self.candidate_settings = candidate_settings if candidate_settings is not None else CandidateSettings()
+        self.errors = ErrorLog(log)
 
     def admit(self, method: str, path: str, query_string: str, headers: Mapping[str, str]) -> Optional[Response]:
         """The answer to a request refused on its head alone (Host, token, Content-Length), else None.
@@ -210,12 +213,19 @@ class Placement:
         except DBAPIError as exc:
             if _is_retryable(exc):
                 error = PlacementError(409, "Conflicting concurrent update, please retry.", errors.CONCURRENT_UPDATE)
+            elif database_unavailable(exc):
+                words = error_line(exc)
+                self.errors.error(f"unavailable {words}", f"{request_id}: {method} {path}: answered 503: database: {words}")
+                error = PlacementError(503, "The database is not available now, please retry later.")
             else:
-                log.exception("database error on %s %s", method, path)
+                words = error_line(exc)
+                self.errors.error(f"database {words}", f"{request_id}: {method} {path}: database error: {words}")
                 error = PlacementError(500, "A database error occurred.")
             reply = self._error(error, request_id, version)
-        except Exception:
-            log.exception("unexpected error on %s %s", method, path)
+        except Exception as exc:
+            # A bug: its traceback, once per kind and interval.
+            kind = f"unexpected {type(exc).__name__} {exc}"[:300]
+            self.errors.error(kind, f"{request_id}: unexpected error on {method} {path}", exc)
             reply = self._error(PlacementError(500, "An unexpected error occurred."), request_id, version)
         out_headers = [("x-openstack-request-id", request_id)]
         if version is not None:

@@ -63,7 +63,9 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="serve the placement API (uvicorn)",
         description="Serve the placement API. Logs one start line (address, database, workers, authentication), "
         "one JSON line per request (request id, method, path, microversion, status, time) and a stop line.",
-        epilog=serve_exit_status("the database unreachable or its schema not upgradable, ...", sigint=130),
+        epilog=serve_exit_status(
+            "the database unreachable, read-only or its schema not upgradable, ...", sigint=130
+        ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     serve.add_argument(
@@ -193,6 +195,7 @@ def check_database_url(url: str | None) -> None:
 def _sync(url: str | None) -> None:
     from sqlalchemy.exc import SQLAlchemyError
 
+    from ..db import error_line
     from . import schema_upgrade
     from .db import Store
 
@@ -201,7 +204,31 @@ def _sync(url: str | None) -> None:
     try:
         schema_upgrade.upgrade(store)
     except SQLAlchemyError as exc:
-        raise RuntimeFailure(f"cannot create or upgrade the placement database: {exc}") from None
+        raise RuntimeFailure(f"cannot create or upgrade the placement database: {error_line(exc)}") from None
+    finally:
+        store.dispose()
+
+
+def check_writable(url: str | None) -> None:
+    """Fail in one line, before serving, where the database cannot be written (a read-only
+    file, directory or file system; a read-only PostgreSQL): every write would fail."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from ..db import error_line
+    from .db import Store
+
+    store = Store(url)
+    try:
+        with store.write() as connection:
+            if store.dialect == "sqlite":  # a write that changes nothing: the same number in the file's header
+                version = connection.exec_driver_sql("PRAGMA user_version").scalar()
+                connection.exec_driver_sql(f"PRAGMA user_version = {int(version or 0)}")
+            elif store.dialect == "postgresql":
+                read_only = connection.exec_driver_sql("SHOW transaction_read_only").scalar() == "on"
+                if read_only:
+                    raise RuntimeFailure("the placement database cannot be written: the server is read-only")
+    except SQLAlchemyError as exc:
+        raise RuntimeFailure(f"the placement database cannot be written: {error_line(exc)}") from None
     finally:
         store.dispose()
 
@@ -256,6 +283,7 @@ def _cmd_serve(args: argparse.Namespace) -> None:
         token = generated_token()  # before listening: a client that can connect finds the file
     if not args.no_db_sync:
         _sync(args.db)
+    check_writable(args.db)
     listener = listening_socket(address)
     access = dataclasses.replace(listen_hosts(address.host, args.allowed_host), token=token)
     served = f"placement API on http://{address}"
