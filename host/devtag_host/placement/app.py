@@ -215,7 +215,8 @@ class Placement:
                 error = PlacementError(409, "Conflicting concurrent update, please retry.", errors.CONCURRENT_UPDATE)
             elif database_unavailable(exc):
                 words = error_line(exc)
-                self.errors.error(f"unavailable {words}", f"{request_id}: {method} {path}: answered 503: database: {words}")
+                said = f"{request_id}: {method} {path}: answered 503: database: {words}"
+                self.errors.error(f"unavailable {words}", said)
                 error = PlacementError(503, "The database is not available now, please retry later.")
             else:
                 words = error_line(exc)

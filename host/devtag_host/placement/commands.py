@@ -63,9 +63,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="serve the placement API (uvicorn)",
         description="Serve the placement API. Logs one start line (address, database, workers, authentication), "
         "one JSON line per request (request id, method, path, microversion, status, time) and a stop line.",
-        epilog=serve_exit_status(
-            "the database unreachable, read-only or its schema not upgradable, ...", sigint=130
-        ),
+        epilog=serve_exit_status("the database unreachable, read-only or its schema not upgradable, ...", sigint=130),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     serve.add_argument(
