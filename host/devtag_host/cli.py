@@ -337,6 +337,7 @@ def _cmd_demo(args: argparse.Namespace) -> None:
 
     virt, connection = _connect(args.connect)
     try:
+        _refuse_existing_demo(connection)
         root = virt.embedded_root(connection.getURI())
         images = (root or state_dir()) / "demo-images"
         example.create_demo_images(images)
@@ -361,6 +362,23 @@ def _cmd_demo(args: argparse.Namespace) -> None:
             handle.destroy()
     finally:
         connection.close()
+
+
+def _refuse_existing_demo(connection: Any) -> None:
+    """Refused: redefining the example domain would reset the tags given to it since."""
+    from . import example
+
+    name = example.DEMO_DOMAIN_NAME
+    try:
+        existing = connection.lookupByName(name)
+    except Exception:  # libvirt.libvirtError: no such domain (anything else, defineXML says next)
+        return
+    running = " and running" if existing.isActive() else ""
+    raise Refused(
+        f"the example domain {name} is already defined{running} on {connection.getURI()}: kept as it is, with its "
+        f"tags ('devtag-host devices {name}' shows them); to start over, 'virsh -c URI destroy {name}' if it runs, "
+        f"then 'virsh -c URI undefine {name}'"
+    )
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

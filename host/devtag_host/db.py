@@ -19,8 +19,9 @@ from typing import Any, Iterator, Optional
 
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import ArgumentError
 
-from .errors import InputError, RuntimeFailure
+from .errors import DevtagError, InputError, RuntimeFailure
 from .state import make_private_dirs, state_dir
 
 DEFAULT_VERSION_TABLE = "alembic_version"
@@ -65,13 +66,14 @@ def create_private_file(database: Path) -> None:
             f"the SQLite database {str(database)!r} is not an absolute path: give sqlite:////ABSOLUTE/PATH.sqlite"
         )
     directory = database.parent
-    if not directory.is_dir():
-        if not _inside(directory, state_dir()):
-            raise InputError(f"the directory {directory} of the SQLite database {database} does not exist")
-        try:
+    try:
+        missing = not directory.is_dir()
+        if missing and _inside(directory, state_dir()):
             make_private_dirs(directory)
-        except OSError as exc:
-            raise RuntimeFailure(f"cannot create the directory {directory}: {_reason(exc)}") from None
+    except OSError as exc:  # a directory on the way this user may not enter, a file system refusing it
+        raise RuntimeFailure(f"cannot create the directory {directory}: {_reason(exc)}") from None
+    if missing and not directory.is_dir():
+        raise InputError(f"the directory {directory} of the SQLite database {database} does not exist")
     try:
         os.close(os.open(database, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
     except FileExistsError:
@@ -161,3 +163,17 @@ def error_line(exc: BaseException) -> str:
     original = getattr(exc, "orig", None)
     text = str(original if original is not None else exc)
     return " ".join(_BACKGROUND.sub("", text).split())[:500] or type(exc).__name__
+
+
+def failure(exc: Exception, what: str) -> DevtagError:
+    """A database error as the kind of failure it is, in one line after ``what``: bad input
+    (a --db that is not a database URL; a file that is not a SQLite database), else a
+    runtime failure (unreachable, read-only, ...)."""
+    words = error_line(exc)
+    if isinstance(exc, ArgumentError):
+        return InputError(
+            f"{what}: not a database URL ({words}): give sqlite:////ABSOLUTE/PATH.sqlite or postgresql://USER@HOST/DB"
+        )
+    if "file is not a database" in words:
+        return InputError(f"{what}: the file is not a SQLite database: give devtag's own database or a new file")
+    return RuntimeFailure(f"{what}: {words}")

@@ -34,8 +34,19 @@ URL_HELP = f"the placement service (default: ${URL_ENV}, else {DEFAULT_URL})"
 
 
 def service_url(given: Optional[str]) -> str:
-    """``--placement-url``, else ``$DEVTAG_PLACEMENT_URL``, else the default address of ``placement serve``."""
-    return given or os.environ.get(URL_ENV) or DEFAULT_URL
+    """``--placement-url``, else ``$DEVTAG_PLACEMENT_URL``, else the default address of ``placement serve``;
+    bad input unless it is an http:// or https:// URL with a host."""
+    url = given or os.environ.get(URL_ENV) or DEFAULT_URL
+    try:
+        parts = urlsplit(url)
+        usable = parts.scheme in ("http", "https") and bool(parts.hostname)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError:
+        usable = False
+    if not usable:
+        where = "--placement-url" if given else f"${URL_ENV}"
+        raise InputError(f"{where} {url!r} is not an http:// or https:// URL (e.g. {DEFAULT_URL})")
+    return url
 
 
 MAX_REDIRECTS = 5

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import html
-import json
 import logging
 import os
 import re
@@ -173,16 +172,14 @@ class Placement:
         server wait for, or hold, a body.
         """
         if not self.access.host_accepted(headers.get("host")):
-            error = {"status": 400, "title": errors.TITLES.get(400, "Bad Request"), "code": errors.DEFAULT}
-            error["detail"] = "The Host header names a host this service does not answer as."
-            return Response(400, list(_CLOSE_JSON), orjson.dumps({"errors": [error]}))
+            return _refusal(400, "The Host header names a host this service does not answer as.")
         if path != "/" and not self.access.token_accepted(headers.get("x-auth-token")):
             response = self.handle(method, path, query_string, headers, b"")  # the usual 401 (or 404)
             response.headers.append(("connection", "close"))
             return response
         length = headers.get("content-length", "")
         if length.isdigit() and int(length) > MAX_BODY_BYTES:
-            return Response(413, list(_CLOSE_JSON), _too_large_body())
+            return _refusal(413, "Request body too large.")
         return None
 
     # -- the synchronous core ----------------------------------------------------------------
@@ -394,7 +391,7 @@ class Placement:
             chunks.append(chunk)
             more = message.get("more_body", False)
         if too_big:
-            response = Response(413, list(_CLOSE_JSON), _too_large_body())
+            response = _refusal(413, "Request body too large.")
         else:
             response = await run_in_threadpool(
                 self.handle,
@@ -459,10 +456,15 @@ def _error_as_text(reply: Reply, headers: List[Tuple[str, str]], accept: str) ->
 _CLOSE_JSON = [("content-type", "application/json"), ("connection", "close")]
 
 
-def _too_large_body() -> bytes:
-    """The 413 document, the same for ASGI and WSGI (with ``code``, as every error has)."""
-    error = {"status": 413, "title": errors.TITLES[413], "detail": "Request body too large.", "code": errors.DEFAULT}
-    return json.dumps({"errors": [error]}).encode()
+def _refusal(status: int, detail: str) -> Response:
+    """An answer given before routing (the Host header, the body's size), the same for ASGI
+    and WSGI: the error document with ``code``, and a request id of its own as every answer
+    has (header, body and request log); the connection is closed after it."""
+    request_id = f"req-{uuidlib.uuid4()}"
+    error = {"status": status, "title": errors.TITLES[status], "detail": detail, "code": errors.DEFAULT}
+    error["request_id"] = request_id
+    headers = [("x-openstack-request-id", request_id), *_CLOSE_JSON]
+    return Response(status, headers, orjson.dumps({"errors": [error]}))
 
 
 def _is_retryable(exc: DBAPIError) -> bool:

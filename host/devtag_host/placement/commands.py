@@ -193,7 +193,7 @@ def check_database_url(url: str | None) -> None:
 def _sync(url: str | None) -> None:
     from sqlalchemy.exc import SQLAlchemyError
 
-    from ..db import error_line
+    from ..db import failure
     from . import schema_upgrade
     from .db import Store
 
@@ -202,21 +202,26 @@ def _sync(url: str | None) -> None:
     try:
         schema_upgrade.upgrade(store)
     except SQLAlchemyError as exc:
-        raise RuntimeFailure(f"cannot create or upgrade the placement database: {error_line(exc)}") from None
+        raise failure(exc, "cannot create or upgrade the placement database") from None
     finally:
         store.dispose()
 
 
 def check_writable(url: str | None) -> None:
-    """Fail in one line, before serving, where the database cannot be written (a read-only
-    file, directory or file system; a read-only PostgreSQL): every write would fail."""
+    """Fail in one line, before serving, where the database has no schema (bad input) or
+    cannot be written (a read-only file, directory or file system; a read-only
+    PostgreSQL): every request, or every write, would fail."""
     from sqlalchemy.exc import SQLAlchemyError
 
-    from ..db import error_line
+    from ..db import failure
     from .db import Store
+    from .schema_upgrade import current_revision
 
+    check_database_url(url)
     store = Store(url)
     try:
+        if current_revision(store) is None:
+            raise InputError("the placement database has no schema: run 'devtag-host placement db-sync' first")
         with store.write() as connection:
             if store.dialect == "sqlite":  # a write that changes nothing: the same number in the file's header
                 version = connection.exec_driver_sql("PRAGMA user_version").scalar()
@@ -226,7 +231,7 @@ def check_writable(url: str | None) -> None:
                 if read_only:
                     raise RuntimeFailure("the placement database cannot be written: the server is read-only")
     except SQLAlchemyError as exc:
-        raise RuntimeFailure(f"the placement database cannot be written: {error_line(exc)}") from None
+        raise failure(exc, "the placement database cannot be written") from None
     finally:
         store.dispose()
 
@@ -254,6 +259,8 @@ def _cmd_serve(args: argparse.Namespace) -> None:
     check_database_url(args.db)
     if not args.request_timeout > 0:
         raise InputError("--request-timeout must be positive")
+    if args.workers < 1:
+        raise InputError("--workers must be at least 1")
     if args.connections_per_source < 1:
         raise InputError("--connections-per-source must be at least 1")
     configure_limits(args.request_timeout, args.connections_per_source)
