@@ -116,3 +116,24 @@ def test_a_full_disk_at_run_time_reads_served_writes_503_one_log_line(tmp_path: 
     errors = [line for line in text.splitlines() if ": ERROR: " in line]
     assert len(errors) == 1, text  # five failed writes of one kind: one line in the interval
     assert "answered 503: database: database or disk is full" in errors[0], errors
+
+
+def test_the_error_log_writes_one_line_per_kind_and_interval_with_the_count_between(caplog):
+    import logging
+
+    from devtag_host.placement.error_log import ErrorLog
+
+    now = [0.0]
+    errors = ErrorLog(logging.getLogger("devtag_test.errors"), interval=60, clock=lambda: now[0])
+    with caplog.at_level(logging.ERROR, logger="devtag_test.errors"):
+        assert errors.error("full", "disk full") is True
+        assert [errors.error("full", "disk full") for _ in range(4)] == [False] * 4
+        assert errors.error("gone", "server gone") is True  # another kind: its own line
+        now[0] = 61.0
+        assert errors.error("full", "disk full") is True
+    assert [r.getMessage() for r in caplog.records] == [
+        "disk full",
+        "server gone",
+        "disk full (4 more since the last such line)",
+    ]
+    assert all(record.exc_info is None for record in caplog.records)
