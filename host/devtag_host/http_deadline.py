@@ -11,15 +11,11 @@ and the call fails (``watch.expired`` then says why).
 from __future__ import annotations
 
 import contextlib
+import functools
 import socket
 import threading
 import time
 from typing import Any, Iterator, List, Optional
-
-import requests
-from requests.adapters import HTTPAdapter
-from urllib3.connection import HTTPConnection, HTTPSConnection
-from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 _current = threading.local()  # .watch: the Watch of the call this thread is making
 
@@ -81,38 +77,44 @@ def _enrol(connection: Any) -> None:
         current.enrol(connection.sock)
 
 
-class _Connection(HTTPConnection):
-    def getresponse(self, *args: Any, **kwargs: Any) -> Any:
-        _enrol(self)  # the request is sent: what may now hang is the wait for the answer
-        return super().getresponse(*args, **kwargs)
+@functools.cache
+def _adapter_class() -> Any:
+    """requests' transport adapter (its documented extension point) whose pools' connections
+    enrol their socket before waiting for the answer; made once, when a client first needs it."""
+    from requests.adapters import HTTPAdapter  # requests and urllib3 load only for a client
+    from urllib3.connection import HTTPConnection, HTTPSConnection
+    from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+
+    class Connection(HTTPConnection):
+        def getresponse(self, *args: Any, **kwargs: Any) -> Any:
+            _enrol(self)  # the request is sent: what may now hang is the wait for the answer
+            return super().getresponse(*args, **kwargs)
+
+    class TLSConnection(HTTPSConnection):
+        def getresponse(self, *args: Any, **kwargs: Any) -> Any:
+            _enrol(self)
+            return super().getresponse(*args, **kwargs)
+
+    class Pool(HTTPConnectionPool):
+        ConnectionCls = Connection
+
+    class TLSPool(HTTPSConnectionPool):
+        ConnectionCls = TLSConnection
+
+    class Adapter(HTTPAdapter):
+        def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+            super().init_poolmanager(*args, **kwargs)
+            self.poolmanager.pool_classes_by_scheme = {"http": Pool, "https": TLSPool}
+
+    return Adapter
 
 
-class _TLSConnection(HTTPSConnection):
-    def getresponse(self, *args: Any, **kwargs: Any) -> Any:
-        _enrol(self)
-        return super().getresponse(*args, **kwargs)
-
-
-class _Pool(HTTPConnectionPool):
-    ConnectionCls = _Connection
-
-
-class _TLSPool(HTTPSConnectionPool):
-    ConnectionCls = _TLSConnection
-
-
-class _Adapter(HTTPAdapter):
-    """requests' transport adapter (its documented extension point) on the pools above."""
-
-    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
-        super().init_poolmanager(*args, **kwargs)
-        self.poolmanager.pool_classes_by_scheme = {"http": _Pool, "https": _TLSPool}
-
-
-def session() -> requests.Session:
+def session() -> Any:
     """A ``requests.Session`` whose calls end at the deadline of the thread's :func:`watch`."""
+    import requests
+
     made = requests.Session()
-    adapter = _Adapter()
+    adapter = _adapter_class()()
     made.mount("http://", adapter)
     made.mount("https://", adapter)
     return made

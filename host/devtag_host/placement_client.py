@@ -19,13 +19,14 @@ import time
 from typing import Any, ClassVar, Dict, List, Optional, Set, Tuple
 from urllib.parse import urljoin, urlsplit
 
+from . import http_deadline
 from .errors import InputError, RuntimeFailure
 from .state import placement_token_path
 
 MICROVERSION: Tuple[int, int] = (1, 17)
 VERSION = f"placement {MICROVERSION[0]}.{MICROVERSION[1]}"  # the OpenStack-API-Version header
 _VERSION_TEXT = re.compile(r"^([0-9]{1,4})\.([0-9]{1,4})\Z")
-# Placement's no-keystone convention: any token is accepted by a server without a token file.
+# Placement's no-keystone convention: the token a client sends when it has no other (`placement serve --any-token`).
 NOAUTH_TOKEN = "admin"  # noqa: S105 - not a secret
 # Where devtag's callers find the service unless told: the default address of `placement serve`.
 URL_ENV = "DEVTAG_PLACEMENT_URL"
@@ -103,10 +104,11 @@ class PlacementClient:
         deadline: Optional[float] = None,
         max_answer_bytes: Optional[int] = None,
     ) -> None:
-        if session is None:
-            from . import http_deadline  # loads requests only when a client is made: devtag-host starts without it
-
+        # The deadline of a call on a session made here (requests' timeout is per read).
+        self._deadline_watch: Any = None
+        if session is None:  # requests loads only now: devtag-host starts without it
             session = http_deadline.session()
+            self._deadline_watch = http_deadline.watch
         self.url = url.rstrip("/")
         self.session = session
         # Redirects are followed here, not by the session: requests keeps X-Auth-Token across hosts.
@@ -157,11 +159,9 @@ class PlacementClient:
         return response.status_code, data
 
     def _watch(self) -> Any:
-        if not self._streamed:  # another client library (tests: httpx on the WSGI app): its own timeouts
+        if self._deadline_watch is None:  # the caller's session (tests: httpx on the WSGI app): its own timeouts
             return contextlib.nullcontext(None)
-        from . import http_deadline
-
-        return http_deadline.watch(self.deadline)
+        return self._deadline_watch(self.deadline)
 
     def _exchange(self, method: str, path: str, kwargs: Dict[str, Any]) -> Tuple[Any, bytes]:
         """The answer to the request after same-service redirects, and its body."""

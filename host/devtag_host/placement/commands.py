@@ -14,12 +14,12 @@ from ..compute import commands as compute_commands
 from ..config import ReplacingAppend
 from ..errors import InputError, RuntimeFailure
 from ..inputs import ListenAddress, parse_listen, read_secret_file
-from ..request_log import BufferedStreamSink
+from ..json_lines import BufferedStreamSink
 from ..serving import announce, announce_stop, listening_socket, metrics_listen, serve_exit_status
 from ..state import placement_token_path
 from . import candidate_settings
+from .access_log import REQUEST_LOG_ENV, RequestLog
 from .microversion import max_version_string, min_version_string
-from .requestlog import REQUEST_LOG_ENV, RequestLog
 
 log = logging.getLogger(__name__)
 DEFAULT_LISTEN = "127.0.0.1:8778"
@@ -158,8 +158,8 @@ def loopback_or_token(address: ListenAddress, token_file: str | None) -> ListenA
     on this host only; with ``--any-token`` any token is accepted)."""
     if token_file is None and not _is_loopback(address.host):
         raise InputError(
-            f"refusing to listen on {address.host} without --auth-token-file: any token would be accepted "
-            "(listen on 127.0.0.1 or give a token file)"
+            f"refusing to listen on {address.host} without --auth-token-file: the generated token is for this host's "
+            "clients only (listen on 127.0.0.1 or give a token file)"
         )
     return address
 
@@ -193,45 +193,14 @@ def check_database_url(url: str | None) -> None:
 def _sync(url: str | None) -> None:
     from sqlalchemy.exc import SQLAlchemyError
 
-    from ..db import failure
-    from . import schema_upgrade
-    from .db import Store
+    from . import db, schema_upgrade  # the service's stack (SQLAlchemy, Alembic): only db-sync and serve
 
     check_database_url(url)
-    store = Store(url)
+    store = db.Store(url)
     try:
         schema_upgrade.upgrade(store)
     except SQLAlchemyError as exc:
-        raise failure(exc, "cannot create or upgrade the placement database") from None
-    finally:
-        store.dispose()
-
-
-def check_writable(url: str | None) -> None:
-    """Fail in one line, before serving, where the database has no schema (bad input) or
-    cannot be written (a read-only file, directory or file system; a read-only
-    PostgreSQL): every request, or every write, would fail."""
-    from sqlalchemy.exc import SQLAlchemyError
-
-    from ..db import failure
-    from .db import Store
-    from .schema_upgrade import current_revision
-
-    check_database_url(url)
-    store = Store(url)
-    try:
-        if current_revision(store) is None:
-            raise InputError("the placement database has no schema: run 'devtag-host placement db-sync' first")
-        with store.write() as connection:
-            if store.dialect == "sqlite":  # a write that changes nothing: the same number in the file's header
-                version = connection.exec_driver_sql("PRAGMA user_version").scalar()
-                connection.exec_driver_sql(f"PRAGMA user_version = {int(version or 0)}")
-            elif store.dialect == "postgresql":
-                read_only = connection.exec_driver_sql("SHOW transaction_read_only").scalar() == "on"
-                if read_only:
-                    raise RuntimeFailure("the placement database cannot be written: the server is read-only")
-    except SQLAlchemyError as exc:
-        raise failure(exc, "the placement database cannot be written") from None
+        raise db.failure(exc, "cannot create or upgrade the placement database") from None
     finally:
         store.dispose()
 
@@ -246,7 +215,7 @@ def _cmd_serve(args: argparse.Namespace) -> None:
 
     from .access import generated_token, listen_hosts
     from .app import ALLOWED_HOSTS_ENV, ANY_TOKEN_ENV, LISTEN_HOST_ENV, TOKEN_FILE_ENV, create_app
-    from .db import DEFAULT_DB_ENV, default_url
+    from .db import DEFAULT_DB_ENV, check_writable, default_url
     from .serve_limits import HeadTimeoutProtocol, configure_limits, raise_open_files_limit
 
     keystone = args.auth_strategy == "keystone"
@@ -288,7 +257,7 @@ def _cmd_serve(args: argparse.Namespace) -> None:
         token = generated_token()  # before listening: a client that can connect finds the file
     if not args.no_db_sync:
         _sync(args.db)
-    check_writable(args.db)
+    check_writable(args.db)  # also after db-sync: a database a sync found up to date may still be read-only
     listener = listening_socket(address)
     access = dataclasses.replace(listen_hosts(address.host, args.allowed_host), token=token)
     served = f"placement API on http://{address}"
@@ -318,7 +287,7 @@ def _cmd_serve(args: argparse.Namespace) -> None:
             os.environ[ALLOWED_HOSTS_ENV] = ",".join(args.allowed_host)
             os.environ[REQUEST_LOG_ENV] = "0" if args.no_request_log else "1"
             uvicorn.run(
-                "devtag_host.placement.requestlog:create_app_from_env",
+                "devtag_host.placement.access_log:create_app_from_env",
                 factory=True,
                 fd=listener.fileno(),
                 workers=args.workers,
