@@ -149,7 +149,7 @@ def test_a_placement_url_that_is_not_http_is_exit_2(url: str, tmp_path: Path, st
 
 def test_serve_with_no_worker_is_exit_2(state: dict):
     done = run("placement", "serve", "--workers", "0", "--any-token", "--listen", f"127.0.0.1:{free_port()}", env=state)
-    one_line(done, 2, "--workers must be at least 1")
+    one_line(done, 2, "--workers '0' is not an integer from 1")
 
 
 def test_metadata_server_with_an_instance_data_directory_that_is_not_there_is_exit_2(tmp_path: Path, state: dict):

@@ -228,8 +228,6 @@ def _cmd_serve(args: argparse.Namespace) -> None:
     check_database_url(args.db)
     if not args.request_timeout > 0:
         raise InputError("--request-timeout must be positive")
-    if args.workers < 1:
-        raise InputError("--workers must be at least 1")
     if args.connections_per_source < 1:
         raise InputError("--connections-per-source must be at least 1")
     configure_limits(args.request_timeout, args.connections_per_source)
