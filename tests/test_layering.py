@@ -42,6 +42,7 @@ LAYERS: Dict[str, Set[str]] = {
     "configdrive": {"errors", "inputs", "metadata", "virt"},
     "metadata_server": {"config", "errors", "inputs", "metadata", "json_lines", "metrics", "serving", "virt"},
     "fwcfg": {"errors", "metadata", "virt"},
+    "credentials": {"errors", "metadata", "virt"},  # roles as systemd credentials (guests without the agent)
     # Placement's world: the service, the node reporting to it, the scheduler asking it.
     "placement": {"config", "errors", "db", "inputs", "json_lines", "metrics", "serving", "state"},
     "compute": {"errors", "placement_client", "state", "virt"},
@@ -50,7 +51,8 @@ LAYERS: Dict[str, Set[str]] = {
     "example": set(),
     "examples": set(),
     # The verbs register themselves: cli.py names their modules (COMMAND_MODULES), it does not import them.
-    "tagging": {"errors", "example", "fwcfg", "inputs", "metadata", "state", "virt"},  # tag, untag, devices, demo
+    # tag, untag, devices, demo
+    "tagging": {"credentials", "errors", "example", "fwcfg", "inputs", "metadata", "state", "virt"},
     "cli": {"config", "devtag_host", "errors", "extras", "serving"},
     "extras": set(),  # what the host extra provides, for one line when a module of it is missing
     "entry": {"extras", "cli"},  # the devtag-host command: cli.main, a missing host extra in one line
