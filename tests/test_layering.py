@@ -26,11 +26,12 @@ LAYERS: Dict[str, Set[str]] = {
     "errors": set(),
     "locks": {"errors"},
     "state": set(),  # where devtag keeps its state on this host (embedded libvirt root, databases, volumes)
-    "db": {"state"},  # engines, transactions, Alembic upgrades (placement and attach)
+    "db": {"errors", "state"},  # engines, transactions, Alembic upgrades (placement and attach)
     "metadata": {"errors"},  # what is published: device model, addresses, documents (pure)
     "ssh_keys": set(),  # what an OpenSSH public key line looks like (config drive and instance data)
     "inputs": {"errors", "ssh_keys"},  # the operator's files and --listen, for the transports' and serving verbs
-    "placement_client": {"errors", "state"},  # token, microversion, error bodies
+    "http_deadline": set(),  # an overall deadline for a requests call (requests' timeout is per read)
+    "placement_client": {"errors", "http_deadline", "state"},  # token, microversion, error bodies
     "serving": {"errors", "inputs"},  # the listening socket, start and stop lines of the long-running verbs
     "settings": set(),  # every setting: section, name, variable, flags, type and range (pure data)
     "config": {"errors", "settings"},  # /etc/devtag/devtag.conf: read, checked, layered; the sample, the tables
@@ -100,7 +101,10 @@ IN_FUNCTION_IMPORTS: Dict[Tuple[str, str], str] = {
     ("devtag_host.db", "alembic.config"): "Alembic, as above",
     ("devtag_host.db", "alembic.runtime.migration"): "Alembic, as above",
     ("devtag_host.metadata.validation", "jsonschema_rs"): "optional: the reference validator serves without it",
-    ("devtag_host.placement_client", "requests"): "requests: only a client without a session of its own needs it",
+    ("devtag_host.http_deadline", "requests"): "requests: only a client making its own session",
+    ("devtag_host.http_deadline", "requests.adapters"): "requests: only a client making its own session",
+    ("devtag_host.http_deadline", "urllib3.connection"): "urllib3 (requests'): only a client making its own session",
+    ("devtag_host.http_deadline", "urllib3.connectionpool"): "urllib3, as above",
     ("devtag_host.placement.app", "starlette.concurrency"): "starlette: only the ASGI entry point needs it (WSGI not)",
     ("devtag_host.placement.commands", "devtag_host.placement.app"): SERVICE,
     ("devtag_host.placement.commands", "devtag_host.placement.access"): SERVICE + " (token and Host rules)",

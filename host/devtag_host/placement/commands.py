@@ -64,7 +64,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="serve the placement API (uvicorn)",
         description="Serve the placement API. Logs one start line (address, database, workers, authentication), "
         "one JSON line per request (request id, method, path, microversion, status, time) and a stop line.",
-        epilog=serve_exit_status("the database unreachable or its schema not upgradable, ...", sigint=130),
+        epilog=serve_exit_status("the database unreachable, read-only or its schema not upgradable, ...", sigint=130),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     serve.add_argument(
@@ -202,7 +202,7 @@ def _sync(url: str | None) -> None:
     try:
         schema_upgrade.upgrade(store)
     except SQLAlchemyError as exc:
-        raise RuntimeFailure(f"cannot create or upgrade the placement database: {exc}") from None
+        raise db.failure(exc, "cannot create or upgrade the placement database") from None
     finally:
         store.dispose()
 
@@ -217,7 +217,7 @@ def _cmd_serve(args: argparse.Namespace) -> None:
 
     from .access import generated_token, listen_hosts
     from .app import ALLOWED_HOSTS_ENV, ANY_TOKEN_ENV, LISTEN_HOST_ENV, TOKEN_FILE_ENV, create_app
-    from .db import DEFAULT_DB_ENV, default_url
+    from .db import DEFAULT_DB_ENV, check_writable, default_url
     from .serve_limits import HeadTimeoutProtocol, configure_limits, raise_open_files_limit
 
     keystone = args.auth_strategy == "keystone"
@@ -257,6 +257,7 @@ def _cmd_serve(args: argparse.Namespace) -> None:
         token = generated_token()  # before listening: a client that can connect finds the file
     if not args.no_db_sync:
         _sync(args.db)
+    check_writable(args.db)  # also after db-sync: a database a sync found up to date may still be read-only
     listener = listening_socket(address)
     access = dataclasses.replace(listen_hosts(address.host, args.allowed_host), token=token)
     served = f"placement API on http://{address}"

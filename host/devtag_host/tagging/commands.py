@@ -17,7 +17,7 @@ from typing import Any, Dict, Optional
 from .. import example
 from ..credentials import CredentialsError
 from ..credentials.domain import refresh_if_applied
-from ..errors import InputError, RuntimeFailure
+from ..errors import InputError, Refused, RuntimeFailure
 from ..fwcfg import FwCfgError
 from ..inputs import key_value_pairs
 from ..metadata import (
@@ -264,9 +264,25 @@ def _with_entries(domain: Domain, entries: Any) -> Domain:
     return replace(domain, tag_entries=tuple(entries))
 
 
+def _refuse_existing_demo(connection: Any) -> None:
+    """Refused: redefining the example domain would reset the tags given to it since."""
+    name = example.DEMO_DOMAIN_NAME
+    try:
+        existing = connection.lookupByName(name)
+    except Exception:  # libvirt.libvirtError: no such domain (anything else, defineXML says next)
+        return
+    running = " and running" if existing.isActive() else ""
+    raise Refused(
+        f"the example domain {name} is already defined{running} on {connection.getURI()}: kept as it is, with its "
+        f"tags ('devtag-host devices {name}' shows them); to start over, 'virsh -c URI destroy {name}' if it runs, "
+        f"then 'virsh -c URI undefine {name}'"
+    )
+
+
 def _cmd_demo(args: argparse.Namespace) -> None:
     virt, connection = _connect(args.connect)
     try:
+        _refuse_existing_demo(connection)
         root = virt.embedded_root(connection.getURI())
         images = (root or state_dir()) / "demo-images"
         example.create_demo_images(images)
