@@ -41,6 +41,7 @@ LAYERS: Dict[str, Set[str]] = {
     "configdrive": {"errors", "inputs", "metadata", "virt"},
     "metadata_server": {"config", "errors", "inputs", "metadata", "json_lines", "metrics", "serving", "virt"},
     "fwcfg": {"errors", "metadata", "virt"},
+    "credentials": {"errors", "metadata", "virt"},  # roles as systemd credentials (guests without the agent)
     # Placement's world: the service, the node reporting to it, the scheduler asking it.
     "placement": {"config", "errors", "db", "inputs", "json_lines", "metrics", "serving", "state"},
     "compute": {"errors", "placement_client", "state", "virt"},
@@ -49,7 +50,8 @@ LAYERS: Dict[str, Set[str]] = {
     "example": set(),
     "examples": set(),
     # The verbs register themselves: cli.py names their modules (COMMAND_MODULES), it does not import them.
-    "tagging": {"errors", "example", "fwcfg", "inputs", "metadata", "state", "virt"},  # tag, untag, devices, demo
+    # tag, untag, devices, demo
+    "tagging": {"credentials", "errors", "example", "fwcfg", "inputs", "metadata", "state", "virt"},
     "manpage": set(),  # the man page: argparse-manpage's, with the sections --help has no place for
     "cli": {"config", "devtag_host", "errors", "extras", "manpage", "serving"},
     "extras": set(),  # what the host extra provides, for one line when a module of it is missing

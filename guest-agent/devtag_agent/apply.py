@@ -76,7 +76,7 @@ def _device_record(device: Device, tags: List[str], entries: List[int], via: Lis
     if device.kind == "disk":
         record["devnum"] = device.devnum
         record["serials"] = device.serials
-    else:
+    elif device.kind == "nic":
         record["ifindex"] = device.ifindex
         record["mac"] = device.mac
     return record
@@ -327,4 +327,6 @@ def _still_there(system: System, record: Dict[str, Any]) -> bool:
     if record["type"] == "disk":
         device = system.block_device(record["syspath"]) if system.exists(record["syspath"]) else None
         return device is not None and device.key == record["key"]
+    if record["type"] != "nic":  # a passed-through PCI function or TPM: there while its directory is
+        return system.exists(record["syspath"])
     return any(nic.key == record["key"] for nic in system.all_nics())
