@@ -65,6 +65,7 @@ setup(
             "orjson>=3.9",  # placement: large allocation-candidate documents
             "prometheus-client>=0.17",  # both servers' --metrics-listen
             "requests>=2.25",  # devtag_host.placement_client
+            "argparse-manpage>=4.5",  # devtag-host --man and the packages' man pages
         ],
         "test": [
             "pytest>=8,<9.2",  # 9.2 no longer reads the node ids xdist 3.8 names its groups in

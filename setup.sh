@@ -34,6 +34,7 @@ apt_packages=(
     jq dash                                              # the initramfs hook's jq filter and shell, run by its tests
     libvirt-daemon                                       # libvirtd: live-migration hosts; attach storage pool
     libvirt-clients                                      # virsh: the README's quick start (run by a test)
+    man-db groff-base mandoc                             # man -l, groff -ww and mandoc -T lint read the man pages
 )
 missing=()
 for package in "${apt_packages[@]}"; do

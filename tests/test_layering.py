@@ -53,7 +53,8 @@ LAYERS: Dict[str, Set[str]] = {
     # The verbs register themselves: cli.py names their modules (COMMAND_MODULES), it does not import them.
     # tag, untag, devices, demo
     "tagging": {"credentials", "errors", "example", "fwcfg", "inputs", "metadata", "state", "virt"},
-    "cli": {"config", "devtag_host", "errors", "extras", "serving"},
+    "manpage": set(),  # the man page: argparse-manpage's, with the sections --help has no place for
+    "cli": {"config", "devtag_host", "errors", "extras", "manpage", "serving"},
     "extras": set(),  # what the host extra provides, for one line when a module of it is missing
     "entry": {"extras", "cli"},  # the devtag-host command: cli.main, a missing host extra in one line
     "api": {"metadata", "virt"},  # the plain Python API

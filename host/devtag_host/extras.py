@@ -21,6 +21,7 @@ HOST_EXTRA: Dict[str, str] = {
     "orjson": "orjson",
     "prometheus_client": "prometheus-client",
     "requests": "requests",
+    "argparse_manpage": "argparse-manpage",
 }
 
 _HOW = (
