@@ -214,7 +214,7 @@ def check_nics_by_tag(report: Dict[str, Any], release: Release) -> None:
     wanted[by_mac[IFUPDOWN_NIC_MAC]] = IFUPDOWN_BY_TAG[1]
     if release.network_manager:
         wanted[by_mac[NM_NIC_MAC]] = NETWORK_MANAGER_BY_TAG[1]
-        check_network_manager(report, by_mac[NM_NIC_MAC])
+        check_network_manager(report, by_mac[NM_NIC_MAC], release)
     for ifname, address in wanted.items():
         assert address in report["addresses"].get(ifname, []), (ifname, address, report["addresses"])
     elsewhere = {
@@ -225,10 +225,18 @@ def check_nics_by_tag(report: Dict[str, Any], release: Release) -> None:
     assert not elsewhere, elsewhere
 
 
-def check_network_manager(report: Dict[str, Any], nm_nic: str) -> None:
-    """NetworkManager brought its profile up on the NIC with its role, and left every other NIC alone."""
+def check_network_manager(report: Dict[str, Any], nm_nic: str, release: Release) -> None:
+    """NetworkManager brought its profile up on the NIC with its role, and left every other NIC alone.
+
+    Where cloud-init renders network_data.json for NetworkManager, it wrote a DHCP profile for the
+    role's NIC too (guest_image.CLOUD_INIT_NETWORK_MANAGER), and the role's profile won over it.
+    """
     nm = report["network_manager"]
-    assert nm is not None and nm["online_rc"] == 0, nm
+    assert nm is not None and nm["online_rc"] == 0 and nm["error"] is None, nm
+    if release.cloud_init_network_manager:
+        rendered = [path for path, keyfile in nm["cloud_init_profiles"].items() if keyfile["mac"] == NM_NIC_MAC]
+        assert len(rendered) == 1 and nm["cloud_init_profiles"][rendered[0]]["ipv4"] == "auto", nm
+        assert rendered[0] in nm["profiles"].values(), nm  # NetworkManager read it
     assert nm["devices"][nm_nic] == {"state": "connected", "connection": "devtag-nmrole"}, nm
     managed = {name: entry for name, entry in nm["devices"].items() if entry["state"] != "unmanaged"}
     assert list(managed) == [nm_nic], nm
