@@ -26,6 +26,7 @@ USED = (
     files.NETWORK_MANAGER_RULE[1],
     files.NETWORK_MANAGER_KEYFILE[1],
     files.CLOUD_INIT_NETWORK_MANAGER[1],
+    files.CLOUD_INIT_NO_NETWORK[1],
     files.SHARES_CONF,  # virtiofs shares mounted by role (Debian 12's release guest)
     KERNEL_CMDLINE,  # the root file system by role (test_initramfs)
 )

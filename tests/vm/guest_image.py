@@ -70,7 +70,7 @@ class Release:
     # cloud-init renders the config drive's network_data.json (DHCP on every NIC) as
     # NetworkManager profiles (CLOUD_INIT_NETWORK_MANAGER) instead of configuring no network:
     # the role's profile must win over cloud-init's on the role's NIC. Needs cloud-init's
-    # NetworkManager renderer (22.1 on: Debian 12 and 13).
+    # NetworkManager renderer (Debian 12 and 13; not in Debian 11's cloud-init 20.4).
     cloud_init_network_manager: bool = False
 
     @property
@@ -238,6 +238,12 @@ system_info:
     renderers: [network-manager]
 """,
 )
+
+# cloud-init's network configuration turned off (docs/configure-by-role.md), in the other images:
+# cloud-init fetches the metadata (OpenStack datasource, ephemeral DHCP) but configures no network
+# (the test NICs have no DHCP server worth waiting for). Debian 11's cloud-init (20.4) has no
+# NetworkManager renderer: this is its way to leave the role's NIC to NETWORK_MANAGER_KEYFILE.
+CLOUD_INIT_NO_NETWORK = ("91-devtag-no-network.cfg", "network: {config: disabled}\n")
 
 
 # fstab entries that name a disk by its role (docs/configure-by-role.md shows these very lines).
@@ -457,9 +463,7 @@ def build_guest_image(agent_deb: Path, workdir: Path, release: Release = BOOKWOR
     if release.cloud_init_network_manager:
         (cloud_cfg / CLOUD_INIT_NETWORK_MANAGER[0]).write_text(CLOUD_INIT_NETWORK_MANAGER[1])
     else:
-        # cloud-init fetches the metadata (OpenStack datasource, ephemeral DHCP) but
-        # configures no network: the test NICs have no DHCP server worth waiting for.
-        (cloud_cfg / "91-devtag-e2e-network.cfg").write_text("network: {config: disabled}\n")
+        (cloud_cfg / CLOUD_INIT_NO_NETWORK[0]).write_text(CLOUD_INIT_NO_NETWORK[1])
     # Debian's /etc/network/interfaces sources interfaces.d/*.
     (root / "etc/network/interfaces.d/devtag-e2e-metadata").write_text(METADATA_NIC_STANZA)
     (root / "etc/network/interfaces.d/devtag-e2e-by-tag").write_text(IFUPDOWN_BY_TAG_STANZA)
