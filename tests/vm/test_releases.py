@@ -11,9 +11,10 @@ that single boot:
 - the tagged NICs got their addresses from files that select them by tag
   (systemd-networkd by property and by altname, ifupdown by altname:
   guest_image.NIC_BY_TAG_NETWORKS, IFUPDOWN_BY_TAG; on Debian 13 netplan by
-  altname instead of networkd's altname file: NETPLAN_BY_TAG, and
-  NetworkManager by role on a NIC of its own: NETWORK_MANAGER_BY_TAG, every
-  other NIC left unmanaged), checked by MAC;
+  altname instead of networkd's altname file: NETPLAN_BY_TAG; NetworkManager
+  by role on a NIC of its own: NETWORK_MANAGER_BY_TAG, every other NIC left
+  unmanaged, on Debian 12 beside the DHCP profiles cloud-init renders for
+  every NIC, the role's NIC too: CLOUD_INIT_NETWORK_MANAGER), checked by MAC;
 - the NIC tagged with ``--acpi-index 3`` is eno3, renamed once, straight from
   the kernel's ethX, on machine 'pc' (i440fx: Debian 12) and 'q35' (Debian 11
   and 13); on q35 a NIC with an index on pcie.0 itself is recorded too
