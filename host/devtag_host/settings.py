@@ -239,7 +239,12 @@ OPTIONS: Tuple[Option, ...] = (
         "The placement database, a SQLAlchemy URL: sqlite:////var/lib/devtag/placement.sqlite or "
         "postgresql://user@host/placement (several workers or hosts). Unset: placement.sqlite in state_dir.",
         env="DEVTAG_PLACEMENT_DB",
-        flags=((_SERVE, "db", "--db"), (("placement", "db-sync"), "db", "--db")),
+        flags=(
+            (_SERVE, "db", "--db"),
+            (("placement", "db-sync"), "db", "--db"),
+            (("placement", "import"), "db", "--db"),
+            (("placement", "export"), "db", "--db"),
+        ),
     ),
     Option(
         "placement_database",
@@ -356,9 +361,10 @@ OPTIONS: Tuple[Option, ...] = (
     Option(
         "api",
         "auth_strategy",
-        "How placement authenticates requests: noauth2 (X-Auth-Token: any token, or the one in "
-        "[placement] auth_token_file) or keystone (keystonemiddleware's auth_token validates tokens "
-        "against Keystone, set up in [keystone_authtoken]; the roles admin and service may use the API).",
+        "How placement authenticates requests: noauth2 (X-Auth-Token: the one in [placement] "
+        "auth_token_file, else the generated one, or any with any_token) or keystone "
+        "(keystonemiddleware's auth_token validates tokens against Keystone, set up in [keystone_authtoken]; "
+        "the roles admin and service may use the API).",
         default="noauth2",
         flags=((_SERVE, "auth_strategy", "--auth-strategy"),),
         convert=OneOf("noauth2", "keystone"),

@@ -1,4 +1,4 @@
-"""``devtag-host placement serve | db-sync | report``."""
+"""``devtag-host placement serve | db-sync | import | export | report``."""
 
 from __future__ import annotations
 
@@ -14,12 +14,13 @@ from ..compute import commands as compute_commands
 from ..config import ReplacingAppend
 from ..errors import InputError, RuntimeFailure
 from ..inputs import ListenAddress, parse_listen, read_secret_file
-from ..request_log import BufferedStreamSink
+from ..json_lines import BufferedStreamSink
 from ..serving import announce, announce_stop, listening_socket, metrics_listen, serve_exit_status
 from ..state import placement_token_path
 from . import candidate_settings
+from .access_log import REQUEST_LOG_ENV, RequestLog
 from .microversion import max_version_string, min_version_string
-from .requestlog import REQUEST_LOG_ENV, RequestLog
+from .upstream_db import verbs as upstream_db_verbs
 
 log = logging.getLogger(__name__)
 DEFAULT_LISTEN = "127.0.0.1:8778"
@@ -63,7 +64,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="serve the placement API (uvicorn)",
         description="Serve the placement API. Logs one start line (address, database, workers, authentication), "
         "one JSON line per request (request id, method, path, microversion, status, time) and a stop line.",
-        epilog=serve_exit_status("the database unreachable or its schema not upgradable, ...", sigint=130),
+        epilog=serve_exit_status("the database unreachable, read-only or its schema not upgradable, ...", sigint=130),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     serve.add_argument(
@@ -150,6 +151,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     sync.add_argument("--db", metavar="URL", help=f"SQLAlchemy URL ({_DEFAULT_DB})")
     sync.set_defaults(handler=_cmd_db_sync)
 
+    upstream_db_verbs.register(verbs)
     compute_commands.register(verbs)
 
 
@@ -158,8 +160,8 @@ def loopback_or_token(address: ListenAddress, token_file: str | None) -> ListenA
     on this host only; with ``--any-token`` any token is accepted)."""
     if token_file is None and not _is_loopback(address.host):
         raise InputError(
-            f"refusing to listen on {address.host} without --auth-token-file: any token would be accepted "
-            "(listen on 127.0.0.1 or give a token file)"
+            f"refusing to listen on {address.host} without --auth-token-file: the generated token is for this host's "
+            "clients only (listen on 127.0.0.1 or give a token file)"
         )
     return address
 
@@ -193,15 +195,14 @@ def check_database_url(url: str | None) -> None:
 def _sync(url: str | None) -> None:
     from sqlalchemy.exc import SQLAlchemyError
 
-    from . import schema_upgrade
-    from .db import Store
+    from . import db, schema_upgrade  # the service's stack (SQLAlchemy, Alembic): only db-sync and serve
 
     check_database_url(url)
-    store = Store(url)
+    store = db.Store(url)
     try:
         schema_upgrade.upgrade(store)
     except SQLAlchemyError as exc:
-        raise RuntimeFailure(f"cannot create or upgrade the placement database: {exc}") from None
+        raise db.failure(exc, "cannot create or upgrade the placement database") from None
     finally:
         store.dispose()
 
@@ -216,7 +217,7 @@ def _cmd_serve(args: argparse.Namespace) -> None:
 
     from .access import generated_token, listen_hosts
     from .app import ALLOWED_HOSTS_ENV, ANY_TOKEN_ENV, LISTEN_HOST_ENV, TOKEN_FILE_ENV, create_app
-    from .db import DEFAULT_DB_ENV, default_url
+    from .db import DEFAULT_DB_ENV, check_writable, default_url
     from .serve_limits import HeadTimeoutProtocol, configure_limits, raise_open_files_limit
 
     keystone = args.auth_strategy == "keystone"
@@ -256,6 +257,7 @@ def _cmd_serve(args: argparse.Namespace) -> None:
         token = generated_token()  # before listening: a client that can connect finds the file
     if not args.no_db_sync:
         _sync(args.db)
+    check_writable(args.db)  # also after db-sync: a database a sync found up to date may still be read-only
     listener = listening_socket(address)
     access = dataclasses.replace(listen_hosts(address.host, args.allowed_host), token=token)
     served = f"placement API on http://{address}"
@@ -285,7 +287,7 @@ def _cmd_serve(args: argparse.Namespace) -> None:
             os.environ[ALLOWED_HOSTS_ENV] = ",".join(args.allowed_host)
             os.environ[REQUEST_LOG_ENV] = "0" if args.no_request_log else "1"
             uvicorn.run(
-                "devtag_host.placement.requestlog:create_app_from_env",
+                "devtag_host.placement.access_log:create_app_from_env",
                 factory=True,
                 fd=listener.fileno(),
                 workers=args.workers,

@@ -1,4 +1,4 @@
-"""The request log: one JSON line per request, as the metadata server's access log.
+"""The access log (off with ``--no-request-log``): one JSON line per request, as the metadata server's.
 
     {"ts": "2026-11-28T03:59:24.309Z", "request_id": "req-6f1c...", "client": "10.0.0.5",
      "method": "GET", "path": "/allocation_candidates?resources=VCPU:1", "microversion": "1.39",
@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 if TYPE_CHECKING:
     from ..metrics import ServiceMetrics
 
-from ..request_log import BufferedStreamSink, iso_timestamp, quote
+from ..json_lines import BufferedStreamSink, iso_timestamp, quote
+from . import collector
 
 MAX_LOGGED_PATH = 2048
 REQUEST_ID_HEADER = b"x-openstack-request-id"
@@ -138,6 +139,7 @@ class RequestLog:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
+                collector.tune()  # the app behind (a WSGI adapter) speaks no lifespan: the process starts here
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 self.stopped()
