@@ -26,6 +26,8 @@ USED = (
     files.CRYPTTAB_FSTAB,
     files.NETWORK_MANAGER_RULE[1],
     files.NETWORK_MANAGER_KEYFILE[1],
+    files.CLOUD_INIT_NETWORK_MANAGER[1],
+    files.CLOUD_INIT_NO_NETWORK[1],
     files.SHARES_CONF,  # virtiofs shares mounted by role (Debian 12's release guest)
     KERNEL_CMDLINE,  # the root file system by role (test_initramfs)
     CREDENTIALS_COMMANDS,  # roles without the agent, the host's commands (test_credentials)
