@@ -16,6 +16,8 @@ from typing import Dict, List, Optional
 
 import pytest
 
+from devtag_host.http1.protocol import Connection
+from devtag_host.http1.server import ServerState
 from devtag_host.metadata_server import DirectIdentifier, InstanceDirectory, create_app
 from devtag_host.metadata_server import requester as requester_module
 from devtag_host.metadata_server.domain_facts import NicPort
@@ -29,8 +31,6 @@ from devtag_host.metadata_server.neighbours import (
     NeighbourTable,
 )
 from devtag_host.metadata_server.requester import AddressBook, Identity, Refusal
-from devtag_host.http1.protocol import Connection
-from devtag_host.http1.server import ServerState
 from devtag_host.metadata_server.server import BackgroundServer, limits
 
 from .metadata_server_samples import MAC_A, MAC_B, UUID_A, UUID_B, sample_instance

@@ -72,19 +72,19 @@ class Cycle:
     """One request and its answer: the ASGI ``receive`` and ``send`` of the application."""
 
     __slots__ = (
-        "conn",
-        "scope",
         "body",
-        "more_body",
-        "keep_alive",
-        "expect_continue",
-        "started",
-        "complete",
-        "held",
         "chunked",
-        "head_request",
-        "waiter",
+        "complete",
+        "conn",
         "disconnected",
+        "expect_continue",
+        "head_request",
+        "held",
+        "keep_alive",
+        "more_body",
+        "scope",
+        "started",
+        "waiter",
     )
 
     def __init__(self, conn: Connection, scope: Dict[str, Any], keep_alive: bool, expect_continue: bool) -> None:
@@ -182,7 +182,9 @@ class Cycle:
         date = self.conn.state.date_header
         if date is not None:
             parts.append(date())
-        self.chunked = None if not length and message["status"] >= 200 and message["status"] not in (204, 304) else False
+        self.chunked = (
+            None if not length and message["status"] >= 200 and message["status"] not in (204, 304) else False
+        )
         if not self.keep_alive or self.conn.closing:
             parts.append(b"connection: close\r\n")
         return b"".join(parts)
@@ -382,7 +384,7 @@ class Connection(asyncio.Protocol, Member):
             except StopIteration:
                 self._app_done(cycle, None)
                 return
-            except BaseException as exc:  # noqa: BLE001 - the application's failure, answered 500 below
+            except BaseException as exc:
                 self._app_done(cycle, exc)
                 return
             task = self.loop.create_task(_resume(coro, waiting))
@@ -467,7 +469,7 @@ async def _resume(coro: Any, waiting: Any) -> None:
             else:
                 waiting._asyncio_future_blocking = False  # as a task does with what a step yields
                 await waiting
-        except BaseException:  # noqa: BLE001,S110 - the coroutine reads the outcome of what it waited on
+        except BaseException:  # noqa: S110 - the coroutine reads the outcome of what it waited on
             pass
         try:
             waiting = coro.send(None)

@@ -315,7 +315,7 @@ def run_workers(build_app: Callable[[], Any], sock: socket.socket, settings: Lim
             try:
                 signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent passes the stop on as SIGTERM
                 Server(build_app(), [sock], settings).run()
-            except BaseException:  # noqa: BLE001 - a worker must never return into the parent's code
+            except BaseException:
                 log.exception("worker %d failed", os.getpid())
                 status = 1
             finally:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import ipaddress
 import logging
-import os
 import sys
-from typing import Any
+from typing import Any, Callable, Sequence
 
 from ..compute import commands as compute_commands
 from ..config import ReplacingAppend
@@ -19,7 +19,7 @@ from ..serving import announce, announce_stop, listening_socket, metrics_listen,
 from ..state import placement_token_path
 from . import candidate_settings
 from .microversion import max_version_string, min_version_string
-from .requestlog import REQUEST_LOG_ENV, RequestLog
+from .requestlog import RequestLog
 
 log = logging.getLogger(__name__)
 DEFAULT_LISTEN = "127.0.0.1:8778"
@@ -60,7 +60,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 
     serve = verbs.add_parser(
         "serve",
-        help="serve the placement API (uvicorn)",
+        help="serve the placement API",
         description="Serve the placement API. Logs one start line (address, database, workers, authentication), "
         "one JSON line per request (request id, method, path, microversion, status, time) and a stop line.",
         epilog=serve_exit_status("the database unreachable or its schema not upgradable, ...", sigint=130),
@@ -96,7 +96,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         metavar="NAME",
         help="also answer requests whose Host header is NAME (a DNS name clients use; repeatable)",
     )
-    serve.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (PostgreSQL)")
+    serve.add_argument("--workers", type=int, default=1, help="worker processes (PostgreSQL)")
     serve.add_argument("--no-db-sync", action="store_true", help="do not create/upgrade the schema on start")
     serve.add_argument(
         "--no-request-log", action="store_true", help="do not log each request (JSON lines on standard error)"
@@ -212,12 +212,9 @@ def _cmd_db_sync(args: argparse.Namespace) -> None:
 
 
 def _cmd_serve(args: argparse.Namespace) -> None:
-    import uvicorn
-
     from .access import generated_token, listen_hosts
-    from .app import ALLOWED_HOSTS_ENV, ANY_TOKEN_ENV, LISTEN_HOST_ENV, TOKEN_FILE_ENV, create_app
-    from .db import DEFAULT_DB_ENV, default_url
-    from .serve_limits import HeadTimeoutProtocol, configure_limits, raise_open_files_limit
+    from .db import default_url
+    from .serve_limits import placement_limits, raise_open_files_limit
 
     keystone = args.auth_strategy == "keystone"
     address = parse_listen(args.listen, host_names=True)
@@ -227,18 +224,16 @@ def _cmd_serve(args: argparse.Namespace) -> None:
     else:
         loopback_or_token(address, args.auth_token_file)
     check_database_url(args.db)
-    if not args.request_timeout > 0:
-        raise InputError("--request-timeout must be positive")
+    if not 0 < args.request_timeout < 1e6:
+        raise InputError("--request-timeout must be positive and finite")
     if args.connections_per_source < 1:
         raise InputError("--connections-per-source must be at least 1")
-    configure_limits(args.request_timeout, args.connections_per_source)
     settings = candidate_settings.resolve(
         args.max_allocation_candidates,
         args.allocation_candidates_generation_strategy,
         args.randomize_allocation_candidates,
     )
-    candidate_settings.to_env(settings)  # for the worker processes
-    raise_open_files_limit()
+    limits = placement_limits(args.request_timeout, args.connections_per_source, raise_open_files_limit())
     token: str | None = None
     if keystone:  # auth_token has checked the token; placement's policy reads the roles it passes on
         authentication = "Keystone tokens (keystonemiddleware)"
@@ -273,48 +268,71 @@ def _cmd_serve(args: argparse.Namespace) -> None:
         "no request log" if args.no_request_log else "request log: JSON lines on standard error",
         f"metrics on http://{metrics_address}/metrics" if metrics_address else "no metrics",
     )
+    build = functools.partial(
+        _serving_app,
+        args.db,
+        token,
+        access,
+        settings,
+        request_log=not args.no_request_log,
+        keystone=keystone,
+        keystone_config=_keystone_config(args),
+        metrics=metrics,
+    )
     try:
         if args.workers > 1:
-            if args.db:
-                os.environ[DEFAULT_DB_ENV] = args.db
-            if args.any_token:
-                os.environ[ANY_TOKEN_ENV] = "1"
-            else:
-                os.environ[TOKEN_FILE_ENV] = os.path.abspath(args.auth_token_file or placement_token_path())
-            os.environ[LISTEN_HOST_ENV] = address.host
-            os.environ[ALLOWED_HOSTS_ENV] = ",".join(args.allowed_host)
-            os.environ[REQUEST_LOG_ENV] = "0" if args.no_request_log else "1"
-            uvicorn.run(
-                "devtag_host.placement.requestlog:create_app_from_env",
-                factory=True,
-                fd=listener.fileno(),
-                workers=args.workers,
-                log_level="warning",
-                http=HeadTimeoutProtocol,
-            )
-            announce_stop(served)  # the workers have stopped; this process was not signalled to death
+            from ..http1 import run_workers
+
+            try:
+                run_workers(build, listener, limits, args.workers)
+            finally:
+                announce_stop(served)  # the workers have stopped (also when this process is signalled)
             return
-        sink = None if args.no_request_log else BufferedStreamSink(sys.stderr)
-        placement: Any = create_app(args.db, token, access=access, candidate_settings=settings)
-        if keystone:
-            from uvicorn.middleware.wsgi import WSGIMiddleware
+        from ..http1 import Server
 
-            from .keystone import keystone_app
-
-            config_file = getattr(args, "loaded_config", None)
-            placement = WSGIMiddleware(keystone_app(placement.wsgi, config_file.path if config_file else None))
-        stop = [lambda: announce_stop(served)]
-        app = RequestLog(placement, sink, on_shutdown=stop, metrics=metrics, app_lifespan=not keystone)
-        server = uvicorn.Server(
-            uvicorn.Config(app, fd=listener.fileno(), log_level="warning", http=HeadTimeoutProtocol)
-        )
+        app = build(on_shutdown=[lambda: announce_stop(served)])
+        on_refusal = None
         if metrics is not None:
-            metrics.watch_connections(server.server_state.connections)
+            from .serve_limits import refusal_label
+
+            on_refusal = lambda status, reason: metrics.refused(refusal_label(status, reason))  # noqa: E731
+        server = Server(app, [listener], limits, on_refusal=on_refusal)
+        if metrics is not None:
+            metrics.watch_connections(server.connections)
         server.run()
-        if not server.started:
-            raise RuntimeFailure(f"{served} did not start")
     finally:
         listener.close()
+
+
+def _keystone_config(args: argparse.Namespace) -> str | None:
+    config_file = getattr(args, "loaded_config", None)
+    return config_file.path if config_file else None
+
+
+def _serving_app(
+    db: str | None,
+    token: str | None,
+    access: Any,
+    settings: candidate_settings.CandidateSettings,
+    *,
+    request_log: bool,
+    keystone: bool = False,
+    keystone_config: str | None = None,
+    metrics: Any = None,
+    on_shutdown: Sequence[Callable[[], None]] = (),
+) -> RequestLog:
+    """The application ``placement serve`` serves (in each worker process, if several), from its settings."""
+    from .app import create_app
+
+    sink = BufferedStreamSink(sys.stderr) if request_log else None
+    placement: Any = create_app(db, token, access=access, candidate_settings=settings)
+    if keystone:  # keystonemiddleware is WSGI middleware
+        from uvicorn.middleware.wsgi import WSGIMiddleware
+
+        from .keystone import keystone_app
+
+        placement = WSGIMiddleware(keystone_app(placement.wsgi, keystone_config))
+    return RequestLog(placement, sink, on_shutdown=on_shutdown, metrics=metrics, app_lifespan=not keystone)
 
 
 def redacted_url(url: str) -> str:
