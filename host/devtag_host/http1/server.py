@@ -304,9 +304,17 @@ class BackgroundServer:
         self._socket.close()
 
 
-def run_workers(build_app: Callable[[], Any], sock: socket.socket, settings: Limits, count: int) -> None:
+def run_workers(
+    build_app: Callable[[], Any],
+    sock: socket.socket,
+    settings: Limits,
+    count: int,
+    *,
+    on_shutdown: Sequence[Callable[[], None]] = (),
+) -> None:
     """Serve the application ``build_app()`` builds in each of ``count`` forked worker processes,
-    all on ``sock``, until SIGTERM or SIGINT (passed on to the workers), then raise it again."""
+    all on ``sock``, until SIGTERM or SIGINT (passed on to the workers); once they have stopped,
+    run ``on_shutdown`` and raise the signal again."""
     children: List[int] = []
     for _ in range(count):
         pid = os.fork()
@@ -343,6 +351,8 @@ def run_workers(build_app: Callable[[], Any], sock: socket.socket, settings: Lim
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+    for callback in on_shutdown:
+        callback()
     if received:
         signal.signal(received[0], signal.SIG_DFL if received[0] == signal.SIGTERM else signal.default_int_handler)
         signal.raise_signal(received[0])

@@ -283,10 +283,7 @@ def _cmd_serve(args: argparse.Namespace) -> None:
         if args.workers > 1:
             from ..http1 import run_workers
 
-            try:
-                run_workers(build, listener, limits, args.workers)
-            finally:
-                announce_stop(served)  # the workers have stopped (also when this process is signalled)
+            run_workers(build, listener, limits, args.workers, on_shutdown=[lambda: announce_stop(served)])
             return
         from ..http1 import Server
 
