@@ -35,13 +35,14 @@ LAYERS: Dict[str, Set[str]] = {
     "config": {"errors"},  # /etc/devtag/devtag.conf: every setting, its flags and variables, the sample
     "metrics": {"errors", "inputs", "serving"},  # Prometheus metrics of both servers (prometheus_client)
     "request_log": set(),  # the request log lines both servers write (timestamp, quoting, batching sink)
+    "http1": set(),  # the HTTP/1.1 server both run on (httptools): admission, deadlines, refusal counts
     "virt": {"errors", "locks", "metadata", "state"},  # the libvirt edge
     # The transports: each on metadata/ and virt.py, never on each other.
     "configdrive": {"errors", "inputs", "metadata", "virt"},
-    "metadata_server": {"config", "errors", "inputs", "metadata", "metrics", "request_log", "serving", "virt"},
+    "metadata_server": {"config", "errors", "http1", "inputs", "metadata", "metrics", "request_log", "serving", "virt"},
     "fwcfg": {"errors", "metadata", "virt"},
     # Placement's world: the service, the node reporting to it, the scheduler asking it.
-    "placement": {"config", "errors", "db", "inputs", "metrics", "request_log", "serving", "state"},
+    "placement": {"config", "errors", "db", "http1", "inputs", "metrics", "request_log", "serving", "state"},
     "compute": {"errors", "placement_client", "state", "virt"},
     "scheduling": {"errors", "compute", "placement_client"},
     "attach": {"db", "errors", "locks", "metadata", "state", "virt"},
@@ -73,6 +74,8 @@ CLI = "cli.py: loaded only by the verbs that use it, to keep every command's sta
 
 # (importing module, imported module) -> why the import is inside a function.
 IN_FUNCTION_IMPORTS: Dict[Tuple[str, str], str] = {
+    ("devtag_host.http1.server", "uvloop"): "the event loop: only where a server runs (threads and tests may not)",
+    ("devtag_host.placement.commands", "devtag_host.http1"): "httptools: only serve serves",
     ("devtag_host", "devtag_host.api"): "the API loads the host extra's libraries: on first use, so that "
     "'import devtag_host' (the command's entry) works without them",
     ("devtag_host.api", "devtag_host.virt"): LIBVIRT,
@@ -97,7 +100,7 @@ IN_FUNCTION_IMPORTS: Dict[Tuple[str, str], str] = {
     ("devtag_host.fwcfg.commands", "devtag_host.virt"): LIBVIRT,
     ("devtag_host.fwcfg.commands", "devtag_host.fwcfg.domain"): LIBVIRT,
     ("devtag_host.metadata_server", "devtag_host.metadata_server.libvirt_watch"): LIBVIRT,
-    ("devtag_host.metadata_server", "devtag_host.metadata_server.server"): "uvicorn: only run() serves",
+    ("devtag_host.metadata_server", "devtag_host.metadata_server.server"): "httptools: only run() serves",
     ("devtag_host.metadata_server.commands", "devtag_host.virt"): LIBVIRT,
     ("devtag_host.metadata_server.commands", "devtag_host.metadata_server"): STARLETTE,
     ("devtag_host.db", "alembic"): "Alembic: loads only when a schema is upgraded or read (a second of start-up)",

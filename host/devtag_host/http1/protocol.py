@@ -28,14 +28,11 @@ import itertools
 import logging
 import socket
 import urllib.parse
-from typing import TYPE_CHECKING, Any, Deque, Dict, List, Optional, Tuple
+from typing import Any, Deque, Dict, List, Optional, Tuple
 
 import httptools
 
 from .admission import Member, Phase
-
-if TYPE_CHECKING:
-    from .server import ServerState
 
 log = logging.getLogger("devtag_host.http1")
 
@@ -193,7 +190,7 @@ class Cycle:
 class Connection(asyncio.Protocol, Member):
     """One client connection (see the module's text)."""
 
-    def __init__(self, state: ServerState) -> None:
+    def __init__(self, state: Any) -> None:  # a .server.ServerState
         self.state = state
         self.loop = state.loop
         self.settings = state.settings
@@ -220,7 +217,7 @@ class Connection(asyncio.Protocol, Member):
         self._body_wanted = False
 
     # -- asyncio -------------------------------------------------------------------------------
-    def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+    def connection_made(self, transport: Any) -> None:
         self.transport = transport
         sock = transport.get_extra_info("socket")
         if sock is not None:

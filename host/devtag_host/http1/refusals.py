@@ -8,7 +8,7 @@ source with the count of each reason (``on_summary``).
 
 from __future__ import annotations
 
-from typing import Callable, Dict, Hashable, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 # (source, [(status, reason, count), ...], seconds the counts cover) -> None
 Summary = Callable[[Optional[str], List[Tuple[int, str, int]], float], None]
@@ -25,7 +25,7 @@ class RefusalCounter:
         self.on_summary = on_summary
         self.on_each = on_each
         self.interval = interval
-        self._counts: Dict[Hashable, Dict[Tuple[int, str], int]] = {}
+        self._counts: Dict[Optional[str], Dict[Tuple[int, str], int]] = {}
         self._started: Optional[float] = None
 
     def add(self, source: Optional[str], status: int, reason: str, now: float) -> None:

@@ -9,9 +9,8 @@ that builds it in each worker.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import os
+import multiprocessing
 import signal
 import socket
 import threading
@@ -260,8 +259,12 @@ class Server:
         async def main() -> None:
             loop = asyncio.get_running_loop()
             for signum in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(signum, lambda signum=signum: (received.append(signum), self.stop()))
+                loop.add_signal_handler(signum, stopped_by, signum)
             await self.serve()
+
+        def stopped_by(signum: int) -> None:
+            received.append(signum)
+            self.stop()
 
         _new_runner()(main())
         if received:
@@ -274,7 +277,7 @@ def _new_runner() -> Callable[[Any], None]:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency of the host extra
         return asyncio.run
-    return uvloop.run  # type: ignore[no-any-return]
+    return uvloop.run
 
 
 class BackgroundServer:
@@ -315,39 +318,22 @@ def run_workers(
     """Serve the application ``build_app()`` builds in each of ``count`` forked worker processes,
     all on ``sock``, until SIGTERM or SIGINT (passed on to the workers); once they have stopped,
     run ``on_shutdown`` and raise the signal again."""
-    children: List[int] = []
-    for _ in range(count):
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - the worker (its coverage is its own process)
-            status = 0
-            try:
-                signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent passes the stop on as SIGTERM
-                Server(build_app(), [sock], settings).run()
-            except BaseException:
-                log.exception("worker %d failed", os.getpid())
-                status = 1
-            finally:
-                os._exit(status)
-        children.append(pid)
+    context = multiprocessing.get_context("fork")  # the application's builder and the socket, as they are
+    workers = [context.Process(target=_worker, args=(build_app, sock, settings), daemon=True) for _ in range(count)]
+    for worker in workers:
+        worker.start()
     received: List[int] = []
 
     def passed_on(signum: int, _frame: Any) -> None:
         received.append(signum)
-        for child in children:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(child, signal.SIGTERM)
+        for worker in workers:
+            if worker.is_alive():
+                worker.terminate()  # SIGTERM: the worker stops as a single server does
 
     previous = {signum: signal.signal(signum, passed_on) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:
-        for child in children:
-            while True:
-                try:
-                    os.waitpid(child, 0)
-                    break
-                except ChildProcessError:
-                    break
-                except InterruptedError:  # pragma: no cover - PEP 475 retries waitpid itself
-                    continue
+        for worker in workers:
+            worker.join()
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
@@ -356,6 +342,11 @@ def run_workers(
     if received:
         signal.signal(received[0], signal.SIG_DFL if received[0] == signal.SIGTERM else signal.default_int_handler)
         signal.raise_signal(received[0])
+
+
+def _worker(build_app: Callable[[], Any], sock: socket.socket, settings: Limits) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent passes it on
+    Server(build_app(), [sock], settings).run()
 
 
 __all__ = ["BackgroundServer", "Limits", "Server", "plain_answer", "run_workers"]

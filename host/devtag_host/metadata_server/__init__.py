@@ -19,6 +19,7 @@ import gc
 import socket
 from typing import Any, Callable, Mapping, Optional, Sequence
 
+from ..serving import listening_socket_for
 from .app import create_app
 from .directory import InstanceDirectory
 from .requester import AddressBook, DirectIdentifier, ProxyIdentifier, instance_signature
@@ -87,7 +88,6 @@ class MetadataService:
         """Serve in this thread until interrupted (SIGINT/SIGTERM): on ``sockets`` (listening already,
         one per network), else on the descriptor ``fd``, else on ``host:port``.  ``on_shutdown`` runs
         once the connections are closed, after the access log is flushed."""
-        from ..serving import listening_socket_for
         from .server import metadata_server
 
         flush = getattr(self._access_log, "flush", None)

@@ -301,7 +301,7 @@ def _cmd_serve(args: argparse.Namespace) -> None:
         listener.close()
 
 
-def _keystone_config(args: argparse.Namespace) -> str | None:
+def _keystone_config(args: argparse.Namespace) -> Any:
     config_file = getattr(args, "loaded_config", None)
     return config_file.path if config_file else None
 
@@ -314,7 +314,7 @@ def _serving_app(
     *,
     request_log: bool,
     keystone: bool = False,
-    keystone_config: str | None = None,
+    keystone_config: Any = None,
     metrics: Any = None,
     on_shutdown: Sequence[Callable[[], None]] = (),
 ) -> RequestLog:
