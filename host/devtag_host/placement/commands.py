@@ -260,14 +260,17 @@ def _cmd_serve(args: argparse.Namespace) -> None:
 
         metrics = ServiceMetrics("placement")
         metrics.serve(metrics_address)
-    announce(
-        served,
-        f"database {redacted_url(args.db or default_url())}",
-        f"{args.workers} worker(s)",
-        authentication,
-        "no request log" if args.no_request_log else "request log: JSON lines on standard error",
-        f"metrics on http://{metrics_address}/metrics" if metrics_address else "no metrics",
-    )
+
+    def starting() -> None:
+        announce(
+            served,
+            f"database {redacted_url(args.db or default_url())}",
+            f"{args.workers} worker(s)",
+            authentication,
+            "no request log" if args.no_request_log else "request log: JSON lines on standard error",
+            f"metrics on http://{metrics_address}/metrics" if metrics_address else "no metrics",
+        )
+
     build = functools.partial(
         _serving_app,
         args.db,
@@ -283,22 +286,26 @@ def _cmd_serve(args: argparse.Namespace) -> None:
         if args.workers > 1:
             from ..http1 import run_workers
 
+            starting()
             run_workers(build, listener, limits, args.workers, on_shutdown=[lambda: announce_stop(served)])
             return
         from ..http1 import Server
 
-        app = build(on_shutdown=[lambda: announce_stop(served)])
-        on_refusal = None
-        if metrics is not None:
-            from .serve_limits import refusal_label
-
-            on_refusal = lambda status, reason: metrics.refused(refusal_label(status, reason))  # noqa: E731
+        app = build(on_shutdown=[lambda: announce_stop(served)])  # before the start line: a failure is one line
+        starting()
+        on_refusal = functools.partial(_count_refusal, metrics) if metrics is not None else None
         server = Server(app, [listener], limits, on_refusal=on_refusal)
         if metrics is not None:
             metrics.watch_connections(server.connections)
         server.run()
     finally:
         listener.close()
+
+
+def _count_refusal(metrics: Any, status: int, reason: str) -> None:
+    from .serve_limits import refusal_label
+
+    metrics.refused(refusal_label(status, reason))
 
 
 def _keystone_config(args: argparse.Namespace) -> Any:
