@@ -80,12 +80,14 @@ setup(
             # Runs upstream's gabbi files (shipped in openstack-placement) over HTTP (marker "gabbi").
             "gabbi>=4.0",
             "oslotest>=5.0",  # imported by upstream's gabbi fixtures
+            "pyroute2>=0.7",  # the peer benchmarks/neighbour_table.py measures (its test runs it small)
         ],
         # placement serve --auth-strategy keystone: tokens validated by Keystone.
         "keystone": ["keystonemiddleware>=10.0"],
         # The reference implementation for benchmarks/placement_*.py (also in "test"), and
         # the PostgreSQL driver it needs there (it reads cursor.lastrowid, which psycopg 3 lacks).
-        "bench": ["openstack-placement>=16.0", "psycopg2-binary>=2.9"],
+        # pyroute2: the peer of benchmarks/neighbour_table.py (the metadata server's netlink mirror).
+        "bench": ["openstack-placement>=16.0", "psycopg2-binary>=2.9", "pyroute2>=0.7"],
         # tests/vm/test_image.py (marker "image"): builds a guest image with packaging/dib/devtag-agent.
         "image": ["diskimage-builder>=3.30"],
     },

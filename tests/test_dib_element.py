@@ -53,5 +53,5 @@ def test_final_check_names_what_the_package_installs() -> None:
     dropins = set(re.findall(r"/lib/systemd/system/([\w-]+)\.service\.d/10-devtag\.conf", check))
     assert dropins == set(stages.group(1).split())
     assert "udev-rules/70-devtag.rules" in rules and "/usr/lib/udev/rules.d/70-devtag.rules" in check
-    # qemu_fw_cfg for the fw_cfg transport: the boot unit no longer loads it itself
+    # qemu_fw_cfg for the fw_cfg transport: systemd-modules-load loads it, not the boot unit
     assert "/usr/lib/modules-load.d/devtag-agent.conf" in rules and "/usr/lib/modules-load.d/devtag-agent.conf" in check

@@ -32,27 +32,26 @@ LAYERS: Dict[str, Set[str]] = {
     "inputs": {"errors", "ssh_keys"},  # the operator's files and --listen, for the transports' and serving verbs
     "placement_client": {"errors", "state"},  # token, microversion, error bodies
     "serving": {"errors", "inputs"},  # the listening socket, start and stop lines of the long-running verbs
-    "config": {"errors"},  # /etc/devtag/devtag.conf: every setting, its flags and variables, the sample
+    "settings": set(),  # every setting: section, name, variable, flags, type and range (pure data)
+    "config": {"errors", "settings"},  # /etc/devtag/devtag.conf: read, checked, layered; the sample, the tables
     "metrics": {"errors", "inputs", "serving"},  # Prometheus metrics of both servers (prometheus_client)
-    "request_log": set(),  # the request log lines both servers write (timestamp, quoting, batching sink)
+    "json_lines": set(),  # the access log lines both servers write (timestamp, quoting, batching sink)
     "http1": set(),  # the HTTP/1.1 server both run on (httptools): admission, deadlines, refusal counts
     "virt": {"errors", "locks", "metadata", "state"},  # the libvirt edge
     # The transports: each on metadata/ and virt.py, never on each other.
     "configdrive": {"errors", "inputs", "metadata", "virt"},
-    "metadata_server": {"config", "errors", "http1", "inputs", "metadata", "metrics", "request_log", "serving", "virt"},
+    "metadata_server": {"config", "errors", "http1", "inputs", "metadata", "json_lines", "metrics", "serving", "virt"},
     "fwcfg": {"errors", "metadata", "virt"},
     # Placement's world: the service, the node reporting to it, the scheduler asking it.
-    "placement": {"config", "errors", "db", "http1", "inputs", "metrics", "request_log", "serving", "state"},
+    "placement": {"config", "errors", "db", "http1", "inputs", "json_lines", "metrics", "serving", "state"},
     "compute": {"errors", "placement_client", "state", "virt"},
     "scheduling": {"errors", "compute", "placement_client"},
     "attach": {"db", "errors", "locks", "metadata", "state", "virt"},
     "example": set(),
     "examples": set(),
     # The verbs register themselves: cli.py names their modules (COMMAND_MODULES), it does not import them.
-    "cli": {
-        *("config", "devtag_host", "errors", "example", "extras", "fwcfg"),
-        *("inputs", "metadata", "serving", "state", "virt"),
-    },
+    "tagging": {"errors", "example", "fwcfg", "inputs", "metadata", "state", "virt"},  # tag, untag, devices, demo
+    "cli": {"config", "devtag_host", "errors", "extras", "serving"},
     "extras": set(),  # what the host extra provides, for one line when a module of it is missing
     "entry": {"extras", "cli"},  # the devtag-host command: cli.main, a missing host extra in one line
     "api": {"metadata", "virt"},  # the plain Python API
@@ -70,7 +69,6 @@ KNOWN_CYCLES: List[Set[str]] = []
 LIBVIRT = "libvirt: only what talks to libvirt loads it (placement hosts, --help, devices_from_xml run without it)"
 SERVICE = "the placement service's stack (uvicorn, the app, SQLAlchemy/Alembic) loads only for 'serve' and 'db-sync'"
 STARLETTE = "the metadata_server package loads starlette and uvicorn: only the verb that serves imports it"
-CLI = "cli.py: loaded only by the verbs that use it, to keep every command's start light"
 
 # (importing module, imported module) -> why the import is inside a function.
 IN_FUNCTION_IMPORTS: Dict[Tuple[str, str], str] = {
@@ -82,17 +80,13 @@ IN_FUNCTION_IMPORTS: Dict[Tuple[str, str], str] = {
     ("devtag_host.entry", "devtag_host.cli"): "importing cli.py loads the host extra: a missing one is one line",
     ("devtag_host.metadata_server.commands", "devtag_host.metrics"): "prometheus_client: only with --metrics-listen",
     ("devtag_host.placement.commands", "devtag_host.metrics"): "prometheus_client: only with --metrics-listen",
-    ("devtag_host.placement.requestlog", "devtag_host.placement.app"): SERVICE,
+    ("devtag_host.placement.access_log", "devtag_host.placement.app"): SERVICE,
     ("devtag_host.placement.commands", "devtag_host.placement.keystone"): SERVICE + " (--auth-strategy keystone)",
     ("devtag_host.placement.commands", "uvicorn.middleware.wsgi"): SERVICE + " (--auth-strategy keystone)",
     ("devtag_host.placement.keystone", "keystonemiddleware"): "keystonemiddleware: only --auth-strategy keystone",
-    ("devtag_host.cli", "devtag_host.virt"): LIBVIRT,
-    ("devtag_host.cli", "devtag_host.fwcfg"): LIBVIRT + " (fwcfg.domain imports virt)",
-    ("devtag_host.cli", "devtag_host.fwcfg.domain"): LIBVIRT,
-    ("devtag_host.cli", "devtag_host.example"): CLI,
-    ("devtag_host.cli", "dataclasses"): CLI,
+    ("devtag_host.tagging.commands", "devtag_host.virt"): LIBVIRT,
+    ("devtag_host.tagging.commands", "devtag_host.fwcfg.domain"): LIBVIRT,
     ("devtag_host.compute.commands", "devtag_host.virt"): LIBVIRT,
-    ("devtag_host.compute.host_capabilities", "libvirt"): LIBVIRT,
     ("devtag_host.compute.host_facts", "libvirt"): LIBVIRT,
     ("devtag_host.configdrive", "devtag_host.virt"): LIBVIRT,
     ("devtag_host.configdrive.domain", "devtag_host.virt"): LIBVIRT,
@@ -253,6 +247,30 @@ def test_imports_inside_functions_have_a_listed_reason() -> None:
         - set(IN_FUNCTION_IMPORTS)
     )
     assert unexplained == [], "import at the top, or add the heavy dependency's reason to IN_FUNCTION_IMPORTS"
+
+
+# Own-module imports inside functions (statements), at most this many: each one is a heavy
+# dependency kept off the start of every command (libvirt, uvicorn, the service's stack, ...).
+MAX_OWN_IMPORTS_IN_FUNCTIONS = 25
+
+
+def test_few_own_module_imports_inside_functions() -> None:
+    found = []
+    for module, path in MODULES.items():
+        for function in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(function):
+                own = isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("devtag_host"))
+                own = own or (
+                    isinstance(node, ast.Import) and any(a.name.startswith("devtag_host") for a in node.names)
+                )
+                if own and node not in {n for _, n in found}:
+                    found.append((f"{module}:{node.lineno}", node))
+    where = sorted(name for name, _ in found)
+    assert len(where) <= MAX_OWN_IMPORTS_IN_FUNCTIONS, "import at the top (each lazy import needs its reason):\n" + (
+        "\n".join(where)
+    )
 
 
 def _loaded_with(module: str) -> Set[str]:

@@ -1,9 +1,8 @@
 """The systemd units: sandbox exposure gated, and every command they run exists where the packages put it.
 
 ``systemd-analyze security --offline=true UNIT_FILE`` scores a unit file without
-booting it (systemd >= 252).  The limits are issue 14's: agent units <= 5,
-metadata server <= 2.5, placement <= 4 (before: 9.4, 2.1 and 6.3).  The
-packaged copies are checked in tests/packages/test_debs.py.
+booting it (systemd >= 252).  The limits: agent units <= 5, metadata
+server <= 2.5, placement <= 4.  The packaged copies are checked in tests/packages/test_debs.py.
 """
 
 from __future__ import annotations

@@ -1,476 +1,92 @@
 """The host's configuration file, ``/etc/devtag/devtag.conf``: one INI file for every service.
 
-Each setting is one :class:`Option` in :data:`OPTIONS`: its section and name,
-the ``DEVTAG_*`` environment variable and the command-line flags it stands
-for, its default and its help.  The commented sample shipped in the packages
-is :func:`sample` of that list, so the two cannot drift apart.
+Each setting is one :class:`~devtag_host.settings.Option` of
+:data:`~devtag_host.settings.OPTIONS`: its section and name, its ``DEVTAG_*``
+variable, the flags it stands for, its default, type and range.  The
+commented sample the packages ship (:func:`sample`) and the tables of
+docs/configuration.md (:func:`reference`) are generated from that list, so
+they cannot drift apart.
 
 Precedence, highest first: a flag, the environment variable, the file, the
-default.  :func:`apply` does it without the verbs knowing: a flag's default
-becomes the environment's or the file's value, and a setting read from the
-environment by the code (``DEVTAG_STATE_DIR``, ...) is exported from the file
-when the environment does not set it.  ``DEVTAG_CONFIG`` or ``--config FILE``
-name another file.  Sections and names follow OpenStack's where one exists
-(``[placement_database] connection``, ``[api] auth_strategy``, ...) so that an
-operator's ``placement.conf`` mostly carries over; upstream's spellings of the
-same setting are accepted as aliases.
+default.  :func:`apply` makes the environment's or the file's value the
+flag's default (``set_defaults`` on the verb's parser, found through
+:class:`Parser`), and exports a file value to the variable the code reads
+when the environment does not set it.  ``DEVTAG_CONFIG`` or ``--config
+FILE`` name another file.  Sections and names follow OpenStack's where one
+exists, so an operator's ``placement.conf`` mostly carries over; upstream's
+spellings are accepted as aliases.  The file's checks live here, in
+:func:`load` and :func:`parse`: a regular file no other user may write, in a
+directory no other user may write (unless sticky), INI syntax, every value of
+its type and range; an error names the file, the line or setting and the
+kind of error, never the content.
+
+Library: the standard library's configparser and argparse (public API only),
+after trying both candidates on this code: ConfigArgParse maps a file's keys
+to flag names in flattened sections and feeds them to the top-level parser
+(sub-commands reject them, ``[placement_database] connection`` cannot be
+``--db``), and oslo.config keeps the INI format but names variables
+``OS_GROUP__NAME``, owns its own command line, accepts ``nan`` within
+``min``/``max``, quotes a bad line in its error, warns of no unknown name,
+and brings oslo.i18n, pbr, stevedore, netaddr and rfc3986 and 100-200 ms of
+imports to every start.
 """
 
 from __future__ import annotations
 
 import argparse
 import configparser
+import os
+import stat
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, MutableMapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, MutableMapping, Optional, Sequence, Tuple
 
 from .errors import InputError
+from .settings import OPTIONS, SECTION_TITLES, Option, Verb, values_of
 
 DEFAULT_PATH = Path("/etc/devtag/devtag.conf")
 CONFIG_ENV = "DEVTAG_CONFIG"
 MAX_FILE_BYTES = 1024 * 1024
 # Sections of an upstream placement.conf that devtag reads nothing from: no warning for them.
 FOREIGN_SECTIONS = frozenset({"keystone_authtoken", "oslo_policy", "oslo_middleware", "oslo_concurrency", "cors"})
-
-Verb = Tuple[str, ...]
-
-
-def _text(value: str) -> Any:
-    return value
+NONE = "\N{EN DASH}"  # an empty cell of the reference tables
+VERB_DEST = "devtag_verb"  # each verb's parser sets it: the words of the verb that runs
 
 
-def _positive_int(value: str) -> Any:
-    try:
-        number = int(value)
-    except ValueError:
-        raise ValueError(f"{value!r} is not an integer") from None
-    if number < 1:
-        raise ValueError(f"{value!r} is not a positive integer")
-    return number
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser that knows its verb's words and, at the top, every verb's parser.
+
+    Sub-commands are made by :meth:`add_subparsers`'s ``parser_class`` (argparse's
+    public way to choose their class), so a verb needs nothing more than
+    ``commands.add_parser(...)`` for its flags' defaults to come from the file.
+    """
+
+    def __init__(self, *args: Any, verb: Verb = (), verbs: Optional[Dict[Verb, Parser]] = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.verb = verb
+        self.verbs: Dict[Verb, Parser] = {} if verbs is None else verbs
+        self.verbs[verb] = self
+        if verb:
+            self.set_defaults(**{VERB_DEST: verb})
+
+    def add_subparsers(self, **kwargs: Any) -> Any:
+        def sub_parser(**options: Any) -> Parser:
+            name = str(options["prog"]).rsplit(" ", 1)[-1]  # argparse names it "<parent prog> <name>"
+            return type(self)(verb=(*self.verb, name), verbs=self.verbs, **options)
+
+        kwargs.setdefault("parser_class", sub_parser)
+        return super().add_subparsers(**kwargs)
 
 
-def _integer(value: str) -> Any:
-    try:
-        return int(value)
-    except ValueError:
-        raise ValueError(f"{value!r} is not an integer") from None
+class ReplacingAppend(argparse.Action):
+    """``append``, but the first flag replaces a configured default list instead of adding to it."""
 
-
-def _positive_float(value: str) -> Any:
-    try:
-        number = float(value)
-    except ValueError:
-        raise ValueError(f"{value!r} is not a number") from None
-    if not number > 0:
-        raise ValueError(f"{value!r} is not a positive number")
-    return number
-
-
-def _boolean(value: str) -> Any:
-    try:
-        return configparser.ConfigParser.BOOLEAN_STATES[value.strip().lower()]
-    except KeyError:
-        raise ValueError(f"{value!r} is not a boolean (true/false, yes/no, on/off, 1/0)") from None
-
-
-def _negated(value: str) -> Any:
-    """For ``--no-X`` flags: ``X = true`` is the flag's absence."""
-    return not _boolean(value)
-
-
-def _words(value: str) -> Any:
-    """A list: comma- or line-separated (``listen = 10.0.0.1:80, [fe80::1%br0]:80``)."""
-    return [word.strip() for line in value.splitlines() for word in line.split(",") if word.strip()]
-
-
-def _one_of(*choices: str) -> Callable[[str], Any]:
-    def check(value: str) -> Any:
-        if value not in choices:
-            raise ValueError(f"{value!r} is not one of {', '.join(choices)}")
-        return value
-
-    return check
-
-
-@dataclass(frozen=True)
-class Option:
-    section: str
-    name: str
-    help: str
-    default: str = ""  # as the sample shows it ("" : unset, the help says what happens)
-    env: Optional[str] = None  # the DEVTAG_* variable of the same setting
-    flags: Tuple[Tuple[Verb, str, str], ...] = ()  # (verb, argparse dest, flag) whose default it sets
-    convert: Callable[[str], Any] = _text
-    aliases: Tuple[Tuple[str, str], ...] = ()  # upstream's (section, name) of the same setting
-    packaged: Optional[str] = None  # set in the file the packages ship (what their units used to pass)
-    exported: bool = True  # a value from the file reaches the code through ``env`` too
-
-    @property
-    def key(self) -> str:
-        return f"[{self.section}] {self.name}"
-
-
-_SERVE: Verb = ("placement", "serve")
-_REPORT: Verb = ("placement", "report")
-_METADATA: Verb = ("metadata-server",)
-
-OPTIONS: Tuple[Option, ...] = (
-    Option(
-        "DEFAULT",
-        "state_dir",
-        "Where devtag keeps its state: the embedded libvirt root, the SQLite databases, the node's "
-        "compute_id. Unset: /var/lib/devtag for root, else $XDG_DATA_HOME/devtag.",
-        env="DEVTAG_STATE_DIR",
-        aliases=(("DEFAULT", "state_path"),),
-    ),
-    Option(
-        "DEFAULT",
-        "lock_dir",
-        "Where devtag's per-domain lock files live. Unset: /run/lock/devtag for root, else a private "
-        "per-user directory.",
-        env="DEVTAG_LOCK_DIR",
-        aliases=(("oslo_concurrency", "lock_path"),),
-    ),
-    Option(
-        "DEFAULT",
-        "host",
-        "This compute node's name: the provider name 'placement report' uses and the host name of the "
-        "attach verbs. Unset: the host name.",
-        env="DEVTAG_HOST",
-        flags=((_REPORT, "name", "--name"),),
-    ),
-    Option(
-        "libvirt",
-        "uri",
-        "The libvirt URI of every verb without --connect. Unset: devtag's own embedded QEMU driver "
-        "(qemu:///embed?root=<state_dir>/libvirt).",
-        env="DEVTAG_LIBVIRT_URI",
-        aliases=(("libvirt", "connection_uri"),),
-    ),
-    Option(
-        "libvirt",
-        "virt_type",
-        "The domain type 'placement report' reads the capability traits for (qemu, kvm, xen, lxc, vz).",
-        default="qemu",
-        flags=((_REPORT, "virt_type", "--virt-type"),),
-        convert=_one_of("qemu", "kvm", "xen", "lxc", "vz"),
-    ),
-    # -- the metadata server -----------------------------------------------------------------------
-    Option(
-        "metadata_server",
-        "connect",
-        "The libvirt URI the metadata server reads (read-only). Unset: [libvirt] uri.",
-        env="DEVTAG_LIBVIRT_URI",
-        flags=((_METADATA, "connect", "--connect"),),
-        packaged="qemu:///system",
-        exported=False,  # the other verbs keep [libvirt] uri
-    ),
-    Option(
-        "metadata_server",
-        "listen",
-        "Where to listen, comma-separated, one listener per network: ADDR:PORT, [IPV6]:PORT, "
-        "'169.254.169.254%br0:80' (bound to one interface). The address must exist on the host.",
-        default="127.0.0.1:8775",
-        env="DEVTAG_METADATA_LISTEN",
-        flags=((_METADATA, "listen", "--listen"),),
-        convert=_words,
-        packaged="169.254.169.254:80",
-    ),
-    Option(
-        "metadata_server",
-        "proxy_shared_secret_file",
-        "Trust Nova's metadata proxy headers signed with the secret in this file (and only them).",
-        flags=((_METADATA, "proxy_shared_secret_file", "--proxy-shared-secret-file"),),
-    ),
-    Option(
-        "metadata_server",
-        "instance_data",
-        "A directory of per-instance extras: DIR/<uuid>/{user_data,meta.json,public_keys,...}.",
-        flags=((_METADATA, "instance_data", "--instance-data"),),
-    ),
-    Option(
-        "metadata_server",
-        "access_log",
-        "Log each request, one JSON line on standard error.",
-        default="true",
-        flags=((_METADATA, "no_access_log", "--no-access-log"),),
-        convert=_negated,
-    ),
-    Option(
-        "metadata_server",
-        "metrics_listen",
-        "Serve Prometheus metrics at http://ADDR:PORT/metrics, a listener of their own. Unset: no metrics.",
-        flags=((_METADATA, "metrics_listen", "--metrics-listen"),),
-    ),
-    Option(
-        "metadata_server",
-        "all_devices",
-        "List every NIC and disk in meta_data.json (false: as Nova, tagged ones and NICs with a VLAN).",
-        default="false",
-        flags=((_METADATA, "all_devices", "--all-devices"),),
-        convert=_boolean,
-    ),
-    # -- the placement service ---------------------------------------------------------------------
-    Option(
-        "placement_database",
-        "connection",
-        "The placement database, a SQLAlchemy URL: sqlite:////var/lib/devtag/placement.sqlite or "
-        "postgresql://user@host/placement (several workers or hosts). Unset: placement.sqlite in state_dir.",
-        env="DEVTAG_PLACEMENT_DB",
-        flags=((_SERVE, "db", "--db"), (("placement", "db-sync"), "db", "--db")),
-    ),
-    Option(
-        "placement_database",
-        "sync_on_startup",
-        "Create or upgrade the schema when 'placement serve' starts.",
-        default="true",
-        flags=((_SERVE, "no_db_sync", "--no-db-sync"),),
-        convert=_negated,
-    ),
-    Option(
-        "placement",
-        "listen",
-        "Where 'placement serve' listens: ADDR:PORT, a host name, [IPV6]:PORT. Without a token file, loopback only.",
-        default="127.0.0.1:8778",
-        env="DEVTAG_PLACEMENT_LISTEN",
-        flags=((_SERVE, "listen", "--listen"),),
-    ),
-    Option(
-        "placement",
-        "workers",
-        "uvicorn worker processes (more than one: use PostgreSQL).",
-        default="1",
-        env="DEVTAG_PLACEMENT_WORKERS",
-        flags=((_SERVE, "workers", "--workers"),),
-        convert=_positive_int,
-    ),
-    Option(
-        "placement",
-        "auth_token_file",
-        "Accept only the X-Auth-Token in this file. Unset: any token (the server then listens on loopback only).",
-        env="DEVTAG_PLACEMENT_TOKEN_FILE",
-        flags=((_SERVE, "auth_token_file", "--auth-token-file"),),
-    ),
-    Option(
-        "placement",
-        "request_timeout",
-        "Close a connection whose request (request line, headers and body) takes longer than this many "
-        "seconds to arrive.",
-        default="10",
-        env="DEVTAG_PLACEMENT_REQUEST_TIMEOUT",
-        flags=((_SERVE, "request_timeout", "--request-timeout"),),
-        convert=_positive_float,
-        aliases=(("placement", "request_head_timeout"),),
-    ),
-    Option(
-        "placement",
-        "connections_per_source",
-        "Answer 503 and close beyond this many open connections from one address.",
-        default="64",
-        env="DEVTAG_PLACEMENT_PER_SOURCE_LIMIT",
-        flags=((_SERVE, "connections_per_source", "--connections-per-source"),),
-        convert=_positive_int,
-    ),
-    Option(
-        "placement",
-        "any_token",
-        "Accept any X-Auth-Token, as OpenStack's noauth2 (loopback only). Neither this nor auth_token_file: "
-        "a token generated at first start into the state directory's placement-token.",
-        default="false",
-        env="DEVTAG_PLACEMENT_ANY_TOKEN",
-        flags=((_SERVE, "any_token", "--any-token"),),
-        convert=_boolean,
-    ),
-    Option(
-        "placement",
-        "allowed_hosts",
-        "Also answer requests whose Host header is one of these names (comma-separated DNS names clients use).",
-        env="DEVTAG_PLACEMENT_ALLOWED_HOSTS",
-        flags=((_SERVE, "allowed_host", "--allowed-host"),),
-        convert=_words,
-    ),
-    Option(
-        "placement",
-        "request_log",
-        "Log each request, one JSON line on standard error.",
-        default="true",
-        flags=((_SERVE, "no_request_log", "--no-request-log"),),
-        convert=_negated,
-    ),
-    Option(
-        "placement",
-        "metrics_listen",
-        "Serve Prometheus metrics at http://ADDR:PORT/metrics, a listener of their own (one worker only). "
-        "Unset: no metrics.",
-        flags=((_SERVE, "metrics_listen", "--metrics-listen"),),
-    ),
-    Option(
-        "placement",
-        "max_allocation_candidates",
-        "The most allocation candidates one GET /allocation_candidates generates (-1: no limit), as upstream's option.",
-        default="-1",
-        env="DEVTAG_PLACEMENT_MAX_ALLOCATION_CANDIDATES",
-        convert=_integer,
-    ),
-    Option(
-        "placement",
-        "allocation_candidates_generation_strategy",
-        "Which candidates come first when max_allocation_candidates cuts the list: depth-first or "
-        "breadth-first, as upstream's option.",
-        default="depth-first",
-        env="DEVTAG_PLACEMENT_ALLOCATION_CANDIDATES_GENERATION_STRATEGY",
-        convert=_one_of("depth-first", "breadth-first"),
-    ),
-    Option(
-        "placement",
-        "randomize_allocation_candidates",
-        "With limit, answer a random sample of the generated candidates, as upstream's option.",
-        default="false",
-        env="DEVTAG_PLACEMENT_RANDOMIZE_ALLOCATION_CANDIDATES",
-        convert=_boolean,
-    ),
-    Option(
-        "api",
-        "auth_strategy",
-        "How placement authenticates requests: noauth2 (X-Auth-Token: any token, or the one in "
-        "[placement] auth_token_file) or keystone (keystonemiddleware's auth_token validates tokens "
-        "against Keystone, set up in [keystone_authtoken]; the roles admin and service may use the API).",
-        default="noauth2",
-        flags=((_SERVE, "auth_strategy", "--auth-strategy"),),
-        convert=_one_of("noauth2", "keystone"),
-    ),
-    # -- the compute node reporting to placement ---------------------------------------------------
-    Option(
-        "placement_client",
-        "url",
-        "The placement endpoint 'placement report' and the scheduling verbs talk to.",
-        default="http://127.0.0.1:8778",
-        env="DEVTAG_PLACEMENT_URL",
-        flags=((_REPORT, "placement_url", "--placement-url"),),
-    ),
-    Option(
-        "placement_client",
-        "token_file",
-        "The X-Auth-Token the clients send, from this file. Unset: 'admin'.",
-        flags=((_REPORT, "token_file", "--token-file"),),
-    ),
-    Option(
-        "compute",
-        "report_interval",
-        "'placement report' repeats every this many seconds. Unset: it reports once.",
-        flags=((_REPORT, "interval", "--interval"),),
-        convert=_positive_float,
-    ),
-    Option(
-        "compute",
-        "storage_pool",
-        "The libvirt storage pool whose capacity is the node's DISK_GB.",
-        flags=((_REPORT, "storage_pool", "--storage-pool"),),
-    ),
-    Option(
-        "compute",
-        "disk_path",
-        "The file system whose capacity is the node's DISK_GB (without a storage pool).",
-        flags=((_REPORT, "disk_path", "--disk-path"),),
-    ),
-    Option(
-        "DEFAULT",
-        "cpu_allocation_ratio",
-        "VCPU overcommit of the node's inventory.",
-        default="16.0",
-        flags=((_REPORT, "cpu_allocation_ratio", "--cpu-allocation-ratio"),),
-        convert=_positive_float,
-    ),
-    Option(
-        "DEFAULT",
-        "ram_allocation_ratio",
-        "MEMORY_MB overcommit of the node's inventory.",
-        default="1.5",
-        flags=((_REPORT, "ram_allocation_ratio", "--ram-allocation-ratio"),),
-        convert=_positive_float,
-    ),
-    Option(
-        "DEFAULT",
-        "disk_allocation_ratio",
-        "DISK_GB overcommit of the node's inventory.",
-        default="1.0",
-        flags=((_REPORT, "disk_allocation_ratio", "--disk-allocation-ratio"),),
-        convert=_positive_float,
-    ),
-    Option(
-        "DEFAULT",
-        "reserved_host_cpus",
-        "VCPUs kept for the host.",
-        default="0",
-        flags=((_REPORT, "reserved_vcpus", "--reserved-vcpus"),),
-        convert=_integer,
-    ),
-    Option(
-        "DEFAULT",
-        "reserved_host_memory_mb",
-        "MEMORY_MB kept for the host.",
-        default="512",
-        flags=((_REPORT, "reserved_memory_mb", "--reserved-memory-mb"),),
-        convert=_integer,
-    ),
-    Option(
-        "DEFAULT",
-        "reserved_host_disk_gb",
-        "DISK_GB kept for the host.",
-        default="0",
-        flags=((_REPORT, "reserved_disk_gb", "--reserved-disk-gb"),),
-        convert=_integer,
-    ),
-    # -- scheduling ---------------------------------------------------------------------------------
-    Option(
-        "scheduler",
-        "image_metadata_prefilter",
-        "Ask placement for the traits the image's properties need (hw_disk_bus, hw_vif_model, ...), as Nova's option.",
-        default="false",
-        env="DEVTAG_IMAGE_METADATA_PREFILTER",
-        convert=_boolean,
-    ),
-    # -- attach -------------------------------------------------------------------------------------
-    Option(
-        "attach",
-        "connection",
-        "The attachment store, a SQLAlchemy URL. Unset: attach.sqlite in state_dir.",
-        env="DEVTAG_ATTACH_DB",
-    ),
-    Option(
-        "attach",
-        "secrets_dir",
-        "The root-only directory of the domains' display secrets. Unset: <state_dir>/secrets.",
-        env="DEVTAG_ATTACH_SECRETS_DIR",
-    ),
-    Option(
-        "attach",
-        "storage_uri",
-        "The libvirt URI of the storage pools volumes are created in. Unset: the domains' URI for a "
-        "libvirt daemon, a private storage daemon in the state directory for an embedded driver.",
-        env="DEVTAG_STORAGE_URI",
-    ),
-    Option(
-        "attach",
-        "storage_user",
-        "The user QEMU runs as, who must read the volumes. Unset: libvirt-qemu for root.",
-        env="DEVTAG_STORAGE_USER",
-    ),
-)
-
-SECTION_TITLES: Dict[str, str] = {
-    "DEFAULT": "Every verb of devtag-host",
-    "libvirt": "libvirt",
-    "metadata_server": "devtag-host metadata-server",
-    "placement_database": "devtag-host placement serve / db-sync: the database",
-    "placement": "devtag-host placement serve",
-    "api": "devtag-host placement serve: authentication",
-    "placement_client": "Clients of placement: placement report, schedule, ...",
-    "compute": "devtag-host placement report (the compute node)",
-    "scheduler": "Scheduling",
-    "attach": "The attach verbs",
-}
+    def __call__(self, parser: Any, namespace: argparse.Namespace, values: Any, option_string: Any = None) -> None:
+        given = f"_{self.dest}_given"
+        items = list(getattr(namespace, self.dest, None) or []) if getattr(namespace, given, False) else []
+        setattr(namespace, self.dest, [*items, values])
+        setattr(namespace, given, True)
 
 
 @dataclass
@@ -497,21 +113,53 @@ def config_path(argv: Sequence[str], environ: Mapping[str, str]) -> Tuple[Option
 
 
 def load(path: Optional[Path], required: bool) -> Loaded:
-    """The file at ``path`` (absent and not ``required``: nothing set); bad syntax or values are InputError."""
+    """The file at ``path`` (absent and not ``required``: nothing set); any fault of it is InputError."""
     if path is None:
         return Loaded(None, {}, [])
+    what = f"configuration file {path}"
     try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read(MAX_FILE_BYTES + 1)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         if required:
-            raise InputError(f"configuration file {path}: no such file") from None
+            raise InputError(f"{what}: no such file") from None
         return Loaded(None, {}, [])
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read configuration file {path}: {exc}") from None
-    if len(text) > MAX_FILE_BYTES:
-        raise InputError(f"configuration file {path} is larger than {MAX_FILE_BYTES} bytes")
+    except OSError as exc:
+        raise InputError(f"cannot read {what}: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise InputError(f"{what} is not a regular file")
+        _check_writers(path, info.st_mode)
+        try:
+            data = handle.read(MAX_FILE_BYTES + 1)
+        except OSError as exc:
+            raise InputError(f"cannot read {what}: {exc.strerror}") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise InputError(f"{what} is larger than {MAX_FILE_BYTES} bytes")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise InputError(f"{what}, line {line}: not UTF-8 text") from None
     return parse(text, path)
+
+
+def _check_writers(path: Path, mode: int) -> None:
+    """Refuse a file another user could have written: it sets root's token file, listen address, ..."""
+    if mode & stat.S_IWOTH:
+        raise InputError(
+            f"configuration file {path} may be written by every user (mode {stat.S_IMODE(mode):04o}): chmod o-w {path}"
+        )
+    for directory in dict.fromkeys([path.absolute().parent, Path(os.path.realpath(path)).parent]):
+        try:
+            dir_mode = os.stat(directory).st_mode
+        except OSError:
+            continue
+        if dir_mode & stat.S_IWOTH and not dir_mode & stat.S_ISVTX:
+            raise InputError(
+                f"configuration file {path} is in {directory}, which every user may write "
+                f"(mode {stat.S_IMODE(dir_mode):04o}): chmod o-w {directory}, or move the file"
+            )
 
 
 def parse(text: str, path: Path) -> Loaded:
@@ -519,7 +167,7 @@ def parse(text: str, path: Path) -> Loaded:
     try:
         parser.read_string(text, source=str(path))
     except configparser.Error as exc:
-        raise InputError(f"configuration file {path}: {' '.join(str(exc).split())}") from None
+        raise InputError(f"configuration file {path}{_syntax_error(exc)}") from None
     by_key = {(option.section, option.name): option for option in OPTIONS}
     for option in OPTIONS:
         for alias in option.aliases:
@@ -540,55 +188,65 @@ def parse(text: str, path: Path) -> Loaded:
         try:
             option.convert(value)
         except ValueError as exc:
-            raise InputError(f"configuration file {path}: {option.key}: {exc}") from None
+            raise InputError(f"configuration file {path}: {option.key} {exc}") from None
     return Loaded(path, values, warnings)
 
 
-def apply(loaded: Loaded, parser: argparse.ArgumentParser, environ: MutableMapping[str, str]) -> None:
+def _syntax_error(exc: configparser.Error) -> str:
+    """', line N: what is wrong', without the line (a file that is not ours, /etc/shadow, stays unsaid)."""
+    if isinstance(exc, configparser.MissingSectionHeaderError):
+        return f", line {exc.lineno}: a setting before the first [section] header"
+    if isinstance(exc, configparser.ParsingError):
+        more = f" (and {len(exc.errors) - 1} more lines)" if len(exc.errors) > 1 else ""
+        return f", line {exc.errors[0][0]}: neither a [section] header nor a NAME = VALUE line{more}"
+    if isinstance(exc, configparser.DuplicateSectionError):
+        return f", line {exc.lineno}: a section given twice"
+    if isinstance(exc, configparser.DuplicateOptionError):
+        return f", line {exc.lineno}: a setting given twice in its section"
+    return ": not an INI file"
+
+
+def _env_value(raw: str) -> str:
+    return repr(raw if len(raw) <= 40 else raw[:40] + "...")
+
+
+def apply(loaded: Loaded, parser: Parser, environ: MutableMapping[str, str]) -> None:
     """Make the environment's and the file's values the flags' defaults; export file values to
     the environment variables the code reads (where the environment does not set them)."""
     for option in OPTIONS:
         from_env = environ.get(option.env) if option.env else None
         from_file = loaded.values.get(option)
         raw = from_env if from_env else from_file
-        if raw is None or (from_env and not option.flags):
-            continue  # nothing set; or a variable only the code reads, which checks it in its own words
+        if raw is None or (from_env and not option.flags and not hasattr(option.convert, "check")):
+            continue  # nothing set; or a text only the code reads, which checks it in its own words
         try:
             value = option.convert(raw)
         except ValueError as exc:
-            where = f"${option.env}" if from_env else f"configuration file {loaded.path}: {option.key}"
-            raise InputError(f"{where}: {exc}") from None
+            where = (
+                f"${option.env}: {_env_value(raw)}" if from_env else f"configuration file {loaded.path}: {option.key}"
+            )
+            raise InputError(f"{where} {exc}") from None
         for verb, dest, _flag in option.flags:
-            sub = _subparser(parser, verb)
+            sub = parser.verbs.get(verb)
             if sub is not None:
                 sub.set_defaults(**{dest: value})
-                for action in sub._actions:
-                    if action.dest == dest:
-                        action.required = False  # configured: the flag may be left out
         if option.env and option.exported and not from_env and from_file is not None:
             environ[option.env] = from_file
 
 
-def _subparser(parser: argparse.ArgumentParser, verb: Verb) -> Optional[argparse.ArgumentParser]:
-    current: Optional[argparse.ArgumentParser] = parser
-    for word in verb:
-        if current is None or current._subparsers is None:
-            return None
-        found = None
-        for action in current._subparsers._group_actions:
-            found = getattr(action, "choices", {}).get(word) or found
-        current = found
-    return current
-
-
-class ReplacingAppend(argparse._AppendAction):
-    """``append``, but the first flag replaces a configured default list instead of adding to it."""
-
-    def __call__(self, parser: Any, namespace: argparse.Namespace, values: Any, option_string: Any = None) -> None:
-        if getattr(namespace, f"_{self.dest}_given", False) is False:
-            setattr(namespace, self.dest, None)
-            setattr(namespace, f"_{self.dest}_given", True)
-        super().__call__(parser, namespace, values, option_string)
+def check_flags(args: argparse.Namespace) -> None:
+    """Every numeric setting given as a flag is of its range, as from the file or the environment."""
+    verb = getattr(args, VERB_DEST, ())
+    for option in OPTIONS:
+        check = getattr(option.convert, "check", None)
+        for flag_verb, dest, flag in (*option.flags, *option.checks):
+            value = getattr(args, dest, None)
+            if check is None or flag_verb != verb or value is None:
+                continue
+            try:
+                option.convert(value) if isinstance(value, str) else check(value)
+            except ValueError as exc:
+                raise InputError(f"{flag} {_env_value(str(value))} {exc} ({option.key})") from None
 
 
 def sample() -> str:
@@ -614,6 +272,8 @@ def sample() -> str:
             also += [f"[{s}] {n}" for s, n in option.aliases]
             if also:
                 lines += _comment("Also: " + ", ".join(also))
+            if hasattr(option.convert, "check"):
+                lines += _comment(f"Values: {values_of(option.convert)}.")
             if option.packaged is not None:
                 lines.append(f"{option.name} = {option.packaged}")
             else:
@@ -621,7 +281,39 @@ def sample() -> str:
     return "\n".join(lines) + "\n"
 
 
-def register(commands: argparse._SubParsersAction) -> None:
+REFERENCE_BEGIN = "<!-- generated by 'devtag-host config reference': begin -->"
+REFERENCE_END = "<!-- generated: end -->"
+
+
+def reference() -> str:
+    """docs/configuration.md's tables of the settings, one per section (Markdown)."""
+    lines = [REFERENCE_BEGIN]
+    sections: Dict[str, List[Option]] = {}
+    for option in OPTIONS:
+        sections.setdefault(option.section, []).append(option)
+    for section, options in sections.items():
+        lines += ["", f"#### `[{section}]`: {SECTION_TITLES[section]}", ""]
+        lines += ["| setting | default | values | environment | option | what |", "|---|---|---|---|---|---|"]
+        for option in options:
+            name = f"`{option.name}`" + "".join(
+                f" (upstream `{n}`)" if s == section else f" (upstream `[{s}] {n}`)" for s, n in option.aliases
+            )
+            default = f"`{option.default}`" if option.default else "unset"
+            if option.packaged is not None:
+                default += f" (packaged: `{option.packaged}`)"
+            flags = ", ".join(
+                [
+                    *sorted({f"`{' '.join(verb)} {flag}`" for verb, _dest, flag in option.flags}),
+                    *(f"`{f}`" for f in option.same_as),
+                ]
+            )
+            env = f"`{option.env}`" if option.env else NONE
+            cells = [name, default, values_of(option.convert), env, flags or NONE, option.help.replace("|", "\\|")]
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join([*lines, "", REFERENCE_END]) + "\n"
+
+
+def register(commands: Any) -> None:
     config = commands.add_parser(
         "config",
         help="print the configuration file's sample or the settings in effect",
@@ -634,6 +326,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     verbs.add_parser("show", help="print each setting in effect and where it comes from").set_defaults(
         handler=_cmd_show
+    )
+    verbs.add_parser("reference", help="print the settings' tables of docs/configuration.md (Markdown)").set_defaults(
+        handler=lambda _args: print(reference(), end="")
     )
 
 

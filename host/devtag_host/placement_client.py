@@ -23,7 +23,7 @@ from .state import placement_token_path
 MICROVERSION: Tuple[int, int] = (1, 17)
 VERSION = f"placement {MICROVERSION[0]}.{MICROVERSION[1]}"  # the OpenStack-API-Version header
 _VERSION_TEXT = re.compile(r"^([0-9]{1,4})\.([0-9]{1,4})\Z")
-# Placement's no-keystone convention: any token is accepted by a server without a token file.
+# Placement's no-keystone convention: the token a client sends when it has no other (`placement serve --any-token`).
 NOAUTH_TOKEN = "admin"  # noqa: S105 - not a secret
 # Where devtag's callers find the service unless told: the default address of `placement serve`.
 URL_ENV = "DEVTAG_PLACEMENT_URL"

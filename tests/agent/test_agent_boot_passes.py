@@ -1,4 +1,4 @@
-"""The boot's two passes and hot-plug after a boot that found nothing (issue 18).
+"""The boot's two passes and hot-plug after a boot that found nothing.
 
 Pass 1 (devtag-agent.service, before the network) reads fw_cfg, the config
 drive and cloud-init's local-stage instance data; pass 2
@@ -99,7 +99,7 @@ def test_second_pass_applies_a_document_that_changed_since_the_first(vm, recorde
 
 
 def test_hot_plug_is_armed_even_when_the_boot_pass_found_nothing(vm):
-    """The rule used to test /run/devtag/current: a boot that found nothing never started the hot-plug unit."""
+    """The hot-plug rule does not depend on /run/devtag/current: a boot that found nothing still arms it."""
     machine, document = vm
     root = str(machine.root)
     rules = udevrules.parse(RULES.read_text())

@@ -1,4 +1,4 @@
-"""Hostile metadata reaching the agent (issue 14, "Guest agent input").
+"""Hostile metadata reaching the agent.
 
 * patterns are full matches, as on the host (``"nic\\n"`` is not ``nic``);
 * many entries for one device cannot pile its tags past the schema's 64;

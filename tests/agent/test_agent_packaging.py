@@ -82,8 +82,8 @@ def test_hotplug_unit_lets_the_apply_reach_its_own_time_limits():
     device (--wait) and trigger and settle; each is bounded in the agent.  A
     start timeout below their sum kills a slow but healthy apply, on a
     loaded host before it wrote or triggered anything: the disk stays
-    without its link (issue 17: 60 s, below the lock wait plus the trigger
-    alone; at load ~18 the interpreter start alone took 36 s under TCG).
+    without its link (60 s is below the lock wait plus the trigger alone,
+    and a loaded TCG guest can spend half of that starting the interpreter).
     """
     from devtag_agent.apply import apply_document
     from devtag_agent.publish import Publisher

@@ -1,4 +1,4 @@
-"""The script's directory goes last on sys.path (issue 17, "Boot cost").
+"""The script's directory goes last on sys.path (the boot's imports look there last).
 
 Python puts /usr/bin first on sys.path for /usr/bin/devtag-agent: every boot
 import would look there first (the listing of /usr/bin alone costs ~4 M

@@ -19,7 +19,7 @@ import libvirt
 
 from devtag_host import virt
 from devtag_host.attach import AttachmentStore, ComputeHost
-from devtag_host.attach.kernel import default_backends
+from devtag_host.attach.host import default_backends
 
 DOMAIN = """<domain type='qemu'><name>{name}</name><memory unit='MiB'>64</memory>
   <os><type arch='x86_64' machine='pc'>hvm</type></os><features><acpi/></features><devices>

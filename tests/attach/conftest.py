@@ -92,7 +92,7 @@ def _compute_host(connection: object, attach_state: Path, url: str) -> Iterator[
 
     from devtag_host.attach.backends.nbd import NbdBackend
     from devtag_host.attach.flows import ComputeHost
-    from devtag_host.attach.kernel import default_backends
+    from devtag_host.attach.host import default_backends
 
     exports = Path(tempfile.mkdtemp(prefix="dtn-"))
     backends = default_backends(connection, attach_state)

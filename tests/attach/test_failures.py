@@ -335,7 +335,7 @@ def test_reconcile_leaves_an_operation_of_a_live_process_alone(compute_host: Com
     import subprocess
     import sys
 
-    from devtag_host.attach.kernel import operation_lock_path
+    from devtag_host.attach.operation_lock import operation_lock_path
 
     handle = domain(define_domain, running=True)
     compute_host.create_volume("victim", 1 << 20)
@@ -369,7 +369,7 @@ def test_reconcile_leaves_an_operation_of_a_live_process_alone(compute_host: Com
 
 
 def test_reconcile_does_not_read_the_whole_journal(compute_host: ComputeHost, define_domain: Any) -> None:
-    """Issue 14: every reconcile read every journal row ever written (three times over)."""
+    """Reconcile reads the open operations and the ids the history names, not every journal row ever written."""
     handle = domain(define_domain, running=True)
     compute_host.create_volume("history", 1 << 20)
     compute_host.attach_volume(handle.name(), "history", tag="db", bus="scsi")  # no guest OS: SCSI unplugs

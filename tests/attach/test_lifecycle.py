@@ -21,8 +21,8 @@ from sqlalchemy import text
 from devtag_host import cli, virt
 from devtag_host.attach import ATTACHED, IN_USE, RESERVED, Conflict, InvalidInput, VolumeInUse
 from devtag_host.attach.display_secrets import SECRETS_DIR_ENV
+from devtag_host.attach.failures import FlowFailed, SimulatedCrash
 from devtag_host.attach.flows import ComputeHost
-from devtag_host.attach.kernel import FlowFailed, SimulatedCrash
 from devtag_host.attach.lifecycle import (
     evacuate,
     shelve_offload,
@@ -249,7 +249,7 @@ def stored_text(cluster: TwoHostCluster) -> str:
 def test_shelve_offload_keeps_display_passwords_out_of_the_database(
     cluster: TwoHostCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 14: the journal held XMLDesc(VIR_DOMAIN_XML_SECURE), VNC password included."""
+    """The journal never holds a display password (the secure XMLDesc's VNC password is kept apart)."""
     vault = tmp_path / "secrets"
     monkeypatch.setenv(SECRETS_DIR_ENV, str(vault))
     domain = cluster.node1.connection.defineXML(WITH_DISPLAY.format(name="sh-vnc", password=DISPLAY_PASSWORD))
@@ -427,7 +427,7 @@ def test_devtag_host_attachments_reconcile_finishes_a_swap(
 
 
 def test_reconcile_from_the_python_api_finishes_the_lifecycle_flows(cluster: TwoHostCluster) -> None:
-    """Issue 15: only the CLI registered the lifecycle reconcilers; from the API a crash stayed pending."""
+    """reconcile() from the Python API finishes a crashed lifecycle flow, as the CLI does."""
     domain = cluster.start("swap-api")
     attach(cluster, "swap-api", "old", "api")
     cluster.node1.create_volume("new", 1 << 20, backend="nbd")

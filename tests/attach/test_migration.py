@@ -17,9 +17,9 @@ import pytest
 
 from devtag_host import cli, virt
 from devtag_host.attach import ATTACHED, ATTACHING, IN_USE, VolumeInUse
+from devtag_host.attach.failures import FlowFailed, SimulatedCrash
 from devtag_host.attach.flows import ComputeHost
 from devtag_host.attach.guest import Guest
-from devtag_host.attach.kernel import FlowFailed, SimulatedCrash
 from devtag_host.attach.live_migration import MigrationOptions, live_migrate
 from devtag_host.metadata import find_device, tags_of
 from tests.support.flow_steps import LIVE_MIGRATION_STEPS as STEPS

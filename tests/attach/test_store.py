@@ -128,7 +128,7 @@ def finished_operation(store: AttachmentStore, operation: str, flow: str = "atta
 
 
 def test_prune_keeps_a_bounded_history_and_what_is_still_needed(store: AttachmentStore) -> None:
-    """Issue 14: the journal grew forever (and every reconcile read all of it)."""
+    """The journal keeps a bounded history of finished operations, and whatever reconcile still needs."""
     finished_operation(store, "shelved", "shelve-offload", instance_uuid=INSTANCE_A)  # not unshelved: kept
     finished_operation(store, "evacuated", "evacuate", instance_uuid=INSTANCE_B)  # recover-evacuated needs it
     finished_operation(store, "shelved-then-back", "shelve-offload", instance_uuid=INSTANCE_B)

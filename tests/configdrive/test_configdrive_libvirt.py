@@ -108,7 +108,7 @@ def test_cli_writes_the_drive_and_maps_errors_to_exit_codes(
     make_domain(define_domain, image_dir, "cd-cli")
     user_data = image_dir / "user-data"
     user_data.write_text("#cloud-config\n")
-    key = image_dir / "id_ed25519.pub"  # a real one: --public-key refuses anything else (issue 14)
+    key = image_dir / "id_ed25519.pub"  # a real one: --public-key refuses anything else
     key.write_text(KEY_LINE + "\n")
     out = image_dir / "cli.iso"
     args = ["configdrive", "--connect", libvirt_uri, "cd-cli", "-o", str(out)]

@@ -1,6 +1,6 @@
 """Hostile or careless input to devtag-host: one line on stderr, exit 2, never a traceback or a hang.
 
-Issue 14, "Config drive and host CLI".  The configdrive checks run before libvirt
+The configdrive checks run before libvirt
 is contacted, so an unreachable URI is enough here.
 """
 

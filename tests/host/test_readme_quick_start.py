@@ -88,7 +88,6 @@ def test_the_readme_quick_start_runs_as_written(home: Path) -> None:
     writable by it, hence umask 000 (a real user's session QEMU runs as that user;
     qemu:///system chowns the images itself)."""
     port = free_port()
-    secret = home / "secret"
     with throwaway_libvirt_host("quick") as host:
         script = ["set -e -o pipefail", "trap 'kill $(jobs -p) 2>/dev/null || true' EXIT"]
         if os.geteuid() == 0:
@@ -98,7 +97,7 @@ def test_the_readme_quick_start_runs_as_written(home: Path) -> None:
             if command.startswith(("apt-get install", "source .venv/bin/activate")):
                 continue
             command = command.replace("qemu:///system", host.uri)
-            command = command.replace("/tmp/secret", str(secret)).replace("127.0.0.1:8775", f"127.0.0.1:{port}")
+            command = command.replace("127.0.0.1:8775", f"127.0.0.1:{port}")
             if command.startswith("curl "):
                 curl = command
             first_line = command.splitlines()[0]
@@ -114,6 +113,7 @@ def test_the_readme_quick_start_runs_as_written(home: Path) -> None:
         environment = {
             "PATH": f"{Path(sys.executable).parent}:/usr/sbin:/usr/bin:/sbin:/bin",
             "HOME": str(home),
+            "TMPDIR": str(home),  # the quick start's mktemp
             "DEVTAG_STATE_DIR": str(home / "devtag"),  # not /var/lib/devtag of this machine
             "LANG": "C.UTF-8",
         }

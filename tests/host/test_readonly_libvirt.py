@@ -1,4 +1,4 @@
-"""The metadata server only reads libvirt: a read-only connection is all it needs (issue 14, "Units").
+"""The metadata server only reads libvirt: a read-only connection is all it needs.
 
 libvirt's read-only socket is open to every local user, so the packaged unit
 runs as a dynamic user without the ``libvirt`` group.  Here a throw-away

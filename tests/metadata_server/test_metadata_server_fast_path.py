@@ -1,4 +1,4 @@
-"""The request path's shortcuts stay exact (issue 14's throughput budget).
+"""The request path's shortcuts stay exact.
 
 * A direct-mode identity is remembered with the generations of the
   neighbour mirror and of the directory it was decided from: any change of

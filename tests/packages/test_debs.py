@@ -118,7 +118,7 @@ def test_host_package_vendors_its_libraries_and_runs(debs: Path, tmp_path: Path)
 
 
 def test_the_installed_units_run_what_the_packages_install(debs: Path, tmp_path: Path) -> None:
-    """Issue 14: the packaged metadata-server unit ran /usr/local/bin/devtag-host and could not start."""
+    """Every ExecStart of the packaged units names a command the packages install (not /usr/local/bin)."""
     for name in ("devtag-agent", "devtag-host"):
         subprocess.run(["dpkg-deb", "-x", str(deb(debs, name)), str(tmp_path)], check=True)
     units = sorted((tmp_path / "lib/systemd/system").glob("*.service"))

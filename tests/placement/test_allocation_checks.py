@@ -1,6 +1,6 @@
-"""The checks of an allocation write, as OpenStack Placement makes them (issue 13).
+"""The checks of an allocation write, as OpenStack Placement makes them.
 
-Two behaviours the differential test found missing: a write that asks no more
+Two behaviours: a write that asks no more
 than its consumers held passes even when the provider stays over its capacity
 (its inventory shrank under the allocations), and each allocation of a request
 gets all its checks (inventory of its class, min/max/step, capacity) before the

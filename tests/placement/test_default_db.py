@@ -1,4 +1,4 @@
-"""Where placement keeps its database without --db: devtag's state directory (issue 16).
+"""Where placement keeps its database without --db: devtag's state directory.
 
 Root's default is /var/lib/devtag/placement.sqlite, a service's state beside
 the embedded libvirt root and the attachment store, not a file under /root's

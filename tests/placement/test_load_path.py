@@ -1,5 +1,4 @@
-"""The load path (issue 13 performance: loading providers >= 20x faster than
-upstream): each write of a provider, its inventory, aggregates and traits runs in
+"""The load path: each write of a provider, its inventory, aggregates and traits runs in
 one transaction, and a new provider's inventory deletes nothing.  The unknown
 provider check that upstream makes before reading the body is made only when a
 body is refused (the handler's own look-up answers 404 otherwise)."""

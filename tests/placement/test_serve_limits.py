@@ -1,8 +1,8 @@
-"""`placement serve` against slow clients, with real sockets on loopback (issue 14, "Units").
+"""`placement serve` against slow clients, with real sockets on loopback.
 
-Before: a partial request head held its connection for as long as the client
-liked (25 s+), and 1,100 such connections exhausted the 1,024 descriptors
-systemd gives a service by default: every legitimate request was reset.
+A partial request head must not hold its connection for as long as the
+client likes: enough such connections would exhaust the 1,024 descriptors
+systemd gives a service by default, and every legitimate request would be reset.
 """
 
 from __future__ import annotations

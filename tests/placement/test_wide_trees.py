@@ -201,8 +201,8 @@ def test_a_search_cut_short_says_so(
     import logging
 
     from devtag_host.metrics import ServiceMetrics
+    from devtag_host.placement.access_log import RequestLog
     from devtag_host.placement.objects import candidate_search
-    from devtag_host.placement.requestlog import RequestLog
 
     with settings_client(sqlite_store, CandidateSettings()) as client:
         create_tree(client, 1, 8, 1)

@@ -1,39 +1,11 @@
-"""Scheduling fixtures: an in-process placement service (a migrated SQLite store,
-or a fresh database on a throw-away PostgreSQL server; reached through httpx's
-WSGI transport, no sockets) and a reporter client on it."""
+"""Scheduling fixtures: the placement service in-process, on SQLite and PostgreSQL in turn."""
 
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
-from typing import Iterator
 
-import httpx
-import pytest
+from tests.support.in_process_placement import placement
 
-from devtag_host import placement_client
-from devtag_host.placement import schema_upgrade
-from devtag_host.placement.app import Placement
-from devtag_host.placement.db import Store
-from tests.support.services import create_database
+__all__ = ["FIXTURES", "placement"]
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "domcapabilities"
-
-
-def _fresh_postgres_store(server_url: str) -> Store:
-    """A new database per test on the session's server (names are ours: sched_<hex>)."""
-    return Store(create_database(server_url, f"sched_{uuid.uuid4().hex[:12]}"))
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)])
-def placement(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[placement_client.PlacementClient]:
-    """The placement service in-process, on each backend in turn."""
-    if request.param == "sqlite":
-        store = Store(f"sqlite:///{tmp_path / 'placement.sqlite'}")
-    else:
-        store = _fresh_postgres_store(request.getfixturevalue("postgres_url"))
-    schema_upgrade.upgrade(store)
-    session = httpx.Client(transport=httpx.WSGITransport(app=Placement(store).wsgi))
-    yield placement_client.PlacementClient("http://placement", session=session)
-    session.close()
-    store.dispose()

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from devtag_host.compute import capabilities, host_facts, reporter
+from devtag_host.compute import emulation_traits, host_facts, reporter
 from devtag_host.scheduling import client as scheduling_client
 from devtag_host.scheduling.client import allocation_tree_traits, check_instance_rebuild, schedule
 from devtag_host.scheduling.errors import InvalidImageProperty, NoValidHost, PlacementTooOld, TraitConflict
@@ -25,10 +25,10 @@ BOOT_IMAGE = {"name": "debian", "hw_disk_bus": "scsi", "hw_vif_model": "e1000", 
 
 
 def arm_node() -> host_facts.HostFacts:
-    document = capabilities.parse_domain_capabilities(
+    document = emulation_traits.parse_domain_capabilities(
         (FIXTURES / "libvirt-qemu_10.0.0-virt.aarch64.xml").read_text(encoding="utf-8")
     )
-    found = capabilities.capability_traits([document], host_arch="aarch64")
+    found = emulation_traits.capability_traits([document], host_arch="aarch64")
     return host_facts.HostFacts(
         uuid=str(uuid.uuid4()),
         name="arm-node",

@@ -1,7 +1,7 @@
 """The steps each attach flow journals, in order: what the failure-injection tests fail or crash before.
 
 Only the tests read these (the flows are their own list of steps, see
-docs/attach.md "The kernel"); ``test_failures.py`` checks that a clean run of
+docs/attach.md "The runner"); ``test_failures.py`` checks that a clean run of
 each basic flow journals exactly its tuple, and the lifecycle and migration
 tests parametrise over theirs.
 """

@@ -145,7 +145,7 @@ def _write_report_element(elements: Path, files: Path) -> None:
 # host's /dev into the chroot, and udev's postinst there runs ``chgrp kvm
 # /dev/kvm`` with the *image's* kvm gid (104 = postgres on this host), after
 # which libvirt-qemu cannot open /dev/kvm and every later libvirt test re-probes
-# QEMU's capabilities (~6x slower; seen 2026-11-24).
+# QEMU's capabilities (several times slower).
 HOST_DEVICES = ("/dev/kvm",)
 
 

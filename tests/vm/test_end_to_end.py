@@ -401,7 +401,7 @@ def test_guest_finds_every_device_by_tag_via_the_metadata_service(
         domain.undefine()
 
 
-# Issue 18: a multi-NIC guest on a cloud whose only transport is the metadata
+# A multi-NIC guest on a cloud whose only transport is the metadata
 # service, behind a Nova-style signing proxy.  The tagged NICs are unconnected
 # (link down; each its own QEMU user network, so nothing could leave them
 # anyway).  nic1 sits on the root bus at 00:10.0 (enp0s16), which sorts before
@@ -593,8 +593,8 @@ def hot_plug_and_unplug(connection: Any, domain: Any, directory: Path) -> None:
     """
     from devtag_host.attach import AttachmentStore
     from devtag_host.attach.flows import ComputeHost
+    from devtag_host.attach.host import default_backends
     from devtag_host.attach.invariants import check_invariants
-    from devtag_host.attach.kernel import default_backends
     from devtag_host.attach.storage_daemon import StorageDaemon
 
     link = _link(HOTPLUG_TAG)

@@ -396,7 +396,7 @@ def boot_cost_figures(report: Dict[str, Any]) -> Dict[str, Any]:
       and CPU time: the agent's run next to the interpreter's start alone;
     - ``same_boot``: the boot run / the floor measured mid-boot, right after
       the boot run by devtag-e2e-floor.service (``floor_mid``, each command the
-      fastest of 3 there too): the issue's "baseline measured in the same boot"
+      fastest of 3 there too): a baseline measured in the same boot,
       under the boot run's conditions; ``after_mid``: (apply again + trigger) /
       floor, all three measured there;
     - ``sandboxed_same_boot`` (computed in the guest,

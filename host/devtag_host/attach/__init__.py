@@ -25,30 +25,14 @@ Public API (stable; the migration/lifecycle flows build on it):
     ``AVAILABLE RESERVED ATTACHING IN_USE DETACHING`` (:func:`model.volume_status`);
     errors ``AttachError > NotFound, Conflict > VolumeInUse, InvalidInput``.
 
-``AttachmentStore(url=None)`` -- Cinder's attachment API, one transaction per call
-    volumes: ``create_volume(name, backend, size_bytes, multiattach=False)`` (lifecycle
-    ``creating``), ``set_volume_ready(id, location)``, ``begin_volume_delete(id)``,
-    ``remove_volume(id)``, ``get_volume(id_or_name)``, ``list_volumes()``;
-    attachments: ``reserve(volume, instance_uuid, mode=, tag=, bus=, host=, detail=)`` ->
-    ``reserved`` (attachment_create without connector; the multiattach rule is checked here
-    and again at update), ``update(attachment_id, connector, connection_info, **fields)`` ->
-    ``attaching``, ``complete(attachment_id, **fields)`` -> ``attached``,
-    ``begin_detaching(id)`` -> ``detaching``, ``roll_detaching(id)`` -> ``attached``,
-    ``mark_error(id, ERROR_ATTACHING|ERROR_DETACHING, reason)``, ``set_fields(id, tag=, bus=,
-    alias=, address=, detail=, host=)``, ``delete_attachment(id)`` (idempotent),
-    ``get_attachment(id)``, ``find_attachment(id)``, ``attachments(instance_uuid=, volume_id=, host=)``;
-    NICs: ``add_interface``, ``set_interface``, ``remove_interface``, ``get_interface``,
-    ``find_interface``, ``interfaces(instance_uuid=)``;
-    journal: ``journal_step(operation, flow, step, instance_uuid=, volume_id=, attachment_id=,
-    mac=, detail=)``, ``journal(operation=None)``, ``open_operations()`` (rows are
-    ``model.JournalRecord``), ``finished(flow, instance_uuid=)``, ``plan(operation)``,
-    ``journal_ids()``, ``prune_journal(keep=1000)`` (finished operations beyond a bounded history).
+``AttachmentStore(url=None)`` -- Cinder's attachment API, one transaction per call (``store.py``):
+    volumes (``create_volume(name, backend, size_bytes, multiattach=False)``, ``get_volume``, ...),
+    attachments (``reserve(volume, instance_uuid, mode=, tag=, bus=, host=, detail=)`` -> ``reserved``,
+    ``update`` -> ``attaching``, ``complete`` -> ``attached``, ``delete_attachment``, ...), NICs and the
+    journal (``journal_step(operation, flow, step, instance_uuid=, volume_id=, attachment_id=, mac=,
+    detail=)``, ``prune_journal(keep=1000)``, ...).
 
-``backends`` -- ``VolumeBackend`` protocol: ``create_volume(volume_id, name, size_bytes) ->
-    location``, ``location_for(volume_id)``, ``delete_volume(location)``, ``volume_exists(location)``,
-    ``initialize_connection(location, attachment_id, connector) -> connection_info``,
-    ``connect(connection_info)``, ``disconnect(connection_info)``, ``is_connected(connection_info)``;
-    ``host_connector(host=None)``; ``BackendError``.
+``backends`` -- ``VolumeBackend`` (create, connect, disconnect a volume), ``host_connector``, ``BackendError``.
 
 ``ComputeHost(connection, store, *, host=None, backends=None, step_hook=None,
 detach_timeout=..., detach_attempts=...)`` -- the flows on one libvirt connection
@@ -58,11 +42,8 @@ detach_timeout=..., detach_attempts=...)`` -- the flows on one libvirt connectio
     tag=) -> InterfaceAttachment``, ``detach_interface(domain, mac)``, ``reconcile() -> list``
     (every flow, lifecycle and live migration included; ``add_peer(host)`` for a migration's
     destination);
-    building blocks for other flows (:class:`~devtag_host.attach.kernel.Host`): ``connector()``, ``backend(name)``,
-    ``operation(flow, **ids) -> Operation`` (``Operation.step(name, **detail)`` journals the step
-    *before* it runs and calls ``step_hook(flow, step)``; ``Operation.end(outcome)``),
-    ``guest`` (:class:`~devtag_host.attach.guest.Guest`: live+config attach, detach waiting for
-    ``DEVICE_REMOVED``).
+    building blocks for other flows (:class:`~devtag_host.attach.host.Host`): ``connector()``,
+    ``backend(name)``, ``operation(flow, **ids)`` (:class:`~devtag_host.attach.operation.Operation`).
 
 ``check_invariants(host) -> list[str]`` -- no leaked attachment, no volume in a wrong state,
 no device in a guest without an attachment or vice versa, no stale tag.
@@ -96,9 +77,9 @@ from .store import AttachmentStore
 # The flows import libvirt: loaded on first use, so the store works without it.
 _LAZY = {
     "ComputeHost": "flows",
-    "DetachTimeout": "kernel",
-    "FlowFailed": "kernel",
-    "SimulatedCrash": "kernel",
+    "DetachTimeout": "failures",
+    "FlowFailed": "failures",
+    "SimulatedCrash": "failures",
     "check_invariants": "invariants",
 }
 

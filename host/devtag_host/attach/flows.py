@@ -1,7 +1,7 @@
 """The attach and detach flows of one compute host (Nova's compute manager, reduced).
 
-Each flow is the list of its steps, run by the kernel's runner
-(:class:`~devtag_host.attach.kernel.Operation`): journalled before they run,
+Each flow is the list of its steps, run by the one runner
+(:class:`~devtag_host.attach.operation.Operation`): journalled before they run,
 undone newest first on an error, left open for ``devtag-host attachments
 reconcile`` by a crash or by an error after the point of no return (a detach
 once the guest released the device).
@@ -17,10 +17,13 @@ from typing import Any, Dict, List, Optional
 
 from . import devices, model
 from .backends import DEFAULT_BACKEND, VolumeBackend
+from .failures import DetachTimeout, FlowFailed
 from .guest import Guest
-from .kernel import DetachTimeout, FlowFailed, Host, Operation, record_tag, untag
+from .host import Host
 from .model import Attachment, InterfaceAttachment, Volume
+from .operation import Operation
 from .reconcile import reconcile
+from .tags import record_tag, untag
 
 
 class ComputeHost(Host):

@@ -217,3 +217,13 @@ class Guest:
             if not self.has_alias(alias, "live"):
                 return
             raise GuestError(f"cannot detach {alias} from the running domain: {message}") from None
+
+
+def destroy_and_undefine(handle: Optional[Any]) -> None:
+    """Stop the domain if it runs and drop its persistent definition (nothing if ``handle`` is None)."""
+    if handle is None:
+        return
+    if handle.isActive():
+        handle.destroy()
+    if handle.isPersistent():
+        handle.undefine()

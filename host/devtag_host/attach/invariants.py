@@ -27,7 +27,7 @@ from ..metadata.device_tags import tags_of
 from ..metadata.model import Disk, Domain, Nic
 from . import devices, model
 from .guest import Guest
-from .kernel import Host
+from .host import Host
 from .reconcile import known_devices, leaked_exports, stale_tag_entries
 
 _OUR_ALIAS = re.compile(r"\Aua-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")

@@ -12,32 +12,23 @@ Example::
 
     lifecycle.swap_volume(node1, "web1", "old-data", "new-data")   # blockcopy, then pivot
 
-* **Evacuate** (the source host is dead and fenced): nothing happens on the
-  source.  On the destination each volume gets a second attachment for the
-  instance, connected as in an attach; the domain is defined from its saved
-  definition (disks retargeted, tags inside) and started; only then is the old
-  attachment deleted, *without* contacting the dead host, so the volume stays
-  reserved for the instance throughout.  When the dead host returns,
-  :func:`~devtag_host.attach.reconcile.recover_evacuated` destroys its stale copy (Nova's
-  ``_destroy_evacuated_instances``) and reconcile stops its leaked exports.
-* **Shelve-offload**: the guest is powered off; each volume first gets a new
-  attachment *without connector and host* (``reserved``: logically attached
-  to the instance), then the old one is disconnected and deleted the usual
-  way; the domain is undefined.  Its definition (with the tags) is kept in
-  the journal.  **Unshelve** updates each reserved attachment with the new
-  host's connector, connects, defines the domain with its disks retargeted,
-  starts it and completes the attachments.
-* **Swap volume**: a new attachment for the new volume (reserve, update,
-  connect), ``virDomainBlockCopy`` of the old volume into it, pivot; then the
-  old volume is disconnected and its attachment deleted.  The guest keeps its
-  device: same alias, same serial (the old volume's id, as in Nova), same
-  address and tag.  Refused for multiattach volumes, as in Nova.
+* **Evacuate** (the source host is dead and fenced): on the destination each
+  volume gets a second attachment, connected; the domain is defined from its
+  saved definition (disks retargeted, tags inside) and started; only then is
+  the old attachment deleted, without contacting the dead host.  When it
+  returns, :func:`~devtag_host.attach.reconcile.recover_evacuated` destroys its stale copy.
+* **Shelve-offload**: the guest is powered off; each volume gets a new
+  attachment without connector and host (``reserved``), the old one goes; the
+  domain is undefined, its definition kept in the journal.  **Unshelve**
+  connects each reserved attachment on the new host, defines and starts the domain.
+* **Swap volume**: a new attachment for the new volume, ``virDomainBlockCopy``
+  into it, pivot, the old attachment deleted.  The guest keeps its device
+  (alias, serial, address, tag).  Refused for multiattach volumes, as in Nova.
 
-Every step is journalled before it runs and the host's step hook sees it.
-Errors before the point of no return (the migration in evacuate: ``start``;
-``delete-old`` in shelve; the pivot in swap) roll back every earlier step;
-after it, the operation stays open and reconcile rolls it forward
-(``finish_*`` here, in :data:`devtag_host.attach.reconcile.RECONCILERS`).
+Step by step, with rollback and reconcile: docs/attach-migration.md.
+
+The points of no return (:class:`~devtag_host.attach.operation.Operation`): ``start`` in evacuate,
+``delete-old`` in shelve, the pivot in swap; reconcile rolls forward after them (``finish_*``).
 """
 
 from __future__ import annotations
@@ -56,19 +47,9 @@ import libvirt
 from .. import virt
 from ..metadata.model import Disk, Domain, TagEntry
 from . import devices, display_secrets, model
-from .guest import Guest, libvirt_failure
-from .kernel import (
-    NO_DEVICE,
-    DevicePlan,
-    FlowFailed,
-    Host,
-    Journal,
-    Replay,
-    as_flow_failed,
-    destroy_and_undefine,
-    started,
-    undoing,
-)
+from .failures import FlowFailed, as_flow_failed
+from .guest import Guest, destroy_and_undefine, libvirt_failure
+from .host import Host
 from .live_migration import (
     MovedVolume,
     ensure_tags,
@@ -77,6 +58,7 @@ from .live_migration import (
     settled_attachments,
 )
 from .model import Attachment, JournalRecord
+from .operation import NO_DEVICE, DevicePlan, Journal, Replay, started, undoing
 from .retarget import DiskRetarget, move_disk, retarget_disks
 
 log = logging.getLogger(__name__)

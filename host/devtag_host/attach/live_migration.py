@@ -27,14 +27,11 @@ attachment of the domain on the source, following the new-attach-API spec:
 Tags need no copying: they live in the domain's ``<metadata>``, which libvirt
 migrates with the definition (live and persistent).
 
-Every step is journalled before it runs (the operation's first row carries
-the plan: each volume's source and destination attachment), and the source
-host's step hook sees it, so tests can fail or "crash" before any step.  An
-error before the migration rolls back; once the domain runs on the
-destination nothing can roll back, so an error after it leaves the operation
-open and :func:`finish_live_migration` (reconcile on the source host, which
-needs the destination among its ``peers``: ``--peer NAME=URI``) rolls it
-forward.  Reconcile decides by where the domain actually runs.
+The operation's first row carries the plan (each volume's source and
+destination attachment).  The migration is the point of no return: an error
+after it leaves the operation open and :func:`finish_live_migration`
+(reconcile on the source host, the destination among its ``--peer NAME=URI``)
+rolls it forward, by where the domain actually runs.
 """
 
 from __future__ import annotations
@@ -51,20 +48,11 @@ import libvirt
 from .. import virt
 from ..metadata import add_tags, find_device, tags_of
 from . import devices, model
-from .guest import Guest, libvirt_failure
-from .kernel import (
-    NO_DEVICE,
-    DevicePlan,
-    FlowFailed,
-    Host,
-    Journal,
-    Operation,
-    Pending,
-    Replay,
-    as_flow_failed,
-    destroy_and_undefine,
-)
+from .failures import FlowFailed, Pending, as_flow_failed
+from .guest import Guest, destroy_and_undefine, libvirt_failure
+from .host import Host
 from .model import Attachment, JournalRecord
+from .operation import NO_DEVICE, DevicePlan, Journal, Operation, Replay
 from .retarget import DiskRetarget, retarget_disks
 from .store import AttachmentStore
 

@@ -1,19 +1,11 @@
 """``devtag-host attachments reconcile``: converge after a crash between any two steps.
 
 Inputs: the journal's open operations of this host, the store, the live and
-persistent domain XML, and the backends.  The rules (docs/attach.md):
+persistent domain XML, and the backends.  The rules, flow by flow, are the
+table of docs/attach.md: an attach rolls forward only if the device is in
+every definition the domain has, a detach only if the device left the
+running guest; otherwise they roll back.
 
-* **attach** (volume or NIC): roll *forward* -- record address and tag, mark
-  ``attached`` -- only if the attachment row exists, no rollback had started
-  and the device is in every definition the domain has (live if running,
-  persistent if defined).  Otherwise roll *back*: unplug the device wherever
-  it is, drop its tags, disconnect the backend, delete the attachment.
-* **detach**: if the device is still in the running guest, the detach did not
-  happen: put the device back into the persistent config (from the XML
-  journalled before it was removed) and mark ``attached``.  Otherwise roll
-  forward: remove it from the config, disconnect, delete, drop the tags.
-* **create-volume** rolls back (the journalled location is deleted) unless
-  ``ready`` was reached; **delete-volume** rolls forward.
 * A rollback that cannot finish (the guest keeps a PCI device) leaves the
   operation open: the next reconcile tries again.
 * live-migrate, evacuate, shelve-offload, unshelve and swap-volume: their
@@ -37,19 +29,14 @@ from .. import virt
 from ..metadata.device_tags import taggable_devices
 from ..metadata.model import Domain, TagEntry
 from . import devices, lifecycle, live_migration, model
-from .guest import Guest
-from .kernel import (
-    Host,
-    Pending,
-    destroy_and_undefine,
-    operation_in_progress,
-    operation_lock_path,
-    record_tag,
-    undoing,
-    untag,
-)
+from .failures import Pending
+from .guest import Guest, destroy_and_undefine
+from .host import Host
 from .model import JOURNAL_IDS, Attachment, InterfaceAttachment, JournalIds, JournalRecord
+from .operation import undoing
+from .operation_lock import operation_in_progress, operation_lock_path
 from .store import AttachmentStore
+from .tags import record_tag, untag
 
 log = logging.getLogger(__name__)
 

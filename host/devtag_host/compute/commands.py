@@ -15,10 +15,9 @@ from ..errors import InputError, RuntimeFailure
 from ..placement_client import URL_HELP, PlacementClient, client_token, service_url
 from ..state import state_dir
 from .devices import parse_device_spec
-from .host_capabilities import DEFAULT_MACHINE_TYPES
-from .host_facts import GIB, pool_gb, read_host
+from .host_facts import DEFAULT_MACHINE_TYPES, GIB, pool_gb, read_host
 from .node_identity import node_uuid
-from .reporter import ReportError, Settings, add_aggregate, report, report_shared_pool
+from .reporter import Settings, add_aggregate, report, report_shared_pool
 
 log = logging.getLogger(__name__)
 
@@ -173,8 +172,6 @@ def _report_once(client: PlacementClient, settings: Settings, args: argparse.Nam
                 shared = _shared_capacity(connection, args)
                 if shared is not None:
                     report_shared_pool(client, aggregate=args.aggregate, **shared)
-        except ReportError as exc:
-            raise RuntimeFailure(str(exc)) from None
         except (KeyError, IndexError, TypeError, AttributeError) as exc:  # a JSON answer of another shape
             raise RuntimeFailure(f"placement gave an unexpected answer ({type(exc).__name__}: {exc})") from None
     finally:

@@ -1,6 +1,15 @@
 """The compute node's facts, read from libvirt: node info, host CPU features,
 running domains and their disks, disk capacity, what it can emulate.
 
+What it can emulate: for every guest arch the host runs ``virt_type`` for
+(``virConnectGetCapabilities``), and every machine type configured for that
+arch (default: ``pc`` and ``q35`` on x86, libvirt's default machine
+elsewhere), ``virConnectGetDomainCapabilities`` is read and the traits of
+:mod:`.emulation_traits` united.  Values without a standard trait are logged
+at INFO.
+
+    traits = read_capability_traits(virt.open_connection(uri), virt_type="qemu")
+
 ``read_host(connection, ...)`` returns a :class:`HostFacts`; the rest are the
 pure parsers it uses.  libvirt is imported where it is used, so the reporter's
 placement side (and ``devtag-host --help``) loads without it.
@@ -8,6 +17,7 @@ placement side (and ``devtag-host --help``) loads without it.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import uuid as uuidlib
@@ -18,12 +28,29 @@ import defusedxml.ElementTree as ElementTree
 import os_traits
 
 from ..errors import RuntimeFailure
-from . import host_capabilities
 from .devices import PciDevice, hostdev_pci_addresses, parse_pci_device
+from .emulation_traits import (
+    CapabilityTraits,
+    DomainCapabilities,
+    DomainCapabilitiesError,
+    capability_traits,
+    emulator_version,
+    parse_domain_capabilities,
+    parse_host_capabilities,
+)
+
+log = logging.getLogger(__name__)
 
 GIB = 1024**3
 CPU_TRAIT_PREFIX = "HW_CPU_X86_"
 _KNOWN_TRAITS = frozenset(os_traits.get_traits())
+
+DEFAULT_VIRT_TYPE = "qemu"  # devtag's domains are <domain type='qemu'>; set "kvm" on KVM hosts
+# Nova's [libvirt]hw_machine_type defaults: the i440fx PC and q35 on x86; elsewhere libvirt's default (None).
+DEFAULT_MACHINE_TYPES: Mapping[str, Tuple[Optional[str], ...]] = {
+    "x86_64": ("pc", "q35"),
+    "i686": ("pc", "q35"),
+}
 
 
 @dataclass
@@ -157,10 +184,10 @@ def read_host(
             )
     except libvirt.libvirtError as exc:
         raise RuntimeFailure(f"cannot read the host from libvirt: {exc.get_error_message()}") from None
-    found = host_capabilities.read_capability_traits(
+    found = read_capability_traits(
         connection,
-        virt_type=virt_type or host_capabilities.DEFAULT_VIRT_TYPE,
-        machine_types=host_capabilities.DEFAULT_MACHINE_TYPES if machine_types is None else machine_types,
+        virt_type=virt_type or DEFAULT_VIRT_TYPE,
+        machine_types=DEFAULT_MACHINE_TYPES if machine_types is None else machine_types,
     )
     disk_gb = None
     if storage_pool:
@@ -178,3 +205,61 @@ def read_host(
         capability_traits=None if found is None else set(found.traits),
         pci_devices=read_pci_devices(connection) if pci_devices else None,
     )
+
+
+def read_domain_capabilities(
+    connection: Any,
+    *,
+    virt_type: str = DEFAULT_VIRT_TYPE,
+    machine_types: Mapping[str, Sequence[Optional[str]]] = DEFAULT_MACHINE_TYPES,
+) -> Tuple[str, List[DomainCapabilities]]:
+    """(host arch, one parsed document per guest arch and machine type libvirt could describe)."""
+    import libvirt
+
+    try:
+        host_arch, guests = parse_host_capabilities(connection.getCapabilities())
+    except libvirt.libvirtError as exc:
+        raise RuntimeFailure(f"cannot read the host capabilities: {exc.get_error_message()}") from None
+    documents: List[DomainCapabilities] = []
+    asked: Set[Tuple[str, Optional[str]]] = set()
+    for guest in guests:
+        if virt_type not in guest.virt_types:
+            continue
+        for machine in machine_types.get(guest.arch, (None,)):
+            if (guest.arch, machine) in asked:
+                continue
+            asked.add((guest.arch, machine))
+            try:
+                xml = connection.getDomainCapabilities(None, guest.arch, machine, virt_type, 0)
+                documents.append(parse_domain_capabilities(xml))
+            except (libvirt.libvirtError, DomainCapabilitiesError) as exc:
+                message = exc.get_error_message() if isinstance(exc, libvirt.libvirtError) else str(exc)
+                log.warning("no domain capabilities for %s/%s/%s: %s", virt_type, guest.arch, machine, message)
+    return host_arch, documents
+
+
+def read_capability_traits(
+    connection: Any,
+    *,
+    virt_type: str = DEFAULT_VIRT_TYPE,
+    machine_types: Mapping[str, Sequence[Optional[str]]] = DEFAULT_MACHINE_TYPES,
+) -> Optional[CapabilityTraits]:
+    """The host's capability traits, or None when libvirt described no machine type at all.
+
+    None means "unknown" (``test:///default`` has no domain capabilities), so a
+    reporter keeps what the provider has instead of removing every capability trait.
+    """
+    import libvirt
+
+    host_arch, documents = read_domain_capabilities(connection, virt_type=virt_type, machine_types=machine_types)
+    if not documents:
+        log.warning("libvirt described no %s machine type: capability traits left as they are", virt_type)
+        return None
+    try:
+        version = emulator_version(connection.getVersion())
+    except libvirt.libvirtError:
+        version = None
+    found = capability_traits(documents, host_arch=host_arch, emulator_version=version)
+    for line in found.unmapped_lines():
+        log.info("reported by libvirt, no standard trait: %s", line)
+    return found

@@ -6,7 +6,7 @@ features, running domains, disk capacity, the device models it can emulate);
 provider (UUID = libvirt's host UUID), its VCPU / MEMORY_MB / DISK_GB inventory,
 its ``HW_CPU_X86_*`` traits, its capability traits (``COMPUTE_STORAGE_BUS_*``,
 ``COMPUTE_GRAPHICS_MODEL_*``, ``COMPUTE_NET_VIF_MODEL_*``, ``COMPUTE_ARCH_*``,
-``HW_ARCH_*``: :mod:`devtag_host.compute.capabilities`) and one allocation per
+``HW_ARCH_*``: :mod:`devtag_host.compute.emulation_traits`) and one allocation per
 running domain (consumer = domain UUID).  The reporter owns exactly those trait
 namespaces: any other trait on the provider (an operator's ``CUSTOM_RACK6``)
 stays.
@@ -46,19 +46,20 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Union
 
 import os_traits
 
+from ..errors import RuntimeFailure
 from ..placement_client import PlacementClient, error_code, error_detail
-from .capabilities import PREFIXES
 from .devices import ChildProvider, DeviceSpec, device_providers, provider_uuid
+from .emulation_traits import PREFIXES
 from .host_facts import CPU_TRAIT_PREFIX, DomainUsage, HostFacts, cpu_traits
 
 log = logging.getLogger(__name__)
 
 MANAGED_TRAIT_PREFIX = CPU_TRAIT_PREFIX
-# The device-model and arch traits of devtag_host.compute.capabilities.
+# The device-model and arch traits of devtag_host.compute.emulation_traits.
 CAPABILITY_TRAIT_PREFIXES = tuple(prefix + "_" for prefix in PREFIXES)
 
 
-class ReportError(Exception):
+class ReportError(RuntimeFailure):
     """Placement refused a write (after retries)."""
 
 

@@ -30,6 +30,13 @@ def _libvirt() -> Any:
     return libvirt
 
 
+def _virt() -> Any:
+    """devtag's libvirt edge (it imports libvirt), loaded by the verbs that write to a domain."""
+    from .. import virt
+
+    return virt
+
+
 def _sysinfo_entries(uuid: str) -> Dict[str, str]:
     return {"manufacturer": SMBIOS_MANUFACTURER, "product": SMBIOS_PRODUCT, "serial": uuid, "uuid": uuid}
 
@@ -63,9 +70,7 @@ def set_nova_smbios(handle: Any) -> None:
         smbios.set("mode", "sysinfo")
         return True
 
-    from ..virt import edit_persistent_definition  # libvirt only for commands that need it
-
-    edit_persistent_definition(handle, edit)
+    _virt().edit_persistent_definition(handle, edit)
 
 
 def _cdrom_xml(iso_path: str, bus: str, target: str) -> str:
@@ -97,9 +102,7 @@ def attach_config_drive(handle: Any, iso_path: str, *, bus: Optional[str] = None
     the persistent definition (IDE on i440fx, SATA on q35), and live too when
     the hypervisor can hot-plug it.  Returns the target dev used.
     """
-    from .. import virt
-
-    libvirt = _libvirt()
+    virt, libvirt = _virt(), _libvirt()
     inactive = not handle.isActive()
     domain = virt.read_domain(handle, inactive=inactive)
     existing = next((d for d in domain.disks if d.alias == CONFIG_DRIVE_ALIAS), None)

@@ -16,9 +16,11 @@ from typing import Any, Callable
 
 import devtag_schema
 
+from ..errors import RuntimeFailure
 
-class InvalidDocumentError(ValueError):
-    """A metadata document the schema rejects; the message lists the reasons."""
+
+class InvalidDocumentError(RuntimeFailure, ValueError):
+    """A metadata document the schema rejects; the message lists the reasons (exit status 1)."""
 
 
 @functools.cache

@@ -9,9 +9,9 @@
 
 * :class:`LoggerSink` (default): the ``devtag_host.metadata_server.access``
   logger, one record per request;
-* :class:`~devtag_host.request_log.BufferedStreamSink`: a stream (the CLI's
+* :class:`~devtag_host.json_lines.BufferedStreamSink`: a stream (the CLI's
   standard error, i.e. the journal), written in batches (see
-  :mod:`devtag_host.request_log`).
+  :mod:`devtag_host.json_lines`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from typing import Optional
 
-from ..request_log import BufferedStreamSink, iso_timestamp, quote
+from ..json_lines import BufferedStreamSink, iso_timestamp, quote
 
 __all__ = ["BufferedStreamSink", "LoggerSink", "access_line"]
 

@@ -15,7 +15,7 @@ from typing import Any, Optional
 from ..config import ReplacingAppend
 from ..errors import RuntimeFailure
 from ..inputs import parse_listens, read_secret_file
-from ..request_log import BufferedStreamSink
+from ..json_lines import BufferedStreamSink
 from ..serving import announce, announce_stop, listening_sockets, metrics_listen, serve_exit_status
 from .instance_data import instance_data_reader
 

@@ -17,7 +17,10 @@ two bridges is two entries.  An address whose MAC changed within
 address another MAC had): the identifier refuses it.
 
 Linux only; needs no privilege.  The parsing below is pure (bytes in, tuples
-out); the sockets are at the edge.
+out); the sockets are at the edge.  It speaks rtnetlink with ``struct`` rather
+than through pyroute2 because pyroute2 parses the same dump and the same
+announcements several times slower, which a request waiting on ``sync()``
+would pay (``benchmarks/neighbour_table.py`` prints both, docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""An OpenStack-Placement-compatible service (microversions 1.0-1.17).
+"""An OpenStack-Placement-compatible service (microversions 1.0-1.39).
 
 Layout, one module per resource in three parallel folders:
 

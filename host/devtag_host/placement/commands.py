@@ -14,12 +14,12 @@ from ..compute import commands as compute_commands
 from ..config import ReplacingAppend
 from ..errors import InputError, RuntimeFailure
 from ..inputs import ListenAddress, parse_listen, read_secret_file
-from ..request_log import BufferedStreamSink
+from ..json_lines import BufferedStreamSink
 from ..serving import announce, announce_stop, listening_socket, metrics_listen, serve_exit_status
 from ..state import placement_token_path
 from . import candidate_settings
+from .access_log import RequestLog
 from .microversion import max_version_string, min_version_string
-from .requestlog import RequestLog
 
 log = logging.getLogger(__name__)
 DEFAULT_LISTEN = "127.0.0.1:8778"
@@ -158,8 +158,8 @@ def loopback_or_token(address: ListenAddress, token_file: str | None) -> ListenA
     on this host only; with ``--any-token`` any token is accepted)."""
     if token_file is None and not _is_loopback(address.host):
         raise InputError(
-            f"refusing to listen on {address.host} without --auth-token-file: any token would be accepted "
-            "(listen on 127.0.0.1 or give a token file)"
+            f"refusing to listen on {address.host} without --auth-token-file: the generated token is for this host's "
+            "clients only (listen on 127.0.0.1 or give a token file)"
         )
     return address
 
@@ -193,11 +193,10 @@ def check_database_url(url: str | None) -> None:
 def _sync(url: str | None) -> None:
     from sqlalchemy.exc import SQLAlchemyError
 
-    from . import schema_upgrade
-    from .db import Store
+    from . import db, schema_upgrade  # the service's stack (SQLAlchemy, Alembic): only db-sync and serve
 
     check_database_url(url)
-    store = Store(url)
+    store = db.Store(url)
     try:
         schema_upgrade.upgrade(store)
     except SQLAlchemyError as exc:

@@ -2,7 +2,7 @@
 
 One way through, one module per arrow:
 
-* :mod:`devtag_host.compute.capabilities` -- what a host can emulate, as traits
+* :mod:`devtag_host.compute.emulation_traits` -- what a host can emulate, as traits
   (``COMPUTE_STORAGE_BUS_*``, ...); the compute node reporter publishes them.
 * :mod:`.prefilter` -- image device-model properties -> required traits (pure).
 * :mod:`.request` -- flavor + image -> the unnumbered and granular request groups -> the
@@ -14,7 +14,7 @@ One way through, one module per arrow:
     request = build_request(flavor_from_json(flavor), image_from_json(image), prefilter=True)
 """
 
-from ..compute.capabilities import CapabilityTraits, capability_traits, parse_domain_capabilities
+from ..compute.emulation_traits import CapabilityTraits, capability_traits, parse_domain_capabilities
 from .errors import InvalidFlavor, InvalidImageProperty, NoValidHost, RebuildRefused, TraitConflict
 from .prefilter import prefilter_traits
 from .ranking import rank

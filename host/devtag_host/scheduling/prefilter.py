@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-from ..compute.capabilities import (
+from ..compute.emulation_traits import (
     EMULATION_ARCH_PREFIX,
     GRAPHICS_MODEL_PREFIX,
     HOST_ARCH_PREFIX,
@@ -46,7 +46,7 @@ PROPERTY_PREFIXES: Mapping[str, str] = {
     "hw_vif_model": VIF_MODEL_PREFIX,
 }
 
-# Properties the issue names that have no standard trait, and why they are not mapped.
+# Image properties that have no standard trait, and why they are not mapped.
 UNMAPPED_PROPERTIES: Mapping[str, str] = {
     "hypervisor_type": "os-traits has no hypervisor-type trait",
     "vm_mode": "os-traits has no VM-mode trait",

@@ -67,9 +67,8 @@ class _CollectorPause:
 
     An answer is tens of thousands of small objects, all alive until it is returned
     and none in a reference cycle (plain dicts, lists and tuples, freed by reference
-    counting).  With the collector on, building them triggered full collections that
-    walk every object of the process and free nothing: measured on the nested
-    benchmark (1,000 trees, 2,000 candidates), 40 % of the request's CPU time."""
+    counting).  With the collector on, building them triggers full collections that
+    walk every object of the process and free nothing (docs/benchmarks.md)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -602,7 +601,7 @@ def _own_query(
     source = inv.join(resource_providers, resource_providers.c.id == rp_id)
     conditions = [fitting_rows({rc_id: bindparam(f"b_amount_{rc_id}", type_=Integer) for rc_id in class_ids})]
     # Drive the query from the most selective tables: each single required trait and
-    # single aggregate is a join on its primary key (3x faster than IN lists).
+    # single aggregate is a join on its primary key (faster than IN lists).
     for index, size in enumerate(required):
         if size == 1:
             having = provider_traits.alias(f"required_{index}")

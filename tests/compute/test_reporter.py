@@ -9,7 +9,6 @@ import pytest
 
 from devtag_host import placement_client
 from devtag_host.compute import host_facts, reporter
-from devtag_host.placement.app import Placement
 from tests.support.services import free_port, served_placement
 
 CAPABILITIES = """<capabilities><host><uuid>859a3caa-14f1-40f7-9840-15b193f19a92</uuid>
@@ -31,12 +30,9 @@ def test_capabilities_to_traits():
 
 
 @pytest.fixture
-def placement(sqlite_store):
-    import httpx
-
-    session = httpx.Client(transport=httpx.WSGITransport(app=Placement(sqlite_store).wsgi))
-    yield placement_client.PlacementClient("http://placement", session=session)
-    session.close()
+def placement(sqlite_placement):
+    """The SQLite placement only: these tests are about the reporter, not the database."""
+    return sqlite_placement
 
 
 def facts(**overrides) -> host_facts.HostFacts:

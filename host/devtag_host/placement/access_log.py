@@ -1,4 +1,4 @@
-"""The request log: one JSON line per request, as the metadata server's access log.
+"""The access log (off with ``--no-request-log``): one JSON line per request, as the metadata server's.
 
     {"ts": "2026-11-28T03:59:24.309Z", "request_id": "req-6f1c...", "client": "10.0.0.5",
      "method": "GET", "path": "/allocation_candidates?resources=VCPU:1", "microversion": "1.39",
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 if TYPE_CHECKING:
     from ..metrics import ServiceMetrics
 
-from ..request_log import iso_timestamp, quote
+from ..json_lines import iso_timestamp, quote
 
 MAX_LOGGED_PATH = 2048
 REQUEST_ID_HEADER = b"x-openstack-request-id"

@@ -1,4 +1,4 @@
-"""The flows' runner (``kernel.Operation``) on a real store, without libvirt: journal, undo, endings.
+"""The flows' runner (``operation.Operation``) on a real store, without libvirt: journal, undo, endings.
 
 The libvirt tests crash and fail every real flow at every step; these pin the
 runner's contract itself in a second: what each way of leaving a flow
@@ -13,8 +13,10 @@ from typing import Any, Iterator, List, Optional, Tuple
 import pytest
 
 from devtag_host.attach import AttachmentStore
-from devtag_host.attach.kernel import FlowFailed, Host, Operation, SimulatedCrash
+from devtag_host.attach.failures import FlowFailed, SimulatedCrash
+from devtag_host.attach.host import Host
 from devtag_host.attach.model import ERROR_ATTACHING, Conflict
+from devtag_host.attach.operation import Operation
 
 INSTANCE = "aaaaaaaa-0000-4000-8000-000000000001"
 

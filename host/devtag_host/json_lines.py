@@ -1,4 +1,4 @@
-"""What the two servers' request logs share: the timestamp, the quoting, the sink.
+"""What the two servers' access logs share: JSON lines (the timestamp, the quoting) and their sink.
 
 Each server writes one JSON object per request, one a line, on standard error
 (the journal)::

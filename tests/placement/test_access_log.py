@@ -10,8 +10,8 @@ from typing import Any, Dict, List
 import httpx
 import pytest
 
-from devtag_host.placement.requestlog import request_line
-from devtag_host.request_log import iso_timestamp
+from devtag_host.json_lines import iso_timestamp
+from devtag_host.placement.access_log import request_line
 from tests.support.services import served_placement
 
 ISO_8601 = re.compile(r"\A\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\Z")

@@ -9,8 +9,8 @@ from pathlib import Path
 import os_traits
 import pytest
 
-from devtag_host.compute import capabilities
-from devtag_host.compute.capabilities import (
+from devtag_host.compute import emulation_traits as capabilities
+from devtag_host.compute.emulation_traits import (
     CapabilityTraits,
     DomainCapabilitiesError,
     capability_traits,
@@ -229,12 +229,12 @@ def test_real_domain_capabilities(libvirt_conn, machine, has_ide):
 
 @pytest.mark.libvirt
 def test_read_capability_traits_from_real_libvirt(libvirt_conn, caplog):
-    from devtag_host.compute.host_capabilities import read_capability_traits, read_domain_capabilities
+    from devtag_host.compute.host_facts import read_capability_traits, read_domain_capabilities
 
     host_arch, documents = read_domain_capabilities(libvirt_conn)
     machines = {(d.arch, d.machine.split("-")[1]) for d in documents}
     assert ("x86_64", "i440fx") in machines and ("x86_64", "q35") in machines
-    with caplog.at_level(logging.INFO, logger="devtag_host.compute.host_capabilities"):
+    with caplog.at_level(logging.INFO, logger="devtag_host.compute.host_facts"):
         found = read_capability_traits(libvirt_conn)
     assert found is not None
     assert f"HW_ARCH_{host_arch.upper()}" in found.traits

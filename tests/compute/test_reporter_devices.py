@@ -9,13 +9,11 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
-import httpx
 import pytest
 
 from devtag_host import placement_client
 from devtag_host.cli import main
 from devtag_host.compute import devices, host_facts, reporter
-from devtag_host.placement.app import Placement
 from tests.support.services import served_placement
 
 HOST_XML = Path(__file__).resolve().parent.parent / "fixtures" / "nodedev" / "test-driver-host.xml"
@@ -28,10 +26,9 @@ RESHAPE = (1, 38)
 
 
 @pytest.fixture
-def placement(sqlite_store):
-    session = httpx.Client(transport=httpx.WSGITransport(app=Placement(sqlite_store).wsgi))
-    yield placement_client.PlacementClient("http://placement", session=session)
-    session.close()
+def placement(sqlite_placement):
+    """The SQLite placement only: these tests are about the reporter, not the database."""
+    return sqlite_placement
 
 
 @pytest.fixture

@@ -1,0 +1,1 @@
+"""Tagging a domain's devices on a libvirt connection: the verbs ``tag``, ``untag``, ``devices``, ``demo``."""
