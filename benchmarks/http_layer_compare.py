@@ -62,8 +62,8 @@ def metadata_app() -> Any:
 
 
 def placement_app() -> Any:
-    from devtag_host.placement.app import create_app
     from devtag_host.placement.access_log import RequestLog
+    from devtag_host.placement.app import create_app
 
     return RequestLog(create_app(f"sqlite:///{os.environ['BENCH_DB']}", "admin"), None)
 

@@ -211,9 +211,11 @@ def _cmd_db_sync(args: argparse.Namespace) -> None:
 
 
 def _cmd_serve(args: argparse.Namespace) -> None:
+    from ..http1 import Server, run_workers  # httptools: only serve serves
     from .access import generated_token, listen_hosts
+    from .app import create_app
     from .db import default_url
-    from .serve_limits import placement_limits, raise_open_files_limit
+    from .serve_limits import placement_limits, raise_open_files_limit, refusal_label
 
     keystone = args.auth_strategy == "keystone"
     address = parse_listen(args.listen, host_names=True)
@@ -272,6 +274,7 @@ def _cmd_serve(args: argparse.Namespace) -> None:
 
     build = functools.partial(
         _serving_app,
+        create_app,
         args.db,
         token,
         access,
@@ -283,16 +286,12 @@ def _cmd_serve(args: argparse.Namespace) -> None:
     )
     try:
         if args.workers > 1:
-            from ..http1 import run_workers
-
             starting()
             run_workers(build, listener, limits, args.workers, on_shutdown=[lambda: announce_stop(served)])
             return
-        from ..http1 import Server
-
         app = build(on_shutdown=[lambda: announce_stop(served)])  # before the start line: a failure is one line
         starting()
-        on_refusal = functools.partial(_count_refusal, metrics) if metrics is not None else None
+        on_refusal = functools.partial(_count_refusal, metrics, refusal_label) if metrics is not None else None
         server = Server(app, [listener], limits, on_refusal=on_refusal)
         if metrics is not None:
             metrics.watch_connections(server.connections)
@@ -301,10 +300,8 @@ def _cmd_serve(args: argparse.Namespace) -> None:
         listener.close()
 
 
-def _count_refusal(metrics: Any, status: int, reason: str) -> None:
-    from .serve_limits import refusal_label
-
-    metrics.refused(refusal_label(status, reason))
+def _count_refusal(metrics: Any, label: Callable[[int, str], str], status: int, reason: str) -> None:
+    metrics.refused(label(status, reason))
 
 
 def _keystone_config(args: argparse.Namespace) -> Any:
@@ -313,6 +310,7 @@ def _keystone_config(args: argparse.Namespace) -> Any:
 
 
 def _serving_app(
+    create_app: Callable[..., Any],
     db: str | None,
     token: str | None,
     access: Any,
@@ -324,9 +322,8 @@ def _serving_app(
     metrics: Any = None,
     on_shutdown: Sequence[Callable[[], None]] = (),
 ) -> RequestLog:
-    """The application ``placement serve`` serves (in each worker process, if several), from its settings."""
-    from .app import create_app
-
+    """The application ``placement serve`` serves (in each worker process, if several), from its settings
+    (``create_app``: placement's, imported by the caller)."""
     sink = BufferedStreamSink(sys.stderr) if request_log else None
     placement: Any = create_app(db, token, access=access, candidate_settings=settings)
     if keystone:  # keystonemiddleware is WSGI middleware
