@@ -80,5 +80,11 @@ fi
 
 if [ "$run_demo" -eq 1 ]; then
     echo "setup.sh: running the demo: .venv/bin/devtag-host demo" >&2
-    .venv/bin/devtag-host demo
+    demo_status=0
+    .venv/bin/devtag-host demo || demo_status=$?
+    if [ "$demo_status" -eq 3 ]; then  # refused: devtag-demo is defined already (an earlier run), kept as it is
+        echo "setup.sh: devtag-demo is already defined: kept" >&2
+    elif [ "$demo_status" -ne 0 ]; then
+        exit "$demo_status"
+    fi
 fi

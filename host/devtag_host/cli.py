@@ -34,6 +34,7 @@ COMMAND_MODULES: Tuple[str, ...] = (
     "devtag_host.metadata_server.commands",
     "devtag_host.placement.commands",
     "devtag_host.fwcfg.commands",
+    "devtag_host.credentials.commands",
     "devtag_host.scheduling.commands",
     "devtag_host.attach.commands",
 )

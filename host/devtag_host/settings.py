@@ -239,7 +239,12 @@ OPTIONS: Tuple[Option, ...] = (
         "The placement database, a SQLAlchemy URL: sqlite:////var/lib/devtag/placement.sqlite or "
         "postgresql://user@host/placement (several workers or hosts). Unset: placement.sqlite in state_dir.",
         env="DEVTAG_PLACEMENT_DB",
-        flags=((_SERVE, "db", "--db"), (("placement", "db-sync"), "db", "--db")),
+        flags=(
+            (_SERVE, "db", "--db"),
+            (("placement", "db-sync"), "db", "--db"),
+            (("placement", "import"), "db", "--db"),
+            (("placement", "export"), "db", "--db"),
+        ),
     ),
     Option(
         "placement_database",

@@ -534,3 +534,46 @@ def _configure_crypttab(root: Path, release: Release) -> None:
 def iter_report_lines(path: Path) -> Iterator[str]:
     if path.exists():
         yield from path.read_text(errors="replace").splitlines()
+
+
+# A guest without devtag: systemd reads the host's credentials, nothing else runs for the roles.
+PLAIN_REPORT_UNIT = """\
+[Unit]
+Description=devtag end-to-end test: report what a guest without the agent sees
+Wants=systemd-udev-settle.service
+After=systemd-udev-settle.service systemd-udev-trigger.service
+
+[Service]
+Type=oneshot
+ExecStart=/usr/bin/python3 /usr/local/sbin/devtag-e2e-plain-report
+StandardOutput=journal+console
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def build_plain_image(report_script: str, workdir: Path, release: Release) -> GuestImage:
+    """A bootable image of ``release``'s base with no devtag package at all: only a report unit
+    running ``report_script`` (Python) once the boot's udev events are done."""
+    root = workdir / "rootfs"
+    root.mkdir(parents=True)
+    _run("tar", "--numeric-owner", "--xattrs", "-C", str(root), "-xf", str(base_tarball(release)))
+    for download in (root / "var/cache/apt/archives").glob("*.deb"):
+        download.unlink()
+    (root / "etc/cloud/cloud-init.disabled").write_text("")  # no datasource here: nothing for it to wait for
+    (root / "usr/local/sbin/devtag-e2e-plain-report").write_text(report_script)
+    (root / "etc/systemd/system/devtag-e2e-plain-report.service").write_text(PLAIN_REPORT_UNIT)
+    wants = root / "etc/systemd/system/multi-user.target.wants"
+    wants.mkdir(parents=True, exist_ok=True)
+    (wants / "devtag-e2e-plain-report.service").symlink_to("/etc/systemd/system/devtag-e2e-plain-report.service")
+    kernel = next(iter(sorted((root / "boot").glob("vmlinuz-*"))))
+    initrd = next(iter(sorted((root / "boot").glob("initrd.img-*"))))
+    image = GuestImage(disk=workdir / "root.raw", kernel=workdir / "vmlinuz", initrd=workdir / "initrd.img")
+    shutil.copy(kernel, image.kernel)
+    shutil.copy(initrd, image.initrd)
+    _run("mkfs.ext4", "-q", "-F", "-U", ROOT_FS_UUID, "-d", str(root), str(image.disk), IMAGE_SIZE)
+    shutil.rmtree(root)
+    for path in (workdir, image.disk, image.kernel, image.initrd):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return image

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from ..metrics import ServiceMetrics
 
 from ..json_lines import iso_timestamp, quote
+from . import collector
 
 MAX_LOGGED_PATH = 2048
 REQUEST_ID_HEADER = b"x-openstack-request-id"
@@ -135,6 +136,7 @@ class RequestLog:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
+                collector.tune()  # the app behind (a WSGI adapter) speaks no lifespan: the process starts here
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 self.stopped()

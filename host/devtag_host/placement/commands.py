@@ -1,4 +1,4 @@
-"""``devtag-host placement serve | db-sync | report``."""
+"""``devtag-host placement serve | db-sync | import | export | report``."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from ..state import placement_token_path
 from . import candidate_settings
 from .access_log import RequestLog
 from .microversion import max_version_string, min_version_string
+from .upstream_db import verbs as upstream_db_verbs
 
 log = logging.getLogger(__name__)
 DEFAULT_LISTEN = "127.0.0.1:8778"
@@ -63,7 +64,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="serve the placement API",
         description="Serve the placement API. Logs one start line (address, database, workers, authentication), "
         "one JSON line per request (request id, method, path, microversion, status, time) and a stop line.",
-        epilog=serve_exit_status("the database unreachable or its schema not upgradable, ...", sigint=130),
+        epilog=serve_exit_status("the database unreachable, read-only or its schema not upgradable, ...", sigint=130),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     serve.add_argument(
@@ -150,6 +151,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     sync.add_argument("--db", metavar="URL", help=f"SQLAlchemy URL ({_DEFAULT_DB})")
     sync.set_defaults(handler=_cmd_db_sync)
 
+    upstream_db_verbs.register(verbs)
     compute_commands.register(verbs)
 
 
@@ -200,7 +202,7 @@ def _sync(url: str | None) -> None:
     try:
         schema_upgrade.upgrade(store)
     except SQLAlchemyError as exc:
-        raise RuntimeFailure(f"cannot create or upgrade the placement database: {exc}") from None
+        raise db.failure(exc, "cannot create or upgrade the placement database") from None
     finally:
         store.dispose()
 
@@ -214,7 +216,7 @@ def _cmd_serve(args: argparse.Namespace) -> None:
     from ..http1 import Server, run_workers  # httptools: only serve serves
     from .access import generated_token, listen_hosts
     from .app import create_app
-    from .db import default_url
+    from .db import check_writable, default_url
     from .serve_limits import placement_limits, raise_open_files_limit, refusal_label
 
     keystone = args.auth_strategy == "keystone"
@@ -252,6 +254,7 @@ def _cmd_serve(args: argparse.Namespace) -> None:
         token = generated_token()  # before listening: a client that can connect finds the file
     if not args.no_db_sync:
         _sync(args.db)
+    check_writable(args.db)  # also after db-sync: a database a sync found up to date may still be read-only
     listener = listening_socket(address)
     access = dataclasses.replace(listen_hosts(address.host, args.allowed_host), token=token)
     served = f"placement API on http://{address}"

@@ -50,6 +50,7 @@ TITLES = {
     413: "Request Entity Too Large",
     415: "Unsupported Media Type",
     500: "Internal Server Error",
+    503: "Service Unavailable",
 }
 
 
