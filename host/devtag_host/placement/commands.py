@@ -12,7 +12,7 @@ from typing import Any, Callable, Sequence
 
 from ..compute import commands as compute_commands
 from ..config import ReplacingAppend
-from ..errors import InputError, RuntimeFailure
+from ..errors import InputError
 from ..inputs import ListenAddress, parse_listen, read_secret_file
 from ..json_lines import BufferedStreamSink
 from ..serving import announce, announce_stop, listening_socket, metrics_listen, serve_exit_status
