@@ -56,7 +56,9 @@ setup(
             "jsonschema-rs>=0.20",
             "pycdlib>=1.14",
             "starlette>=0.37",
-            "uvicorn[standard]>=0.29",
+            "uvicorn>=0.29",  # placement: its WSGI adapter, for keystonemiddleware
+            "httptools>=0.6",  # both servers' HTTP layer (devtag_host.http1)
+            "uvloop>=0.19",
             "sqlalchemy>=2.0",
             "alembic>=1.13",
             "psycopg[binary]>=3.1",

@@ -37,14 +37,15 @@ LAYERS: Dict[str, Set[str]] = {
     "config": {"errors", "settings"},  # /etc/devtag/devtag.conf: read, checked, layered; the sample, the tables
     "metrics": {"errors", "inputs", "serving"},  # Prometheus metrics of both servers (prometheus_client)
     "json_lines": set(),  # the access log lines both servers write (timestamp, quoting, batching sink)
+    "http1": set(),  # the HTTP/1.1 server both run on (httptools): admission, deadlines, refusal counts
     "virt": {"errors", "locks", "metadata", "state"},  # the libvirt edge
     # The transports: each on metadata/ and virt.py, never on each other.
     "configdrive": {"errors", "inputs", "metadata", "virt"},
-    "metadata_server": {"config", "errors", "inputs", "metadata", "json_lines", "metrics", "serving", "virt"},
+    "metadata_server": {"config", "errors", "http1", "inputs", "metadata", "json_lines", "metrics", "serving", "virt"},
     "fwcfg": {"errors", "metadata", "virt"},
     "credentials": {"errors", "metadata", "virt"},  # roles as systemd credentials (guests without the agent)
     # Placement's world: the service, the node reporting to it, the scheduler asking it.
-    "placement": {"config", "errors", "db", "inputs", "json_lines", "metrics", "serving", "state"},
+    "placement": {"config", "errors", "db", "http1", "inputs", "json_lines", "metrics", "serving", "state"},
     "compute": {"errors", "placement_client", "state", "virt"},
     "scheduling": {"errors", "compute", "placement_client"},
     "attach": {"db", "errors", "locks", "metadata", "state", "virt"},
@@ -75,6 +76,8 @@ STARLETTE = "the metadata_server package loads starlette and uvicorn: only the v
 
 # (importing module, imported module) -> why the import is inside a function.
 IN_FUNCTION_IMPORTS: Dict[Tuple[str, str], str] = {
+    ("devtag_host.http1.server", "uvloop"): "the event loop: only where a server runs (threads and tests may not)",
+    ("devtag_host.placement.commands", "devtag_host.http1"): "httptools: only serve serves",
     ("devtag_host", "devtag_host.api"): "the API loads the host extra's libraries: on first use, so that "
     "'import devtag_host' (the command's entry) works without them",
     ("devtag_host.api", "devtag_host.virt"): LIBVIRT,
@@ -95,7 +98,7 @@ IN_FUNCTION_IMPORTS: Dict[Tuple[str, str], str] = {
     ("devtag_host.fwcfg.commands", "devtag_host.virt"): LIBVIRT,
     ("devtag_host.fwcfg.commands", "devtag_host.fwcfg.domain"): LIBVIRT,
     ("devtag_host.metadata_server", "devtag_host.metadata_server.libvirt_watch"): LIBVIRT,
-    ("devtag_host.metadata_server", "devtag_host.metadata_server.server"): "uvicorn: only run() serves",
+    ("devtag_host.metadata_server", "devtag_host.metadata_server.server"): "httptools: only run() serves",
     ("devtag_host.metadata_server.commands", "devtag_host.virt"): LIBVIRT,
     ("devtag_host.metadata_server.commands", "devtag_host.metadata_server"): STARLETTE,
     ("devtag_host.db", "alembic"): "Alembic: loads only when a schema is upgraded or read (a second of start-up)",

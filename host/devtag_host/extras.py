@@ -13,6 +13,8 @@ HOST_EXTRA: Dict[str, str] = {
     "pycdlib": "pycdlib",
     "starlette": "starlette",
     "uvicorn": "uvicorn",
+    "httptools": "httptools",
+    "uvloop": "uvloop",
     "sqlalchemy": "SQLAlchemy",
     "alembic": "alembic",
     "psycopg": "psycopg",

@@ -184,8 +184,10 @@ MAX_ERROR_TEXT = 4000
 
 def _described(error: Any) -> str:
     """jsonschema's whole text for ``error``, as upstream sends it: the message, then
-    "Failed validating '<keyword>' in schema[...]" with the schema and the instance."""
-    text = str(error)
+    "Failed validating '<keyword>' in schema[...]" with the schema and the instance,
+    on one line (upstream's error formatter, webob's ``strip_tags``, turns the newlines
+    into spaces; clients such as osc-placement show the detail's last line)."""
+    text = str(error).replace("\n", " ")
     return text if len(text) <= MAX_ERROR_TEXT else text[:MAX_ERROR_TEXT] + "..."
 
 
