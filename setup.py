@@ -7,7 +7,20 @@
 * ``devtag_host`` (host/)         -- host tools; ``pip install devtag[host]``.
 """
 
+import atexit
+import os
+import shutil
+import tempfile
+
 from setuptools import find_packages, setup
+
+# A checkout this user cannot write (another user's tree, a read-only mount): the build's
+# scratch files (devtag.egg-info, build/) go to a temporary directory instead of the tree.
+OPTIONS = {}
+if not os.access(os.path.dirname(os.path.abspath(__file__)), os.W_OK):
+    SCRATCH = tempfile.mkdtemp(prefix="devtag-build-")
+    atexit.register(shutil.rmtree, SCRATCH, True)
+    OPTIONS = {"egg_info": {"egg_base": SCRATCH}, "build": {"build_base": os.path.join(SCRATCH, "build")}}
 
 HOST_PACKAGES = find_packages("host")
 AGENT_PACKAGES = find_packages("guest-agent")
@@ -25,6 +38,7 @@ setup(
     license="Apache-2.0",
     python_requires=">=3.9",
     package_dir=package_dir,
+    options=OPTIONS,
     packages=["devtag_schema", *HOST_PACKAGES, *AGENT_PACKAGES],
     package_data={"devtag_schema": ["*.json"], "devtag_host.examples": ["*.xml"]},
     install_requires=[
@@ -42,7 +56,9 @@ setup(
             "jsonschema-rs>=0.20",
             "pycdlib>=1.14",
             "starlette>=0.37",
-            "uvicorn[standard]>=0.29",
+            "uvicorn>=0.29",  # placement: its WSGI adapter, for keystonemiddleware
+            "httptools>=0.6",  # both servers' HTTP layer (devtag_host.http1)
+            "uvloop>=0.19",
             "sqlalchemy>=2.0",
             "alembic>=1.13",
             "psycopg[binary]>=3.1",
@@ -52,6 +68,7 @@ setup(
             "orjson>=3.9",  # placement: large allocation-candidate documents
             "prometheus-client>=0.17",  # both servers' --metrics-listen
             "requests>=2.25",  # devtag_host.placement_client
+            "argparse-manpage>=4.5",  # devtag-host --man and the packages' man pages
         ],
         "test": [
             "pytest>=8,<9.2",  # 9.2 no longer reads the node ids xdist 3.8 names its groups in

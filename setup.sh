@@ -35,6 +35,7 @@ apt_packages=(
     jq dash                                              # the initramfs hook's jq filter and shell, run by its tests
     libvirt-daemon                                       # libvirtd: live-migration hosts; attach storage pool
     libvirt-clients                                      # virsh: the README's quick start (run by a test)
+    man-db groff-base mandoc                             # man -l, groff -ww and mandoc -T lint read the man pages
 )
 missing=()
 for package in "${apt_packages[@]}"; do
@@ -81,5 +82,11 @@ fi
 
 if [ "$run_demo" -eq 1 ]; then
     echo "setup.sh: running the demo: .venv/bin/devtag-host demo" >&2
-    .venv/bin/devtag-host demo
+    demo_status=0
+    .venv/bin/devtag-host demo || demo_status=$?
+    if [ "$demo_status" -eq 3 ]; then  # refused: devtag-demo is defined already (an earlier run), kept as it is
+        echo "setup.sh: devtag-demo is already defined: kept" >&2
+    elif [ "$demo_status" -ne 0 ]; then
+        exit "$demo_status"
+    fi
 fi

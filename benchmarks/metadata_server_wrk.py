@@ -6,8 +6,8 @@ Needs root (a network namespace), wrk and nginx.  In one run it:
 
 1. creates a network namespace "guest" with a veth whose MAC is instance
    #500's NIC MAC (traffic stays on that veth pair);
-2. starts the metadata server as ONE separate process (uvicorn, uvloop,
-   httptools) with 1,000 registered instances (6 devices each), identifying
+2. starts the metadata server as ONE separate process (devtag's HTTP layer
+   on uvloop and httptools) with 1,000 registered instances (6 devices each), identifying
    the requester for real: source address -> the kernel's neighbour table (rtnetlink) -> MAC -> instance;
 3. starts nginx (one worker, access log off) serving the same bytes as a
    static file, on the same veth address;
@@ -15,8 +15,10 @@ Needs root (a network namespace), wrk and nginx.  In one run it:
    interleaved rounds (default 3), the servers pinned to CPU 0 and wrk to
    CPU 1 (``taskset``, when there are two CPUs), against
    ``/openstack/latest/meta_data.json`` of: our server without access log,
-   our server with its JSON access log (to a file), and nginx; after
-   checking that all three return identical bytes.
+   our server with its JSON access log (to a file), our server behind
+   Neutron's metadata proxy (identified by the signed X-Instance-ID headers
+   wrk sends, as the proxy would), and nginx; after checking that all
+   return identical bytes.
 
 Prints the median over rounds of requests/s and latency percentiles of
 each, our server's CPU time per request (utime + stime of its process over
@@ -47,9 +49,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 INSTANCES = 1000
+PROXY_SECRET = b"benchmark-shared-secret"
+PROXIED = "devtag, Neutron proxy headers"
 TARGET_INSTANCE = 500
 PATH = "/openstack/latest/meta_data.json"
 REPO = Path(__file__).resolve().parent.parent
@@ -111,18 +115,17 @@ def instances() -> List[object]:
     return made
 
 
-def serve(address: str, port: int, access_log: Optional[str], tap: str) -> None:
-    """The server process: 1,000 instances, real address book, one uvicorn process.
+def serve(address: str, port: int, access_log: Optional[str], tap: str, mode: str) -> None:
+    """The server process: 1,000 instances, real address book (``mode`` "direct") or Nova's signed
+    proxy headers ("proxy"), one process.
 
     Where the server knows the NICs' taps, each instance's
     first NIC is given one, the target's being the veth: every request then
     also takes the tap check, as for a domain libvirt runs.
     """
-    import uvicorn
-
     from devtag_host.metadata_server import InstanceDirectory, create_app
+    from devtag_host.metadata_server import server as http
     from devtag_host.metadata_server.access_log import BufferedStreamSink
-    from devtag_host.metadata_server.server import server_config
 
     directory = InstanceDirectory()
     if "ports" in inspect.signature(directory.put).parameters:  # a tree that checks taps (not a baseline before)
@@ -134,10 +137,18 @@ def serve(address: str, port: int, access_log: Optional[str], tap: str) -> None:
         for instance in instances():
             directory.put(instance)
     sink = BufferedStreamSink(open(access_log, "a", encoding="ascii")) if access_log else None
-    app = create_app(directory, log_requests=sink is not None, access_log=sink)
+    secret = PROXY_SECRET if mode == "proxy" else None
+    app = create_app(directory, log_requests=sink is not None, access_log=sink, proxy_secret=secret)
     gc.freeze()  # as MetadataService does after loading: the sites are long-lived
     print("ready", flush=True)
-    uvicorn.Server(server_config(app, host=address, port=port)).run()
+    if hasattr(http, "metadata_server"):
+        from devtag_host.serving import listening_socket_for
+
+        http.metadata_server(app, [listening_socket_for(address, port)]).run()
+    else:  # a baseline tree on uvicorn
+        import uvicorn
+
+        uvicorn.Server(http.server_config(app, host=address, port=port)).run()
 
 
 def cpu_seconds(pid: int) -> float:
@@ -150,12 +161,17 @@ def run(*command: str) -> str:
     return subprocess.run(command, check=True, capture_output=True, text=True).stdout
 
 
-def wait_until_listening(namespace: str, url: str, timeout: float = 60) -> bytes:
+def wait_until_listening(namespace: str, url: str, timeout: float = 60, headers: Sequence[str] = ()) -> bytes:
     deadline = time.monotonic() + timeout
-    code = "import sys, urllib.request; sys.stdout.buffer.write(urllib.request.urlopen(sys.argv[1]).read())"
+    code = (
+        "import sys, urllib.request; request = urllib.request.Request(sys.argv[1]); "
+        "[request.add_header(*h.split(': ', 1)) for h in sys.argv[2:]]; "
+        "sys.stdout.buffer.write(urllib.request.urlopen(request).read())"
+    )
+    pairs = [header for option, header in zip(headers[::2], headers[1::2])]
     while True:
         result = subprocess.run(
-            ["ip", "netns", "exec", namespace, sys.executable, "-c", code, url], capture_output=True, timeout=30
+            ["ip", "netns", "exec", namespace, sys.executable, "-c", code, url, *pairs], capture_output=True, timeout=30
         )
         if result.returncode == 0:
             return result.stdout
@@ -164,11 +180,23 @@ def wait_until_listening(namespace: str, url: str, timeout: float = 60) -> bytes
         time.sleep(0.2)
 
 
-def wrk(namespace: str, url: str, duration: int, connections: int) -> Dict[str, str]:
+def proxy_headers() -> List[str]:
+    """wrk's ``-H`` options: the headers Nova's metadata proxy adds for instance #500."""
+    from devtag_host.metadata_server import instance_signature
+
+    instance = uuid_of(TARGET_INSTANCE)
+    signature = instance_signature(PROXY_SECRET, instance)
+    headers = [f"X-Instance-ID: {instance}", f"X-Instance-ID-Signature: {signature}", "X-Tenant-ID: t1"]
+    headers.append("X-Forwarded-For: 10.0.0.5")
+    return [option for header in headers for option in ("-H", header)]
+
+
+def wrk(namespace: str, url: str, duration: int, connections: int, headers: Sequence[str] = ()) -> Dict[str, str]:
     client = ["taskset", "-c", "1"] if PIN else []
     out = run(
-        *client, "ip", "netns", "exec", namespace, "wrk", "-t1", f"-c{connections}", f"-d{duration}s", "--latency", url
-    )
+        *client, "ip", "netns", "exec", namespace, "wrk", "-t1", f"-c{connections}", f"-d{duration}s", "--latency",
+        *headers, url,
+    )  # fmt: skip
     figures = {"rps": re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)}  # type: ignore[union-attr]
     for percentile in ("50", "90", "99"):
         figures[f"p{percentile}"] = re.search(rf"\s{percentile}%\s+(\S+)", out).group(1)  # type: ignore[union-attr]
@@ -178,10 +206,12 @@ def wrk(namespace: str, url: str, duration: int, connections: int) -> Dict[str, 
     return figures
 
 
-def measured(namespace: str, url: str, duration: int, connections: int, pid: Optional[int]) -> Dict[str, str]:
+def measured(
+    namespace: str, url: str, duration: int, connections: int, pid: Optional[int], headers: Sequence[str] = ()
+) -> Dict[str, str]:
     """:func:`wrk`'s figures and, for a server process ``pid``, its CPU microseconds per request."""
     before = cpu_seconds(pid) if pid else 0.0
-    figures = wrk(namespace, url, duration, connections)
+    figures = wrk(namespace, url, duration, connections, headers)
     if pid:
         figures["cpu_us"] = str((cpu_seconds(pid) - before) * 1e6 / max(1, int(figures["requests"])))
     return figures
@@ -208,10 +238,11 @@ def main() -> int:
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--baseline", metavar="REV", help="compare with the server of git revision REV")
-    parser.add_argument("--serve", nargs=4, metavar=("ADDR", "PORT", "LOG", "TAP"), help=argparse.SUPPRESS)
+    parser.add_argument("--serve", nargs=5, metavar=("ADDR", "PORT", "LOG", "TAP", "MODE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
-        serve(args.serve[0], int(args.serve[1]), None if args.serve[2] == "-" else args.serve[2], args.serve[3])
+        address, port, log, tap, mode = args.serve
+        serve(address, int(port), None if log == "-" else log, tap, mode)
         return 0
     if os.geteuid() != 0:
         parser.error("needs root (network namespace)")
@@ -247,12 +278,13 @@ def main() -> int:
         server = ["taskset", "-c", "0"] if PIN else []  # servers on CPU 0, wrk on CPU 1
         ours = [*server, sys.executable, __file__, "--serve", host]
         targets: List[Tuple[str, str, List[str]]] = [
-            ("devtag, no access log", f"http://{host}:8775{PATH}", [*ours, "8775", "-", host_end]),
+            ("devtag, no access log", f"http://{host}:8775{PATH}", [*ours, "8775", "-", host_end, "direct"]),
             (
                 "devtag, JSON access log",
                 f"http://{host}:8776{PATH}",
-                [*ours, "8776", str(work / "access.log"), host_end],
+                [*ours, "8776", str(work / "access.log"), host_end, "direct"],
             ),
+            (PROXIED, f"http://{host}:8778{PATH}", [*ours, "8778", "-", host_end, "proxy"]),
             (
                 "nginx (1 worker, static file)",
                 f"http://{host}:8080{PATH}",
@@ -262,7 +294,7 @@ def main() -> int:
         environments: Dict[str, Optional[Dict[str, str]]] = {}
         if args.baseline:
             label = f"devtag at {args.baseline}, no log"
-            targets[1] = (label, f"http://{host}:8777{PATH}", [*ours, "8777", "-", host_end])
+            targets[1] = (label, f"http://{host}:8777{PATH}", [*ours, "8777", "-", host_end, "direct"])
             path = exported_tree(args.baseline, work / "baseline")
             environments[label] = {**os.environ, "PYTHONPATH": str(path)}
         pids: Dict[str, Optional[int]] = {}
@@ -272,13 +304,15 @@ def main() -> int:
             )
             processes.append(process)
             pids[label] = process.pid if label.startswith("devtag") else None  # taskset execs: the server's pid
-            if wait_until_listening(namespace, url) != expected:
+            headers = proxy_headers() if label == PROXIED else []
+            if wait_until_listening(namespace, url, headers=headers) != expected:
                 raise RuntimeError(f"{label} served different bytes")
-            wrk(namespace, url, 2, args.connections)  # warm up
+            wrk(namespace, url, 2, args.connections, headers)  # warm up
         rounds: Dict[str, List[Dict[str, str]]] = {label: [] for label, _, _ in targets}
         for _ in range(args.rounds):  # interleaved, so a noisy neighbour hurts all three alike
             for label, url, _ in targets:
-                rounds[label].append(measured(namespace, url, args.duration, args.connections, pids[label]))
+                headers = proxy_headers() if label == PROXIED else []
+                rounds[label].append(measured(namespace, url, args.duration, args.connections, pids[label], headers))
     finally:
         for process in processes:
             if process.poll() is None:
@@ -317,7 +351,7 @@ def main() -> int:
         )
         if errors:
             print(f"    {errors} non-2xx responses!")
-    ours, second, nginx = (medians[label] for label, _, _ in targets)
+    ours, second, proxied, nginx = (medians[label] for label, _, _ in targets)
     if args.baseline:
         print(
             f"  ratio to nginx: {ours['rps'] / nginx['rps']:.2f} (this tree), "
@@ -330,6 +364,10 @@ def main() -> int:
     else:
         plain, with_log = ours["rps"] / nginx["rps"], second["rps"] / nginx["rps"]
         print(f"  ratio to nginx: {plain:.2f} (no access log), {with_log:.2f} (access log)")
+    print(
+        f"  Neutron proxy headers: {proxied['rps'] / nginx['rps']:.2f} of nginx, "
+        f"{proxied['rps'] / ours['rps']:.2f} of the source-address path"
+    )
     met = ours["rps"] >= 20000 and ours["p99"] < 5
     print(f"  target (>= 20,000 req/s, p99 < 5 ms, one process, no access log): {'met' if met else 'NOT met'}")
     return 0 if met else 1

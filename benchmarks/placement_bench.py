@@ -4,13 +4,17 @@
     .venv/bin/python benchmarks/placement_bench.py [--providers 5000] [--nested 1000] [--repeat 20]
         [--no-stock] [--no-contention] [--mariadb] [--threads 8] [--writes 100] [--capacity 150]
         [--workdir DIR] [--json FILE] [--wide [--wide-timeout 60]] [--http] [--stock-api-load 5000]
+        [--default-collector]
 
 Same data for both, loaded through each service's HTTP API in-process by the
 same minimal WSGI caller (theirs: the app ``placement.direct`` builds, with
 noauth2, minus its wsgi-intercept/keystoneauth client), each on its own SQLite
 file, each side in a child process of its own (upstream configures its database
 once per process).  Every query time is the median (and minimum) of --repeat
-runs after one warm-up, the client's JSON decoding included.
+runs after one warm-up, the client's JSON decoding included.  Ours runs with the
+garbage-collector settings ``placement serve`` sets when it starts serving
+(``placement/collector.py``), or Python's own with ``--default-collector``; the
+nested and wide lines say how many collections ran while the service answered.
 
 Flat: N providers with VCPU 32, MEMORY_MB 8192, DISK_GB 8192, in one to three of
 three aggregates, every second one with HW_CPU_X86_AVX2 (3.5 API calls per
@@ -69,6 +73,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import hashlib
 import io
 import json
@@ -90,7 +95,7 @@ import orjson
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import Engine
 
-from devtag_host.placement import schema_upgrade
+from devtag_host.placement import collector, schema_upgrade
 from devtag_host.placement.app import Placement
 from devtag_host.placement.db import Store
 
@@ -275,12 +280,14 @@ def wsgi_call(app: Callable) -> Call:
             environ["CONTENT_TYPE"] = "application/json"
             environ["CONTENT_LENGTH"] = str(len(raw))
         status: List[str] = []
+        collections = sum(generation["collections"] for generation in gc.get_stats())
         started_wall = time.perf_counter()
         chunks = app(environ, lambda line, _headers, _exc=None: status.append(line))
         data = b"".join(chunks)
         if hasattr(chunks, "close"):
             chunks.close()
         LAST_SERVE_WALL[0] = time.perf_counter() - started_wall
+        LAST_SERVE_COLLECTIONS[0] = sum(generation["collections"] for generation in gc.get_stats()) - collections
         started_cpu = time.process_time()
         decoded = orjson.loads(data) if data else None
         LAST_DECODE_CPU[0] = time.process_time() - started_cpu
@@ -295,6 +302,8 @@ LAST_DECODE_CPU = [0.0]
 # The wall time from calling the service to holding its whole answer (before the
 # client decodes it): the service's response time, for both services alike.
 LAST_SERVE_WALL = [0.0]
+# The garbage collector's passes (any generation) while the service answered, in-process.
+LAST_SERVE_COLLECTIONS = [0]
 
 
 def ours_call(store: Store) -> Call:
@@ -321,6 +330,7 @@ def time_nested(call: Call, repeat: int) -> Dict[str, Any]:
     cpu = []  # this process's CPU time: less bent by other processes on a shared machine
     decode = []  # of which the client decoding the answer (full collections of the process's heap included)
     serve = []  # wall time of the service alone: called -> whole answer in hand
+    collections = 0
     for _ in range(repeat):
         started, started_cpu = time.perf_counter(), time.process_time()
         expect(call("GET", NESTED_QUERY, None, "1.39"), 200)
@@ -328,6 +338,7 @@ def time_nested(call: Call, repeat: int) -> Dict[str, Any]:
         cpu.append(time.process_time() - started_cpu)
         decode.append(LAST_DECODE_CPU[0])
         serve.append(LAST_SERVE_WALL[0])
+        collections += LAST_SERVE_COLLECTIONS[0]
     server = [total - client for total, client in zip(cpu, decode)]
     digest = hashlib.sha256(normalised(body).encode()).hexdigest()
     return {
@@ -342,6 +353,7 @@ def time_nested(call: Call, repeat: int) -> Dict[str, Any]:
         "serve_min_ms": min(serve) * 1000,
         "candidates": len(body["allocation_requests"]),
         "summaries": len(body["provider_summaries"]),
+        "collections": collections / repeat,
         "answer_sha256": digest,
     }
 
@@ -407,11 +419,13 @@ def time_wide(call: Call, roots: List[str], groups: int, repeat: int) -> Dict[st
     query = wide_query(groups)
     body = expect(call("GET", query, None, "1.38"), 200)  # warm up
     times, serve = [], []
+    collections = 0
     for _ in range(repeat):
         started = time.perf_counter()
         expect(call("GET", query, None, "1.38"), 200)
         times.append(time.perf_counter() - started)
         serve.append(LAST_SERVE_WALL[0])
+        collections += LAST_SERVE_COLLECTIONS[0]
     used = {rp for request in body["allocation_requests"] for rp in request["allocations"] if rp in roots}
     return {
         "query_ms": statistics.median(times) * 1000,
@@ -420,6 +434,7 @@ def time_wide(call: Call, roots: List[str], groups: int, repeat: int) -> Dict[st
         "serve_min_ms": min(serve) * 1000,
         "candidates": len(body["allocation_requests"]),
         "roots": len(used),
+        "collections": collections / repeat,
     }
 
 
@@ -689,6 +704,8 @@ def side(args: argparse.Namespace) -> Dict[str, Any]:
     kind, service, *index = args.side.split(":")
     workdir = Path(args.workdir)
     results: Dict[str, Any] = {}
+    if service == "ours" and not args.default_collector:
+        collector.tune()  # as ``placement serve`` does when it starts serving
     if kind == "contention":
         if service == "ours":
             store = Store(args.url, pool_size=args.threads)
@@ -806,6 +823,8 @@ def run_side(args: argparse.Namespace, which: str, url: str = "", timeout: Optio
         command += ["--url", url]
     if args.http:
         command += ["--http"]
+    if args.default_collector:
+        command += ["--default-collector"]
     # A session of its own: a side given up is ended with the server it may have started.
     child = subprocess.Popen(command, start_new_session=True)
     try:
@@ -856,6 +875,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         type=int,
         default=5000,
         help="flat providers loaded through upstream's API; the rest copied by SQL (its API takes hours for 50,000)",
+    )
+    parser.add_argument(
+        "--default-collector",
+        action="store_true",
+        help="ours in-process with Python's garbage-collector settings, not those 'placement serve' sets",
     )
     parser.add_argument("--side", help=argparse.SUPPRESS)  # internal: KIND:SERVICE in this process
     parser.add_argument("--url", help=argparse.SUPPRESS)  # internal: the PostgreSQL database of a side
@@ -944,7 +968,8 @@ def run_all(args: argparse.Namespace) -> int:
                     f"{figures['server_cpu_min_ms']:.1f} ms; client decode {figures['decode_cpu_ms']:.1f} ms; "
                     f"first query {figures['first_cpu_ms']:.1f} ms; service's response time "
                     f"{figures['serve_ms']:.1f} ms, min {figures['serve_min_ms']:.1f} ms), "
-                    f"{figures['candidates']} candidates, {figures['summaries']} summaries{loaded}",
+                    f"{figures['candidates']} candidates, {figures['summaries']} summaries, "
+                    f"{figures.get('collections', 0):.1f} collections per answer{loaded}",
                     flush=True,
                 )
             for service in services:
@@ -1073,6 +1098,7 @@ def run_wide(args: argparse.Namespace, services: List[str]) -> Dict[str, Any]:
                 f"{label} {local['serve_ms']:.1f} ms ({local['serve_min_ms']:.1f} ms),"
                 f" decoded {local['query_ms']:.1f} ms,"
                 f" {local['candidates']} candidates on {local['roots']} roots"
+                f" ({local.get('collections', 0):.1f} collections per answer)"
             )
             if "http" in figures:
                 remote = figures["http"]

@@ -8,7 +8,8 @@
 #
 # On a clean clone run ./setup.sh first: it installs the build dependencies
 # and makes the project's .venv, which vendors the host libraries (without it
-# this stops with one line saying so; --agent-only needs no .venv).  Runs
+# this stops with one line saying so; --agent-only needs no .venv where
+# python3-argparse-manpage >= 4.5 is installed, as on Debian 13).  Runs
 # lintian on the result.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -29,6 +30,12 @@ cp -a "$work/devtag/packaging/debian" "$work/devtag/debian"
 
 if [ "$build" = binary ]; then
     "$repo/packaging/vendor-host-libraries.sh" "$work/devtag" "$work/devtag/debian/vendor"
+fi
+# argparse-manpage writes the man pages at build time (debian/rules): the .venv's, as Debian 12 has
+# only 1.2.2. Without a .venv (--agent-only) the build uses the system's (Debian 13: 4.5).
+if [ -x "$repo/.venv/bin/python" ]; then
+    tool=$("$repo/.venv/bin/python" -c 'import argparse_manpage, os; print(os.path.dirname(argparse_manpage.__file__))')
+    mkdir -p "$work/devtag/debian/build-tools" && cp -a "$tool" "$work/devtag/debian/build-tools/"
 fi
 
 (cd "$work/devtag" && dpkg-buildpackage --no-sign --build="$build" >"$work/build.log" 2>&1) || {

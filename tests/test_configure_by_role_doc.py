@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 from tests.vm import guest_image as files
+from tests.vm.test_credentials import CREDENTIALS_COMMANDS
 from tests.vm.test_initramfs import KERNEL_CMDLINE
 
 # Every file (or file content) a guest of the VM tests uses, as the page must show it.
@@ -25,8 +26,11 @@ USED = (
     files.CRYPTTAB_FSTAB,
     files.NETWORK_MANAGER_RULE[1],
     files.NETWORK_MANAGER_KEYFILE[1],
+    files.CLOUD_INIT_NETWORK_MANAGER[1],
+    files.CLOUD_INIT_NO_NETWORK[1],
     files.SHARES_CONF,  # virtiofs shares mounted by role (Debian 12's release guest)
     KERNEL_CMDLINE,  # the root file system by role (test_initramfs)
+    CREDENTIALS_COMMANDS,  # roles without the agent, the host's commands (test_credentials)
 )
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "configure-by-role.md"
 

@@ -26,31 +26,36 @@ LAYERS: Dict[str, Set[str]] = {
     "errors": set(),
     "locks": {"errors"},
     "state": set(),  # where devtag keeps its state on this host (embedded libvirt root, databases, volumes)
-    "db": {"state"},  # engines, transactions, Alembic upgrades (placement and attach)
+    "db": {"errors", "state"},  # engines, transactions, Alembic upgrades (placement and attach)
     "metadata": {"errors"},  # what is published: device model, addresses, documents (pure)
     "ssh_keys": set(),  # what an OpenSSH public key line looks like (config drive and instance data)
     "inputs": {"errors", "ssh_keys"},  # the operator's files and --listen, for the transports' and serving verbs
-    "placement_client": {"errors", "state"},  # token, microversion, error bodies
+    "http_deadline": set(),  # an overall deadline for a requests call (requests' timeout is per read)
+    "placement_client": {"errors", "http_deadline", "state"},  # token, microversion, error bodies
     "serving": {"errors", "inputs"},  # the listening socket, start and stop lines of the long-running verbs
     "settings": set(),  # every setting: section, name, variable, flags, type and range (pure data)
     "config": {"errors", "settings"},  # /etc/devtag/devtag.conf: read, checked, layered; the sample, the tables
     "metrics": {"errors", "inputs", "serving"},  # Prometheus metrics of both servers (prometheus_client)
     "json_lines": set(),  # the access log lines both servers write (timestamp, quoting, batching sink)
+    "http1": set(),  # the HTTP/1.1 server both run on (httptools): admission, deadlines, refusal counts
     "virt": {"errors", "locks", "metadata", "state"},  # the libvirt edge
     # The transports: each on metadata/ and virt.py, never on each other.
     "configdrive": {"errors", "inputs", "metadata", "virt"},
-    "metadata_server": {"config", "errors", "inputs", "metadata", "json_lines", "metrics", "serving", "virt"},
+    "metadata_server": {"config", "errors", "http1", "inputs", "metadata", "json_lines", "metrics", "serving", "virt"},
     "fwcfg": {"errors", "metadata", "virt"},
+    "credentials": {"errors", "metadata", "virt"},  # roles as systemd credentials (guests without the agent)
     # Placement's world: the service, the node reporting to it, the scheduler asking it.
-    "placement": {"config", "errors", "db", "inputs", "json_lines", "metrics", "serving", "state"},
+    "placement": {"config", "errors", "db", "http1", "inputs", "json_lines", "metrics", "serving", "state"},
     "compute": {"errors", "placement_client", "state", "virt"},
     "scheduling": {"errors", "compute", "placement_client"},
     "attach": {"db", "errors", "locks", "metadata", "state", "virt"},
     "example": set(),
     "examples": set(),
     # The verbs register themselves: cli.py names their modules (COMMAND_MODULES), it does not import them.
-    "tagging": {"errors", "example", "fwcfg", "inputs", "metadata", "state", "virt"},  # tag, untag, devices, demo
-    "cli": {"config", "devtag_host", "errors", "extras", "serving"},
+    # tag, untag, devices, demo
+    "tagging": {"credentials", "errors", "example", "fwcfg", "inputs", "metadata", "state", "virt"},
+    "manpage": set(),  # the man page: argparse-manpage's, with the sections --help has no place for
+    "cli": {"config", "devtag_host", "errors", "extras", "manpage", "serving"},
     "extras": set(),  # what the host extra provides, for one line when a module of it is missing
     "entry": {"extras", "cli"},  # the devtag-host command: cli.main, a missing host extra in one line
     "api": {"metadata", "virt"},  # the plain Python API
@@ -71,6 +76,8 @@ STARLETTE = "the metadata_server package loads starlette and uvicorn: only the v
 
 # (importing module, imported module) -> why the import is inside a function.
 IN_FUNCTION_IMPORTS: Dict[Tuple[str, str], str] = {
+    ("devtag_host.http1.server", "uvloop"): "the event loop: only where a server runs (threads and tests may not)",
+    ("devtag_host.placement.commands", "devtag_host.http1"): "httptools: only serve serves",
     ("devtag_host", "devtag_host.api"): "the API loads the host extra's libraries: on first use, so that "
     "'import devtag_host' (the command's entry) works without them",
     ("devtag_host.api", "devtag_host.virt"): LIBVIRT,
@@ -91,14 +98,17 @@ IN_FUNCTION_IMPORTS: Dict[Tuple[str, str], str] = {
     ("devtag_host.fwcfg.commands", "devtag_host.virt"): LIBVIRT,
     ("devtag_host.fwcfg.commands", "devtag_host.fwcfg.domain"): LIBVIRT,
     ("devtag_host.metadata_server", "devtag_host.metadata_server.libvirt_watch"): LIBVIRT,
-    ("devtag_host.metadata_server", "devtag_host.metadata_server.server"): "uvicorn: only run() serves",
+    ("devtag_host.metadata_server", "devtag_host.metadata_server.server"): "httptools: only run() serves",
     ("devtag_host.metadata_server.commands", "devtag_host.virt"): LIBVIRT,
     ("devtag_host.metadata_server.commands", "devtag_host.metadata_server"): STARLETTE,
     ("devtag_host.db", "alembic"): "Alembic: loads only when a schema is upgraded or read (a second of start-up)",
     ("devtag_host.db", "alembic.config"): "Alembic, as above",
     ("devtag_host.db", "alembic.runtime.migration"): "Alembic, as above",
     ("devtag_host.metadata.validation", "jsonschema_rs"): "optional: the reference validator serves without it",
-    ("devtag_host.placement_client", "requests"): "requests: only a client without a session of its own needs it",
+    ("devtag_host.http_deadline", "requests"): "requests: only a client making its own session",
+    ("devtag_host.http_deadline", "requests.adapters"): "requests: only a client making its own session",
+    ("devtag_host.http_deadline", "urllib3.connection"): "urllib3 (requests'): only a client making its own session",
+    ("devtag_host.http_deadline", "urllib3.connectionpool"): "urllib3, as above",
     ("devtag_host.placement.app", "starlette.concurrency"): "starlette: only the ASGI entry point needs it (WSGI not)",
     ("devtag_host.placement.commands", "devtag_host.placement.app"): SERVICE,
     ("devtag_host.placement.commands", "devtag_host.placement.access"): SERVICE + " (token and Host rules)",
@@ -357,6 +367,32 @@ def test_placement_objects_know_no_http_errors() -> None:
     assert wrong == [], "raise a domain exception (placement/exception.py), map it in errors.RULES:\n" + "\n".join(
         wrong
     )
+
+
+# Placement's layers below the HTTP one (CONTRIBUTING.md, "Architecture"): handlers parse,
+# check the microversion, call objects and serialize; objects run the SQL and return data
+# (no microversion, no wire bytes); the answer's encoding (candidate_encoding) sits between
+# them, on the objects' data, with neither SQL nor HTTP.
+PLACEMENT_SQL = ("sqlalchemy",)
+PLACEMENT_WIRE = ("orjson", "devtag_host.placement.microversion", "devtag_host.placement.candidate_encoding")
+PLACEMENT_ENCODING = {"devtag_host.placement.candidate_encoding"}
+
+
+def _imports_of(module: str) -> Set[str]:
+    return {_own(target) if target.startswith("devtag_host") else target for target, _ in _imports(module)}
+
+
+def test_placement_handlers_run_no_sql_and_objects_write_no_wire_bytes() -> None:
+    wrong = []
+    for module in MODULES:
+        imported = _imports_of(module)
+        if module.startswith("devtag_host.placement.handlers") or module in PLACEMENT_ENCODING:
+            wrong += [f"{module} imports {name}" for name in imported if name.startswith(PLACEMENT_SQL)]
+        if module in PLACEMENT_ENCODING:
+            wrong += [f"{module} imports {name}" for name in imported if name in PLACEMENT_HTTP_MODULES]
+        if module.startswith("devtag_host.placement.objects"):
+            wrong += [f"{module} imports {name}" for name in imported if name.startswith(PLACEMENT_WIRE)]
+    assert wrong == [], "SQL in objects/, the answer's bytes above them:\n" + "\n".join(sorted(wrong))
 
 
 def _is_command_line(module: str) -> bool:

@@ -17,7 +17,7 @@ import logging
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from .encoding import altname_for, encode_name
+from .encoding import RESERVED_IFNAME_PREFIXES, altname_refusal, encode_name, parse_reserved_prefixes
 from .publish import Publisher
 from .resolve import resolve_entries
 from .share_units import ShareUnits, sync_share_units
@@ -28,6 +28,9 @@ from .validation import split_document, tags_per_device_limit
 log = logging.getLogger(__name__)
 
 INSTANCE_DATA = "instance-data"  # the source name of cloud-init's copy (sources.SOURCES)
+# More beginnings of interface names that no altname may take, one per line (encoding.RESERVED_IFNAME_PREFIXES).
+RESERVED_IFNAMES_FILE = "/etc/devtag/reserved-ifnames.conf"
+MAX_RESERVED_IFNAMES_BYTES = 64 * 1024
 
 __all__ = ["ApplyReport", "apply_document", "prune"]
 
@@ -76,7 +79,7 @@ def _device_record(device: Device, tags: List[str], entries: List[int], via: Lis
     if device.kind == "disk":
         record["devnum"] = device.devnum
         record["serials"] = device.serials
-    else:
+    elif device.kind == "nic":
         record["ifindex"] = device.ifindex
         record["mac"] = device.mac
     return record
@@ -134,10 +137,31 @@ def _disk_of_key(system: System, key: str) -> Optional[Dict[str, Any]]:
     return {"type": "disk", "syspath": device.syspath} if device is not None and device.key == key else None
 
 
+def reserved_ifname_prefixes(system: System) -> Tuple[str, ...]:
+    """The built-in reserved prefixes and those of ``reserved-ifnames.conf`` (its bad lines logged)."""
+    try:
+        with open(system.path(RESERVED_IFNAMES_FILE), "rb") as handle:
+            data = handle.read(MAX_RESERVED_IFNAMES_BYTES + 1)
+    except FileNotFoundError:
+        return RESERVED_IFNAME_PREFIXES
+    except OSError as exc:
+        log.warning("%s: %s: only the built-in reserved interface names apply", RESERVED_IFNAMES_FILE, exc.strerror)
+        return RESERVED_IFNAME_PREFIXES
+    if len(data) > MAX_RESERVED_IFNAMES_BYTES:
+        log.warning("%s: larger than %d bytes: ignored", RESERVED_IFNAMES_FILE, MAX_RESERVED_IFNAMES_BYTES)
+        return RESERVED_IFNAME_PREFIXES
+    added, problems = parse_reserved_prefixes(data.decode("utf-8", "replace"))
+    for problem in problems:
+        log.warning("%s: %s: skipped", RESERVED_IFNAMES_FILE, problem)
+    return RESERVED_IFNAME_PREFIXES + added
+
+
 def _update_altnames(
-    publisher: Publisher, old_index: Optional[Dict[str, Any]], records: Dict[str, Dict[str, Any]]
+    system: System, publisher: Publisher, old_index: Optional[Dict[str, Any]], records: Dict[str, Dict[str, Any]]
 ) -> None:
     previous = {r["key"]: r.get("altnames", []) for r in (old_index or {}).get("devices", []) if r["type"] == "nic"}
+    taken: Optional[frozenset] = None
+    reserved: Tuple[str, ...] = ()
     for key, record in records.items():
         if record["type"] != "nic":
             continue
@@ -145,7 +169,16 @@ def _update_altnames(
         if not publisher.altnames_enabled:
             record["altnames"] = list(had)  # nothing changes in the kernel, so nothing changes here
             continue
-        wanted = [name for name in (altname_for(t) for t in record["tags"]) if name]
+        if taken is None:  # read once per apply, and only when a tagged NIC may get altnames
+            taken = frozenset(system.listdir("/sys/class/net"))
+            reserved = reserved_ifname_prefixes(system)
+        wanted = []
+        for tag in record["tags"]:
+            refusal = altname_refusal(tag, taken, reserved)
+            if not refusal:
+                wanted.append(tag)
+            else:
+                log.info("%s: tag %r gets no altname: %s", record["name"], tag, refusal)
         kept = [name for name in had if name in wanted]
         for name in had:
             if name not in wanted:
@@ -277,7 +310,7 @@ def apply_document(
             log.info("%s: the same tags as the current state (from %s): nothing to do", source, report.source)
             report.units = sync_share_units(system, report.shares, publisher)  # shares.conf may have changed
             return report
-        _update_altnames(publisher, old_index, tagged)
+        _update_altnames(system, publisher, old_index, tagged)
         index: Dict[str, Any] = {
             "version": 1,
             "source": source,
@@ -327,4 +360,6 @@ def _still_there(system: System, record: Dict[str, Any]) -> bool:
     if record["type"] == "disk":
         device = system.block_device(record["syspath"]) if system.exists(record["syspath"]) else None
         return device is not None and device.key == record["key"]
+    if record["type"] != "nic":  # a passed-through PCI function or TPM: there while its directory is
+        return system.exists(record["syspath"])
     return any(nic.key == record["key"] for nic in system.all_nics())

@@ -36,7 +36,7 @@ class NoState(LookupError):
 class TaggedDevice(NamedTuple):
     """One tagged device as :func:`lookup` and :func:`list_devices` return it."""
 
-    type: str  # "disk", "nic" or "share"
+    type: str  # "disk", "nic", "share", or a passed-through "hostdev", "mdev", "tpm"
     tags: List[str]
     name: str  # kernel name now: vdb, ens3; a share's mount tag
     syspath: str  # "" for a share
@@ -87,6 +87,12 @@ def _refresh(system: System, record: Dict[str, Any]) -> Optional[TaggedDevice]:
             devnode="/dev/" + device.name.replace("!", "/"),
             links=links,
             serial=serials[0] if serials else None,
+        )
+    if record["type"] != "nic":  # a passed-through PCI function or TPM
+        if not system.exists(record["syspath"]):
+            return None
+        return TaggedDevice(
+            type=record["type"], tags=list(record["tags"]), name=record["name"], syspath=record["syspath"]
         )
     for nic in system.all_nics():
         if nic.key == record["key"]:

@@ -14,6 +14,8 @@ The address semantics are those of ``schema/README.md`` (authoritative):
 * ``xen`` NICs ``vif-<address>``; ``none`` and the rest: ``devname`` / ``path``.
 * Then, whatever the bus: NICs by MAC, disks by serial (exact, then the 20
   bytes virtio-blk and ATA keep, then udev's white-space-to-``_`` form).
+* Passed-through devices (``hostdev``, ``mdev``): the PCI function at the
+  entry's ``pci_path`` / root-bus address itself; ``tpm``: the guest's only TPM.
 
 Each result says which of these ways found the device (``via``).
 """
@@ -30,6 +32,7 @@ from .sysfs import Device, System, is_pci_address
 __all__ = ["Resolution", "resolve_entries"]
 
 VIRTIO_BLK_SERIAL_BYTES = 20
+PASSTHROUGH_TYPES = ("hostdev", "mdev", "tpm")
 
 
 def _numbered(name: str, prefix: str) -> bool:
@@ -261,6 +264,8 @@ class Resolver:
     def resolve(self, index: int, entry: Dict[str, Any]) -> Resolution:
         result = Resolution(index, entry)
         kind = entry["type"]
+        if kind in PASSTHROUGH_TYPES:
+            return self._passthrough(result, kind)
         if kind not in ("nic", "disk"):
             result.problem = f"type {kind!r} is not published by this agent"
             result.ignored = True
@@ -302,6 +307,22 @@ class Resolver:
             )
             return result
         result.devices, result.via = devices, via
+        return result
+
+    def _passthrough(self, result: Resolution, kind: str) -> Resolution:
+        if kind == "tpm":
+            tpms = self.sys.tpm_devices()
+            if len(tpms) == 1:
+                result.devices, result.via = tpms, "tpm"
+            else:
+                result.problem = f"{len(tpms)} TPMs in the guest; the metadata's TPM is the only one"
+            return result
+        found, how = self.pci_location(result.entry)
+        device = self.sys.pci_device(found, kind) if found else None
+        if device is None:
+            result.problem = f"no PCI function at {result.entry.get('pci_path') or result.entry.get('address')}"
+            return result
+        result.devices, result.via = [device], how
         return result
 
 

@@ -37,7 +37,7 @@ class Device:
 
     def __init__(
         self,
-        kind: str,  # "disk" or "nic"
+        kind: str,  # "disk", "nic", or a passed-through "hostdev", "mdev", "tpm"
         syspath: str,  # /sys/devices/...
         name: str,  # kernel name: vdb, sda, eth0
         key: str,  # b252:16:7 / n3
@@ -130,6 +130,21 @@ class System:
         mac = (self.read(syspath + "/address") or "").lower() or None
         return Device("nic", syspath, os.path.basename(syspath), f"n{int(ifindex)}", mac=mac, ifindex=int(ifindex))
 
+    def pci_device(self, syspath: str, kind: str) -> Optional[Device]:
+        """The PCI function at ``syspath`` itself (a passed-through GPU, NVMe controller, vGPU)."""
+        name = os.path.basename(syspath)
+        if not is_pci_address(name) or not self.exists(syspath):
+            return None
+        return Device(kind, syspath, name, f"p{name}")
+
+    def tpm_devices(self) -> List[Device]:
+        """The TPMs the kernel shows (``/sys/class/tpm/tpmN``)."""
+        found = []
+        for name in self.listdir("/sys/class/tpm"):
+            if name.startswith("tpm") and name[3:].isdigit():
+                found.append(Device("tpm", self.realpath("/sys/class/tpm/" + name), name, f"t{name}"))
+        return found
+
     def udev_properties(self, syspath: str) -> Dict[str, str]:
         """The properties udev recorded for the device at ``syspath`` (empty: none, or no udev).
 
@@ -147,7 +162,11 @@ class System:
             except (pyudev.DeviceNotFoundError, OSError, ImportError):
                 return {}
         devnum, ifindex = self.read(syspath + "/dev"), self.read(syspath + "/ifindex")
-        key = f"b{devnum}" if devnum else f"n{ifindex}" if ifindex else None
+        subsystem = os.path.basename(self.realpath(syspath + "/subsystem"))
+        if subsystem in ("pci", "tpm"):  # udev's id of a device without a number: +<subsystem>:<name>
+            key: Optional[str] = f"+{subsystem}:{os.path.basename(syspath)}"
+        else:
+            key = f"b{devnum}" if devnum else f"n{ifindex}" if ifindex else None
         text = self.read(f"/run/udev/data/{key}") if key else None
         return dict(
             line[2:].split("=", 1) for line in (text or "").splitlines() if line.startswith("E:") and "=" in line

@@ -15,7 +15,7 @@ import os
 import sys
 from typing import Any, Callable, Optional, Sequence, Tuple
 
-from . import __version__, config
+from . import __version__, config, manpage
 from .errors import DevtagError, InputError, Refused
 from .extras import missing_extra
 from .serving import ListenError
@@ -34,6 +34,7 @@ COMMAND_MODULES: Tuple[str, ...] = (
     "devtag_host.metadata_server.commands",
     "devtag_host.placement.commands",
     "devtag_host.fwcfg.commands",
+    "devtag_host.credentials.commands",
     "devtag_host.scheduling.commands",
     "devtag_host.attach.commands",
 )
@@ -78,6 +79,13 @@ def build_parser() -> config.Parser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument(
+        "--man",
+        action=_PrintManPage,
+        build=build_parser,
+        version=__version__,
+        help="print this manual page (roff) and exit: devtag-host --man | man -l -",
+    )
     _verbosity_options(parser, default=False)
     _config_option(parser, default=None)
     parser.add_argument(
@@ -97,6 +105,26 @@ def build_parser() -> config.Parser:
             _verbosity_options(sub, default=argparse.SUPPRESS)  # one given before the verb from being reset
             _config_option(sub, default=argparse.SUPPRESS)
     return parser
+
+
+class _PrintManPage(argparse.Action):
+    """``--man``: print the page of a parser made afresh by ``build`` (without the configured
+    defaults the running one carries) and exit, as ``--version`` prints the version."""
+
+    def __init__(
+        self,
+        option_strings: Sequence[str],
+        dest: str,
+        build: Callable[[], argparse.ArgumentParser],
+        version: str,
+        help: str,
+    ) -> None:
+        super().__init__(option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, nargs=0, help=help)
+        self.build, self.version = build, version
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: Any, values: Any, option_string: Any = None) -> None:
+        sys.stdout.write(manpage.render(self.build(), self.version, manpage.SECTIONS))
+        parser.exit()
 
 
 def _config_option(parser: argparse.ArgumentParser, default: Any) -> None:

@@ -16,14 +16,16 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from pathlib import Path
 from typing import Any, Iterator, Optional, Tuple
 
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Connection, Engine, make_url
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import ArgumentError, DBAPIError
 
-from .state import make_private_dirs
+from .errors import DevtagError, InputError, RuntimeFailure
+from .state import make_private_dirs, state_dir
 
 DEFAULT_VERSION_TABLE = "alembic_version"
 
@@ -53,15 +55,43 @@ def _sqlite_engine(url: str, immediate: bool) -> Engine:
 
 
 def create_private_file(database: Path) -> None:
-    """Create the SQLite file ``database`` (and its directory) readable by its owner only,
-    whatever the umask: it holds what other users must not read (volume connection details,
-    the placement of every instance).  SQLite gives its -wal and -shm files the same mode.
-    An existing file keeps its mode (the operator's choice)."""
-    make_private_dirs(database.parent)
+    """Create the SQLite file ``database`` readable by its owner only, whatever the umask: it
+    holds what other users must not read (volume connection details, the placement of every
+    instance).  SQLite gives its -wal and -shm files the same mode.  An existing file keeps
+    its mode (the operator's choice).
+
+    The path must be absolute.  Its directory is created only inside devtag's state
+    directory (:func:`~devtag_host.state.state_dir`, made on first use); another missing
+    directory is refused (a typo would otherwise put the database where nobody looks).
+    """
+    if not database.is_absolute():
+        raise InputError(
+            f"the SQLite database {str(database)!r} is not an absolute path: give sqlite:////ABSOLUTE/PATH.sqlite"
+        )
+    directory = database.parent
+    try:
+        missing = not directory.is_dir()
+        if missing and _inside(directory, state_dir()):
+            make_private_dirs(directory)
+    except OSError as exc:  # a directory on the way this user may not enter, a file system refusing it
+        raise RuntimeFailure(f"cannot create the directory {directory}: {_reason(exc)}") from None
+    if missing and not directory.is_dir():
+        raise InputError(f"the directory {directory} of the SQLite database {database} does not exist")
     try:
         os.close(os.open(database, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
     except FileExistsError:
         pass
+    except OSError as exc:
+        raise RuntimeFailure(f"cannot create the SQLite database {database}: {_reason(exc)}") from None
+
+
+def _inside(path: Path, directory: Path) -> bool:
+    resolved, base = Path(os.path.abspath(path)), Path(os.path.abspath(directory))
+    return resolved == base or base in resolved.parents
+
+
+def _reason(exc: OSError) -> str:
+    return exc.strerror or str(exc)
 
 
 # MySQL's and MariaDB's codes: a deadlock (InnoDB's, or Galera's certification failure,
@@ -209,3 +239,28 @@ def current_revision(store: Store, version_table: str = DEFAULT_VERSION_TABLE) -
 
     with store.read() as connection:
         return MigrationContext.configure(connection, opts={"version_table": version_table}).get_current_revision()
+
+
+_BACKGROUND = re.compile(r"\s*\(Background on this error at: \S+\)")
+
+
+def error_line(exc: BaseException) -> str:
+    """A database error in one line, in its driver's words: SQLAlchemy's wrapper, the
+    statement and parameters and the "Background on this error" link left out."""
+    original = getattr(exc, "orig", None)
+    text = str(original if original is not None else exc)
+    return " ".join(_BACKGROUND.sub("", text).split())[:500] or type(exc).__name__
+
+
+def failure(exc: Exception, what: str) -> DevtagError:
+    """A database error as the kind of failure it is, in one line after ``what``: bad input
+    (a --db that is not a database URL; a file that is not a SQLite database), else a
+    runtime failure (unreachable, read-only, ...)."""
+    words = error_line(exc)
+    if isinstance(exc, ArgumentError):
+        return InputError(
+            f"{what}: not a database URL ({words}): give sqlite:////ABSOLUTE/PATH.sqlite, postgresql://USER@HOST/DB or mysql+pymysql://USER:PASS@HOST/DB"
+        )
+    if "file is not a database" in words:
+        return InputError(f"{what}: the file is not a SQLite database: give devtag's own database or a new file")
+    return RuntimeFailure(f"{what}: {words}")

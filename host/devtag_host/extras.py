@@ -13,6 +13,8 @@ HOST_EXTRA: Dict[str, str] = {
     "pycdlib": "pycdlib",
     "starlette": "starlette",
     "uvicorn": "uvicorn",
+    "httptools": "httptools",
+    "uvloop": "uvloop",
     "sqlalchemy": "SQLAlchemy",
     "alembic": "alembic",
     "psycopg": "psycopg",
@@ -21,6 +23,7 @@ HOST_EXTRA: Dict[str, str] = {
     "orjson": "orjson",
     "prometheus_client": "prometheus-client",
     "requests": "requests",
+    "argparse_manpage": "argparse-manpage",
 }
 
 _HOW = (

@@ -10,13 +10,16 @@ service is too old.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import os
 import re
-from typing import Any, Dict, List, Optional, Set, Tuple
+import time
+from typing import Any, ClassVar, Dict, List, Optional, Set, Tuple
 from urllib.parse import urljoin, urlsplit
 
+from . import http_deadline
 from .errors import InputError, RuntimeFailure
 from .state import placement_token_path
 
@@ -32,11 +35,26 @@ URL_HELP = f"the placement service (default: ${URL_ENV}, else {DEFAULT_URL})"
 
 
 def service_url(given: Optional[str]) -> str:
-    """``--placement-url``, else ``$DEVTAG_PLACEMENT_URL``, else the default address of ``placement serve``."""
-    return given or os.environ.get(URL_ENV) or DEFAULT_URL
+    """``--placement-url``, else ``$DEVTAG_PLACEMENT_URL``, else the default address of ``placement serve``;
+    bad input unless it is an http:// or https:// URL with a host."""
+    url = given or os.environ.get(URL_ENV) or DEFAULT_URL
+    try:
+        parts = urlsplit(url)
+        usable = parts.scheme in ("http", "https") and bool(parts.hostname)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError:
+        usable = False
+    if not usable:
+        where = "--placement-url" if given else f"${URL_ENV}"
+        raise InputError(f"{where} {url!r} is not an http:// or https:// URL (e.g. {DEFAULT_URL})")
+    return url
 
 
 MAX_REDIRECTS = 5
+# A whole call (connecting, every redirect, the answer's head and body) ends within DEADLINE
+# seconds, whatever the per-read timeout sees: a service trickling a byte at a time is cut off.
+DEADLINE = 60.0
+MAX_ANSWER_BYTES = 256 * 1024 * 1024  # an allocation candidates answer of 50,000 providers is 40 MiB
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 
 
@@ -76,20 +94,33 @@ class PlacementClient:
     or failing (5xx) service is a :class:`~devtag_host.errors.RuntimeFailure`.
     """
 
-    def __init__(self, url: str, token: str = NOAUTH_TOKEN, session: Any = None, timeout: float = 30.0) -> None:
-        if session is None:
-            import requests  # loads only when a client is made: devtag-host starts without it
-
-            session = requests.Session()
+    def __init__(
+        self,
+        url: str,
+        token: str = NOAUTH_TOKEN,
+        session: Any = None,
+        timeout: float = 30.0,
+        *,
+        deadline: Optional[float] = None,
+        max_answer_bytes: Optional[int] = None,
+    ) -> None:
+        # The deadline of a call on a session made here (requests' timeout is per read).
+        self._deadline_watch: Any = None
+        if session is None:  # requests loads only now: devtag-host starts without it
+            session = http_deadline.session()
+            self._deadline_watch = http_deadline.watch
         self.url = url.rstrip("/")
         self.session = session
         # Redirects are followed here, not by the session: requests keeps X-Auth-Token across hosts.
         module = type(session).__module__.split(".", 1)[0]
+        self._streamed = module == "requests"  # the body read here, in pieces: its size is bounded
         self._no_redirects: Dict[str, Any] = {
-            "requests": {"allow_redirects": False},
+            "requests": {"allow_redirects": False, "stream": True},
             "httpx": {"follow_redirects": False},
         }.get(module, {})
         self.timeout = timeout
+        self.deadline = DEADLINE if deadline is None else deadline
+        self.max_answer_bytes = MAX_ANSWER_BYTES if max_answer_bytes is None else max_answer_bytes
         # The node's roles as Placement's noauth2 reads them: a node moves its own
         # allocations with POST /reshaper, which upstream's policy keeps for services.
         self.headers = {
@@ -109,30 +140,64 @@ class PlacementClient:
         if body is not None:
             kwargs["json"] = body
         kwargs.update(self._no_redirects)
-        url = self.url + path
-        for _hop in range(MAX_REDIRECTS + 1):
-            try:
-                response = self.session.request(method, url, **kwargs)
-            except Exception as exc:  # requests/httpx connection errors
-                raise RuntimeFailure(f"cannot reach placement at {self.url}: {connection_failure(exc)}") from None
-            if response.status_code not in _REDIRECTS:
-                break
-            url = self._redirect_target(method, path, url, response)
-        else:
-            raise RuntimeFailure(f"placement: {method} {path}: more than {MAX_REDIRECTS} redirects")
+        with self._watch() as watch:
+            response, content = self._exchange(method, path, kwargs)
+        if watch is not None and watch.expired:  # the socket was shut at the deadline: what came is cut short
+            raise RuntimeFailure(f"placement at {self.url} did not answer {method} {path} within {self.deadline:g} s")
         if response.status_code >= 500:
-            raise RuntimeFailure(f"placement failed: {method} {path}: {response.status_code} {_excerpt(response)}")
-        if not response.content:
+            raise RuntimeFailure(f"placement failed: {method} {path}: {response.status_code} {_excerpt(content)}")
+        if not content:
             return response.status_code, None
         try:
-            data = json.loads(response.content)
+            data = json.loads(content)
         except ValueError:  # an HTML page from a proxy, a login portal, ...
             kind = response.headers.get("content-type") or "no content type"
             raise RuntimeFailure(
                 f"placement answered {method} {path} with {response.status_code} and a body that is not JSON "
-                f"({kind}): {_excerpt(response)}"
+                f"({kind}): {_excerpt(content)}"
             ) from None
         return response.status_code, data
+
+    def _watch(self) -> Any:
+        if self._deadline_watch is None:  # the caller's session (tests: httpx on the WSGI app): its own timeouts
+            return contextlib.nullcontext(None)
+        return self._deadline_watch(self.deadline)
+
+    def _exchange(self, method: str, path: str, kwargs: Dict[str, Any]) -> Tuple[Any, bytes]:
+        """The answer to the request after same-service redirects, and its body."""
+        url = self.url + path
+        started = time.monotonic()
+        for _hop in range(MAX_REDIRECTS + 1):
+            try:
+                response = self.session.request(method, url, **kwargs)
+                if response.status_code not in _REDIRECTS:
+                    return response, self._body(response, method, path, started)
+                response.close()
+            except RuntimeFailure:
+                raise
+            except Exception as exc:  # requests/httpx connection errors
+                if time.monotonic() - started >= self.deadline:
+                    return _CUT_SHORT, b""
+                raise RuntimeFailure(f"cannot reach placement at {self.url}: {connection_failure(exc)}") from None
+            url = self._redirect_target(method, path, url, response)
+        raise RuntimeFailure(f"placement: {method} {path}: more than {MAX_REDIRECTS} redirects")
+
+    def _body(self, response: Any, method: str, path: str, started: float) -> bytes:
+        if not self._streamed:
+            return bytes(response.content)
+        pieces: List[bytes] = []
+        size = 0
+        try:
+            for piece in response.iter_content(64 * 1024):
+                size += len(piece)
+                if size > self.max_answer_bytes:
+                    raise RuntimeFailure(
+                        f"placement answered {method} {path} with more than {self.max_answer_bytes} bytes: not read"
+                    )
+                pieces.append(piece)
+        finally:
+            response.close()
+        return b"".join(pieces)
 
     def _redirect_target(self, method: str, path: str, url: str, response: Any) -> str:
         """Where a redirect leads, if it stays on the configured service's scheme, host and port.
@@ -232,6 +297,16 @@ def _origin(url: str) -> str:
     return f"{parts.scheme}://{parts.hostname}:{port}"
 
 
-def _excerpt(response: Any) -> str:
+class _CutShort:
+    """The answer of a call the deadline ended (nothing usable came)."""
+
+    status_code = 0
+    headers: ClassVar[Dict[str, str]] = {}
+
+
+_CUT_SHORT = _CutShort()
+
+
+def _excerpt(content: bytes) -> str:
     """The start of a response body, on one line."""
-    return " ".join(response.text[:200].split())
+    return " ".join(content[:200].decode("utf-8", "replace").split())

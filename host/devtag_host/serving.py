@@ -76,7 +76,7 @@ def listening_socket(address: ListenAddress, *, backlog: int = 1024) -> socket.s
     except OSError as exc:
         sock.close()
         raise ListenError(f"cannot listen on {address}: {(exc.strerror or str(exc)).lower()}") from None
-    sock.set_inheritable(True)  # uvicorn's worker processes serve it too
+    sock.set_inheritable(True)  # worker processes serve it too
     return sock
 
 
@@ -119,3 +119,10 @@ def metrics_listen(text: Optional[str]) -> Optional[ListenAddress]:
     if address.scope:
         raise InputError(f"--metrics-listen {text!r}: give an address without %INTERFACE")
     return address
+
+
+def listening_socket_for(host: str, port: int, fd: Optional[int] = None) -> socket.socket:
+    """The listening socket of descriptor ``fd`` (one inherited, e.g. from systemd), else one bound to ``host:port``."""
+    if fd is not None:
+        return socket.socket(fileno=fd)
+    return listening_socket(parse_listen(f"[{host}]:{port}" if ":" in host else f"{host}:{port}"))

@@ -240,7 +240,12 @@ OPTIONS: Tuple[Option, ...] = (
         "postgresql://user@host/placement or mysql+pymysql://user:password@host/placement?charset=utf8mb4 "
         "(several workers or hosts). Unset: placement.sqlite in state_dir.",
         env="DEVTAG_PLACEMENT_DB",
-        flags=((_SERVE, "db", "--db"), (("placement", "db-sync"), "db", "--db")),
+        flags=(
+            (_SERVE, "db", "--db"),
+            (("placement", "db-sync"), "db", "--db"),
+            (("placement", "import"), "db", "--db"),
+            (("placement", "export"), "db", "--db"),
+        ),
     ),
     Option(
         "placement_database",

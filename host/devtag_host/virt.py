@@ -86,9 +86,15 @@ def prepare_embedded_root(root: Path) -> None:
     An existing qemu.conf is left alone: it is the operator's.
     """
     conf = root / "etc" / "qemu.conf"
-    if not conf.exists():
-        conf.parent.mkdir(parents=True, exist_ok=True)
-        conf.write_text(_EMBEDDED_QEMU_CONF, encoding="utf-8")
+    try:
+        if not conf.exists():
+            conf.parent.mkdir(parents=True, exist_ok=True)
+            conf.write_text(_EMBEDDED_QEMU_CONF, encoding="utf-8")
+    except OSError as exc:  # a state directory this user cannot create or enter ($DEVTAG_STATE_DIR)
+        where = exc.filename or conf
+        raise RuntimeFailure(
+            f"cannot prepare the embedded libvirt root {root}: {where}: {exc.strerror or exc}"
+        ) from None
 
 
 def qemu_cannot_start(uri: str) -> Optional[str]:

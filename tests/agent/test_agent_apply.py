@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -337,3 +338,43 @@ def test_a_share_entry_is_published_by_its_mount_tag(tmp_path, capsys):
     assert run_cli("--root", str(tmp_path), "lookup", "media", "--type", "disk") == 1
     assert run_cli("--root", str(tmp_path), "list", "--type", "share") == 0
     assert capsys.readouterr().out == "share\tfs0\tmedia\n"
+
+
+OTHER_SOFTWARE_NAMES = ("cni0", "tailscale0", "flannel.1", "cilium_host", "kube-ipvs0", "docker0", "virbr0", "veth1a2b")
+
+
+def test_no_altname_takes_an_interface_name_or_a_name_other_software_creates(vm, recorder, caplog):
+    """decoy0 and br0 are interfaces of the guest (/sys/class/net); the others are names a container
+    runtime, VPN or overlay creates when it starts: an altname holding one would make that fail."""
+    machine, document = vm
+    document["devices"][1]["tags"] = ["nfvfunc2", "decoy0", "br0", *OTHER_SOFTWARE_NAMES]
+    machine.config_drive(document)
+    with caplog.at_level(logging.INFO, logger="devtag_agent"):
+        assert run_cli("-v", "--root", str(machine.root), "apply", "--source", "configdrive") == 0
+    added = [call[-1] for call in recorder.ip_calls() if call[:3] == ["link", "property", "add"]]
+    assert "nfvfunc2" in added
+    assert not set(added) & {"decoy0", "br0", *OTHER_SOFTWARE_NAMES}, added
+    ens4 = next(d for d in _index(machine.root)["devices"] if d["name"] == "ens4")
+    assert ens4["altnames"] == ["nfvfunc2"]
+    assert sorted(ens4["tags"]) == sorted(["nfvfunc2", "decoy0", "br0", *OTHER_SOFTWARE_NAMES])  # still tags
+    assert "ens4: tag 'decoy0' gets no altname: an interface has that name" in caplog.text
+    assert "ens4: tag 'cni0' gets no altname: begins with 'cni'" in caplog.text
+
+
+def test_reserved_ifnames_conf_adds_prefixes_and_an_altname_it_reserves_goes(vm, recorder, caplog):
+    machine, document = vm
+    document["devices"][1]["tags"] = ["nfvfunc2", "corp-vpn"]
+    machine.config_drive(document)
+    root = str(machine.root)
+    assert run_cli("--root", root, "apply", "--source", "configdrive") == 0
+    assert ["link", "property", "add", "dev", "ens4", "altname", "corp-vpn"] in recorder.ip_calls()
+    conf = machine.root / "etc/devtag/reserved-ifnames.conf"
+    conf.parent.mkdir(parents=True, exist_ok=True)
+    conf.write_text("# our VPN client's interfaces\ncorp-  # corp-vpn0, ...\nnot/a name\n")
+    recorder.clear()
+    with caplog.at_level(logging.WARNING, logger="devtag_agent"):
+        assert run_cli("--root", root, "apply", "--source", "configdrive") == 0
+    assert recorder.ip_calls() == [["link", "property", "del", "dev", "ens4", "altname", "corp-vpn"]]
+    ens4 = next(d for d in _index(machine.root)["devices"] if d["name"] == "ens4")
+    assert ens4["altnames"] == ["nfvfunc2"]
+    assert "reserved-ifnames.conf: line 3: not the beginning of an interface name" in caplog.text

@@ -15,7 +15,16 @@ from typing import Dict, List, Tuple
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from devtag_agent.encoding import altname_for, decode, encode_key, encode_name, link_name
+from devtag_agent.encoding import (
+    RESERVED_IFNAME_PREFIXES,
+    altname_for,
+    altname_refusal,
+    decode,
+    encode_key,
+    encode_name,
+    link_name,
+    parse_reserved_prefixes,
+)
 from devtag_agent.state import db_file_text
 
 _chars = st.characters(codec=None, exclude_categories=())
@@ -156,3 +165,25 @@ def test_decode_reads_escapes_as_the_regular_expression_did(text):
     except UnicodeDecodeError:
         got = None
     assert got == expected, text
+
+
+@settings(deadline=None)
+@given(any_text, st.frozensets(any_text, max_size=4), st.lists(st.text(min_size=1, max_size=4), max_size=4))
+def test_an_altname_is_never_a_taken_name_nor_begins_with_a_reserved_prefix(tag, taken, reserved):
+    name = altname_for(tag, taken, reserved)
+    if name is not None:
+        assert name not in taken
+        assert not any(name.startswith(prefix) for prefix in reserved)
+    assert (name is None) == bool(altname_refusal(tag, taken, reserved))
+
+
+def test_names_other_software_creates_get_no_altname():
+    for name in ("cni0", "cni-podman0", "tailscale0", "flannel.1", "cilium_host", "kube-ipvs0", "docker0", "virbr0"):
+        assert altname_for(name) is None, name
+    assert all(altname_for(prefix + "x") is None for prefix in RESERVED_IFNAME_PREFIXES)
+    assert altname_for("decoy0", taken=frozenset({"decoy0"})) is None
+    assert altname_for("corp-vpn", reserved=("corp-",)) is None
+    assert altname_for("corp-vpn") == "corp-vpn"
+    prefixes, problems = parse_reserved_prefixes("# c\ncorp-  # x\n\nbad/one\n")
+    assert prefixes == ("corp-",)
+    assert problems == ("line 4: not the beginning of an interface name ([A-Za-z0-9_.@+=-], 1-126)",)

@@ -8,7 +8,7 @@ No udev can run in a container, and Debian 12's udevadm (systemd 252) has no
   ``#`` comments) and rejects unknown keys, operators not allowed for a key,
   unknown ``IMPORT`` types and ``GOTO``s without a later ``LABEL``;
 * :func:`run_event` evaluates the rules for one device event: ``==``/``!=``
-  with globs and ``|``, ``TEST``, ``IMPORT{file}``, ``IMPORT{parent}``,
+  with globs and ``|`` (also on ``DEVPATH`` and ``ATTR{}``), ``TEST``, ``IMPORT{file}``, ``IMPORT{parent}``,
   ``ENV``/``TAG``/``SYMLINK`` assignment, ``GOTO``/``LABEL``, and the
   substitutions ``$attr{}``, ``$env{}``, ``$major``, ``$minor``, ``%n``, with
   the character replacement udev applies to ``SYMLINK`` values
@@ -132,9 +132,11 @@ def _format(event: Event, template: str, replace_whitespace: bool) -> str:
         number = re.search(r"[0-9]*$", os.path.basename(event.syspath)).group(0)  # the kernel number
         table = {"$major": event.env.get("MAJOR", ""), "$minor": event.env.get("MINOR", ""), "%n": number}
         table.update({"%M": table["$major"], "%m": table["$minor"], "%%": "%", "$$": "$"})
+        table.update({"$kernel": os.path.basename(event.syspath), "%k": os.path.basename(event.syspath)})
         return table[text]
 
-    return re.sub(r"(?:\$attr|%s)\{([^}]*)\}|(?:\$env|%E)\{([^}]*)\}|\$major|\$minor|%M|%m|%n|%%|\$\$", one, template)
+    pattern = r"(?:\$attr|%s)\{([^}]*)\}|(?:\$env|%E)\{([^}]*)\}|\$major|\$minor|\$kernel|%M|%m|%n|%k|%%|\$\$"
+    return re.sub(pattern, one, template)
 
 
 def replace_chars(text: str, allow: str) -> str:
@@ -202,6 +204,10 @@ def _apply(event: Event, token: Token) -> bool:
             result = _glob(token.value, event.env["SUBSYSTEM"])
         elif key == "ENV":
             result = _glob(token.value, event.env.get(token.attr or "", ""))
+        elif key == "DEVPATH":
+            result = _glob(token.value, event.env["DEVPATH"])
+        elif key == "ATTR":
+            result = _glob(token.value, event.attr(token.attr or ""))
         elif key == "TEST":  # a relative path is relative to the device's sysfs directory
             path = _format(event, token.value, False)
             if not path.startswith("/"):

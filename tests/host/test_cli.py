@@ -136,8 +136,13 @@ def test_tag_untag_devices_on_embedded_libvirt(
 
 
 @pytest.mark.libvirt
-def test_demo_defines_tags_and_prints_a_valid_document(libvirt_uri: str, capsys: pytest.CaptureFixture) -> None:
-    assert main(["demo", "--connect", libvirt_uri, "--start"]) == 0
+def test_demo_defines_tags_and_prints_a_valid_document(
+    libvirt_conn: Any, libvirt_uri: str, capsys: pytest.CaptureFixture
+) -> None:
+    try:
+        assert main(["demo", "--connect", libvirt_uri, "--start"]) == 0
+    finally:  # the next demo on this session's root finds no devtag-demo (a second one is refused)
+        libvirt_conn.lookupByName("devtag-demo").undefine()
     document = json.loads(capsys.readouterr().out)
     assert devtag_schema.describe_errors(document) == []
     buses = {d["bus"] for d in document["devices"]}

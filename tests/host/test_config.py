@@ -22,6 +22,7 @@ DEVTAG_HOST = [sys.executable, "-m", "devtag_host.cli"]
 NOT_SETTINGS = {
     "DEVTAG_CONFIG",
     "DEVTAG_TAG_",
+    "DEVTAG_TAGS",  # a udev property the credentials' rules set in the guest, not a variable of the host
     "DEVTAG_PLACEMENT_",  # the prefix of the allocation candidates' variables
     *("DEVTAG_PLACEMENT_REQUEST_LOG", "DEVTAG_PLACEMENT_LISTEN_HOST"),  # what serve tells its workers
 }

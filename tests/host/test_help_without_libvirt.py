@@ -17,24 +17,18 @@ from typing import Dict, Iterator, Tuple
 
 import pytest
 
+from devtag_host import config
 from devtag_host.cli import build_parser
 
 REPO = Path(__file__).resolve().parent.parent.parent
 
 # Run with the shim first on sys.path: every verb's --help, then the man page writer.
 _EVERY_HELP = """
-import argparse, contextlib, io, sys
+import contextlib, io, sys
 from devtag_host.cli import build_parser
 
-def verbs(parser, path=()):
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                yield path + (name,)
-                yield from verbs(sub, path + (name,))
-
 shown = 0
-for verb in [(), *verbs(build_parser())]:
+for verb in build_parser().verbs:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         try:
@@ -77,6 +71,9 @@ def test_help_and_every_verbs_help_without_libvirt(without_libvirt: Dict[str, st
 
 
 def test_the_man_page_is_written_without_libvirt(without_libvirt: Dict[str, str], tmp_path: Path) -> None:
+    shown = run(without_libvirt, "-m", "devtag_host.cli", "--man")
+    assert shown.returncode == 0, shown.stderr
+    assert "attach\\-volume" in shown.stdout and shown.stdout.startswith(".TH DEVTAG\\-HOST")
     page = tmp_path / "devtag-host.1"
     result = run(
         without_libvirt,
@@ -98,15 +95,11 @@ def test_a_verb_that_needs_libvirt_says_so_in_one_line(without_libvirt: Dict[str
     )
 
 
-def _verbs(
-    parser: argparse.ArgumentParser, path: Tuple[str, ...] = ()
-) -> Iterator[Tuple[str, argparse.ArgumentParser]]:
+def _verbs(parser: config.Parser) -> Iterator[Tuple[str, argparse.ArgumentParser]]:
     """("volume create", its parser) for every verb and sub-verb."""
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                yield " ".join((*path, name)), sub
-                yield from _verbs(sub, (*path, name))
+    for verb, sub in parser.verbs.items():
+        if verb:
+            yield " ".join(verb), sub
 
 
 def test_every_handler_named_by_a_parser_exists() -> None:

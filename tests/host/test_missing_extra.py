@@ -30,7 +30,17 @@ CASES = {
     "os_traits": ["--help"],
     "os_resource_classes": ["--help"],
     "libvirt": ["metadata-server", "--connect", "test:///default", "--listen", "127.0.0.1:1"],
-    "uvicorn": ["placement", "serve", "--db", "sqlite:///{tmp}/p.sqlite", "--listen", "127.0.0.1:1"],
+    "uvicorn": [
+        "placement",
+        "serve",
+        "--auth-strategy",
+        "keystone",
+        "--db",
+        "sqlite:///{tmp}/p.sqlite",
+        "--listen",
+        "127.0.0.1:1",
+    ],
+    "httptools": ["placement", "serve", "--db", "sqlite:///{tmp}/p.sqlite", "--listen", "127.0.0.1:1"],
     "alembic": ["placement", "db-sync", "--db", "sqlite:///{tmp}/p.sqlite"],
 }
 

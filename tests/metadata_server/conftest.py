@@ -22,11 +22,11 @@ def directory() -> InstanceDirectory:
 
 @pytest.fixture
 def serve() -> Iterator[Callable[..., str]]:
-    """``serve(app, host=...)`` -> base URL of a live uvicorn serving ``app``; stopped after the test."""
+    """``serve(app, host=..., **limits)`` -> base URL of a live server of ``app``; stopped after the test."""
     servers: List[BackgroundServer] = []
 
-    def start(app: Any, host: str = "127.0.0.1") -> str:
-        server = BackgroundServer(app, host=host)
+    def start(app: Any, host: str = "127.0.0.1", **limits: Any) -> str:
+        server = BackgroundServer(app, host=host, **limits)
         servers.append(server)
         return f"http://{host}:{server.port}"
 

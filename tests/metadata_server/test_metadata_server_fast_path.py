@@ -9,12 +9,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import struct
 from typing import Dict, List, Optional
 
 import pytest
 
+from devtag_host.http1.protocol import Connection
+from devtag_host.http1.server import ServerState
 from devtag_host.metadata_server import DirectIdentifier, InstanceDirectory, create_app
 from devtag_host.metadata_server import requester as requester_module
 from devtag_host.metadata_server.domain_facts import NicPort
@@ -28,7 +31,7 @@ from devtag_host.metadata_server.neighbours import (
     NeighbourTable,
 )
 from devtag_host.metadata_server.requester import AddressBook, Identity, Refusal
-from devtag_host.metadata_server.server import BackgroundServer, HeadHeldUntilBody
+from devtag_host.metadata_server.server import BackgroundServer, limits
 
 from .metadata_server_samples import MAC_A, MAC_B, UUID_A, UUID_B, sample_instance
 from .test_metadata_server_neighbours import arp, attribute, message
@@ -167,37 +170,28 @@ class RecordingTransport:
         return self.closed
 
     def get_extra_info(self, name: str, default: Optional[object] = None) -> object:
-        return default
+        return ("127.0.0.1", 40000) if name == "peername" else default
+
+    def set_write_buffer_limits(self, high: Optional[int] = None, low: Optional[int] = None) -> None:
+        pass
 
 
 def test_the_head_leaves_with_the_body_in_one_write() -> None:
-    transport = RecordingTransport()
-    writer = HeadHeldUntilBody(transport)
-    writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n")
-    assert transport.writes == []
-    writer.write(b"{}")
-    assert transport.writes == [b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}"]
-    writer.flush()
-    assert len(transport.writes) == 1
-
-
-def test_a_head_without_body_leaves_at_the_end_or_at_close() -> None:
-    transport = RecordingTransport()
-    writer = HeadHeldUntilBody(transport)
-    writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n")  # HEAD: no body follows
-    writer.flush()
-    assert transport.writes == [b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n"]
-    writer.write(b"HTTP/1.1 500 Internal Server Error\r\n\r\n")
-    writer.close()
-    assert transport.writes[-1].startswith(b"HTTP/1.1 500") and transport.closed
-
-
-def test_an_interim_response_is_not_held() -> None:
-    transport = RecordingTransport()
-    writer = HeadHeldUntilBody(transport)
-    writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-    assert transport.writes == [b"HTTP/1.1 100 Continue\r\n\r\n"]
-    assert writer.get_extra_info("peername") is None, "anything else is the transport's"
+    directory = InstanceDirectory()
+    directory.put(sample_instance(UUID_A, MAC_A, "alpha"))
+    app = create_app(directory, addresses=AddressBook(neighbours=lambda: {"127.0.0.1": MAC_A}), log_requests=False)
+    loop = asyncio.new_event_loop()
+    try:
+        state = ServerState(app, limits(), loop)
+        transport = RecordingTransport()
+        connection = Connection(state)
+        connection.connection_made(transport)
+        connection.data_received(f"GET {PATH} HTTP/1.1\r\nHost: x\r\n\r\nHEAD {PATH} HTTP/1.1\r\n\r\n".encode())
+        assert len(transport.writes) == 2, "one write per answer (GET: head and body; HEAD: the head)"
+        assert transport.writes[0].startswith(b"HTTP/1.1 200 OK\r\n") and transport.writes[0].endswith(b"}")
+        assert transport.writes[1].endswith(b"\r\n\r\n")
+    finally:
+        loop.close()
 
 
 def raw(port: int, data: bytes, methods: List[str]) -> bytes:

@@ -133,3 +133,43 @@ def test_a_detached_scsi_disk_disappears_within_half_a_second(
         elapsed = wait_for(client, lambda r: serials(r) == [None], REFRESH_BUDGET)
         assert elapsed is not None, f"detached disk still served after {REFRESH_BUDGET} s"
         assert "scsi-vol" not in handle.XMLDesc(0), "libvirt really removed it"
+
+
+USB_NIC_MAC = "52:54:00:50:00:09"
+USB_NIC = (
+    f"<interface type='user'><mac address='{USB_NIC_MAC}'/><model type='usb-net'/>"
+    "<address type='usb' bus='0' port='1'/></interface>"
+)
+
+
+def test_a_detached_nic_leaves_the_document_at_once_served_and_on_the_config_drive(
+    service: MetadataService, libvirt_conn: Any, define_domain: Callable, image_dir: Any
+) -> None:
+    """Nova keeps a detached NIC's entry until a hard reboot; devtag follows libvirt. A USB NIC
+    needs no guest to acknowledge its removal (a PCI one does), so it is unplugged here for real."""
+    from devtag_host.configdrive import write_config_drive_for_domain
+
+    with_usb = (
+        DOMAIN.replace("machine='pc'", "machine='q35'")
+        .replace("<devices>", "<devices><controller type='usb' index='0' model='qemu-xhci'/>")
+        .format(name="live-nic-unplug")
+    )
+    with httpx.Client(base_url=base_url(service)) as client:
+        handle = define_domain(with_usb)
+        handle.create()
+
+        def macs(response: httpx.Response) -> Any:
+            return [d.get("mac") for d in response.json()["devices"]] if response.status_code == 200 else None
+
+        handle.attachDeviceFlags(USB_NIC, 1)  # VIR_DOMAIN_AFFECT_LIVE
+        virt.update_tags(handle, lambda domain: add_tags(domain, USB_NIC_MAC, ["nfvfunc9"]))
+        assert wait_for(client, lambda r: USB_NIC_MAC in (macs(r) or []), REFRESH_BUDGET) is not None
+        drive = write_config_drive_for_domain("live-nic-unplug", image_dir / "before.iso", connection=libvirt_conn)
+        assert [d.get("mac") for d in drive.devices] == [USB_NIC_MAC]
+
+        handle.detachDeviceFlags(USB_NIC, 1)
+        elapsed = wait_for(client, lambda r: macs(r) == [], REFRESH_BUDGET)
+        assert elapsed is not None, f"detached NIC still served after {REFRESH_BUDGET} s"
+        assert f"<mac address='{USB_NIC_MAC}'/>" not in handle.XMLDesc(0), "libvirt really removed it"
+        drive = write_config_drive_for_domain("live-nic-unplug", image_dir / "after.iso", connection=libvirt_conn)
+        assert drive.devices == (), "the next config drive has no entry for it either"

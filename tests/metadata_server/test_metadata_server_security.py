@@ -232,13 +232,8 @@ def test_access_log_is_one_json_object_per_request(
     assert records[0]["client"] == "127.0.0.1" and records[0]["note"] == "neighbour" and records[0]["ms"] >= 0
 
 
-def test_slow_or_silent_request_heads_are_cut_off(
-    directory: InstanceDirectory, serve: Callable, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from devtag_host.metadata_server.server import BoundedHttpToolsProtocol
-
-    monkeypatch.setattr(BoundedHttpToolsProtocol, "head_timeout", 0.3)
-    base = serve(create_app(directory, addresses=loopback_is(MAC_A)))
+def test_slow_or_silent_request_heads_are_cut_off(directory: InstanceDirectory, serve: Callable) -> None:
+    base = serve(create_app(directory, addresses=loopback_is(MAC_A)), head_timeout=0.3)
     parts = urlsplit(base)
     for first in (b"", b"GET /openstack HTTP/1.1\r\nHost: x\r\n"):  # silent; head never completed
         with socket.create_connection((parts.hostname, parts.port), timeout=5) as sock:

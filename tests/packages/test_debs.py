@@ -115,6 +115,11 @@ def test_host_package_vendors_its_libraries_and_runs(debs: Path, tmp_path: Path)
     )
     assert result.returncode == 0, result.stderr
     assert '"address":"0000:00:04.0"' in result.stdout and '"tags":["db"]' in result.stdout
+    # --man from the vendored argparse-manpage: the page the package installs (the same parser and sections).
+    shown = subprocess.run(
+        ["/usr/bin/python3", str(tmp_path / "devtag-host"), "--man"], capture_output=True, text=True, timeout=60
+    )
+    assert shown.returncode == 0 and shown.stdout.startswith(".TH DEVTAG\\-HOST"), shown.stderr
 
 
 def test_the_installed_units_run_what_the_packages_install(debs: Path, tmp_path: Path) -> None:

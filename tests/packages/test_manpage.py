@@ -1,5 +1,6 @@
-"""The man pages' ENVIRONMENT, FILES, EXIT STATUS and SEE ALSO sections
-(packaging/manpage.py) against the code and the docs the packages install.
+"""The man pages (devtag_host.manpage, argparse-manpage's rendering): their ENVIRONMENT,
+FILES, EXIT STATUS and SEE ALSO sections (packaging/manpage.py) against the code and the
+docs the packages install; every verb in the page; ``devtag-host --man`` as man reads it.
 
 Quick (no package is built): the environment variables a program reads are
 found as string constants in its code, so a new variable fails here until
@@ -9,19 +10,24 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import importlib.util
+import io
+import os
 import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
-from typing import Callable, Iterator, Set
+from typing import Callable, List, Set
 
 import pytest
 
 from devtag_agent.cli import build_parser as agent_parser
+from devtag_host import __version__
 from devtag_host.cli import build_parser as host_parser
+from devtag_host.manpage import render, roff
 
 REPO = Path(__file__).resolve().parents[2]
 PROGRAMS = {
@@ -55,18 +61,33 @@ def _variables_read(package: Path) -> Set[str]:
     return found - NOT_SETTINGS
 
 
-def _parsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
-    yield parser
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for sub in action.choices.values():
-                yield from _parsers(sub)
-
-
 def _page(program: str, build: Callable[[], argparse.ArgumentParser]) -> str:
     parser = build()
     parser.prog = program
-    return MANPAGE.manpage(parser, program, "0")
+    return render(parser, "0", MANPAGE.PAGES[program])
+
+
+def _verbs_in(page: str) -> List[List[str]]:
+    """The verbs the page has a subsection for: ["placement", "serve"], ..."""
+    headings = re.findall(r"^\.SS \\fB(.+)\\fR$", page, re.MULTILINE)
+    return [heading.replace("\\-", "-").split()[1:] for heading in headings]
+
+
+def _help_texts(program: str, build: Callable[[], argparse.ArgumentParser]) -> List[str]:
+    """--help of the program and of every verb its page shows."""
+    texts = [build().format_help()]
+    for verb in _verbs_in(_page(program, build)):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+            build().parse_args([*verb, "--help"])
+        texts.append(out.getvalue())
+    return texts
+
+
+def test_the_page_shows_every_verb() -> None:
+    parser = host_parser()
+    verbs = {" ".join(verb) for verb in _verbs_in(_page("devtag-host", host_parser))}
+    assert verbs == {" ".join(verb) for verb in parser.verbs if verb}
 
 
 @pytest.mark.parametrize("program", PROGRAMS)
@@ -88,7 +109,8 @@ def test_environment_lists_every_variable_the_code_reads(program: str) -> None:
 @pytest.mark.parametrize("program", PROGRAMS)
 def test_exit_status_matches_the_help(program: str) -> None:
     """Every status of the page is in --help's own exit status text, and the reverse."""
-    texts = [p.format_help() for p in _parsers(PROGRAMS[program][0]())]
+    texts = _help_texts(program, PROGRAMS[program][0])
+    assert len(texts) > 5  # the top level and the verbs
     stated: Set[str] = set()
     for text in texts:
         for match in re.finditer(r"exit status:?(.{0,600})", text, re.IGNORECASE | re.DOTALL):
@@ -128,3 +150,36 @@ def test_man_renders_the_new_sections(program: str, tmp_path: Path) -> None:
         assert f"\n{title}\n" in shown.stdout
     first = MANPAGE.PAGES[program]["ENVIRONMENT"][0][0]
     assert first in shown.stdout and "warning" not in shown.stderr
+    if shutil.which("groff"):
+        _lint(source.read_text(encoding="utf-8"))
+
+
+@pytest.mark.skipif(shutil.which("man") is None or shutil.which("groff") is None, reason="needs man and groff")
+def test_devtag_host_man_is_a_page_man_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``devtag-host --man | man -l -`` for a checkout or pip install; groff and mandoc find nothing to warn of."""
+    env = {"MANWIDTH": "200", "PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8", "SOURCE_DATE_EPOCH": "1700000000"}
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", env["SOURCE_DATE_EPOCH"])  # the page's date, for both
+    printed = subprocess.run(
+        [sys.executable, "-m", "devtag_host.cli", "--man"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, **env},
+    ).stdout
+    assert printed == _page("devtag-host", host_parser).replace(
+        '"devtag\\-host 0"', f'"devtag\\-host {roff(__version__)}"', 1
+    )
+    shown = subprocess.run(["man", "-l", "-"], input=printed, capture_output=True, text=True, check=True, env=env)
+    assert shown.stdout.startswith("DEVTAG-HOST(1)") and "\nEXIT STATUS\n" in shown.stdout
+    assert "devtag-host placement serve" in shown.stdout and shown.stderr == ""
+    _lint(printed)
+
+
+def _lint(page: str) -> None:
+    """groff -ww (every warning) and, where installed, mandoc -T lint find nothing to say."""
+    env = {"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"}
+    lint = subprocess.run(["groff", "-ww", "-z", "-man"], input=page, capture_output=True, text=True, env=env)
+    assert (lint.returncode, lint.stderr) == (0, "")
+    if shutil.which("mandoc"):
+        lint = subprocess.run(["mandoc", "-T", "lint", "-W", "warning"], input=page, capture_output=True, text=True)
+        assert lint.stdout + lint.stderr == ""

@@ -62,7 +62,9 @@ def test_the_wsgi_413_document_has_a_code_like_every_error(wsgi_session):
         "title": "Request Entity Too Large",
         "detail": "Request body too large.",
         "code": "placement.undefined_code",
+        "request_id": response.headers["x-openstack-request-id"],  # as every answer has
     }
+    assert error["request_id"].startswith("req-")
 
 
 def test_schedule_with_placement_unreachable_says_so_in_one_short_line(tmp_path: Path, capsys):

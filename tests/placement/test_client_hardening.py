@@ -10,7 +10,9 @@
 from __future__ import annotations
 
 import http.server
+import socket
 import threading
+import time
 from typing import Any, Callable, Iterator, List, Tuple
 
 import pytest
@@ -153,3 +155,114 @@ def test_report_against_a_proxy_answering_html(
     failures = [record for record in caplog.records if "report failed" in record.getMessage()]
     assert len(failures) == 3 and all(record.exc_info is None for record in failures)
     assert "Traceback" not in capsys.readouterr().err
+
+
+class _Trickler:
+    """A loopback server that answers a status line, then one byte every ``every`` seconds,
+    in the head (``part="head"``) or in a body it announced (``part="body"``); or a body of
+    ``size`` bytes sent as fast as the client reads (``part="large"``)."""
+
+    def __init__(self, part: str, every: float = 0.3, size: int = 0) -> None:
+        self.part, self.every, self.size = part, every, size
+        self.stop = threading.Event()
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(8)
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self.stop.is_set():
+            try:
+                connection, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._answer, args=(connection,), daemon=True).start()
+
+    def _answer(self, connection: socket.socket) -> None:
+        with connection:
+            try:
+                received = b""
+                while b"\r\n\r\n" not in received:
+                    received += connection.recv(4096) or b"\r\n\r\n"
+                if self.part == "large":
+                    connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n")
+                    connection.sendall(b"Content-Length: %d\r\n\r\n" % self.size)
+                    chunk = b" " * 65536
+                    for _ in range(self.size // len(chunk)):
+                        connection.sendall(chunk)
+                    return
+                connection.sendall(b"HTTP/1.1 200 OK\r\n")
+                if self.part == "body":
+                    connection.sendall(b"Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n")
+                else:
+                    connection.sendall(b"X-Slow: ")
+                while not self.stop.wait(self.every):
+                    connection.sendall(b" ")
+            except OSError:  # the client gave up
+                return
+
+    def close(self) -> None:
+        self.stop.set()
+        self.listener.close()
+
+
+@pytest.fixture
+def trickler() -> Iterator[Callable[..., _Trickler]]:
+    made: List[_Trickler] = []
+
+    def make(part: str, **options: Any) -> _Trickler:
+        made.append(_Trickler(part, **options))
+        return made[-1]
+
+    yield make
+    for server in made:
+        server.close()
+
+
+@pytest.mark.parametrize("part", ["head", "body"])
+def test_an_answer_trickling_a_byte_at_a_time_ends_at_the_deadline(trickler: Callable[..., _Trickler], part: str):
+    server = trickler(part)
+    client = placement_client.PlacementClient(server.url, timeout=30, deadline=1.5)  # each read is quick
+    started = time.monotonic()
+    with pytest.raises(RuntimeFailure, match=r"did not answer GET /resource_providers within 1\.5 s") as failure:
+        client.call("GET", "/resource_providers")
+    assert time.monotonic() - started < 15
+    assert "\n" not in str(failure.value)
+    # The client is usable afterwards (a new connection).
+    with pytest.raises(RuntimeFailure, match=r"within 1\.5 s"):
+        client.call("GET", "/resource_providers")
+
+
+def test_an_answer_larger_than_the_bound_is_not_read(trickler: Callable[..., _Trickler]):
+    server = trickler("large", size=8 * 1024 * 1024)
+    client = placement_client.PlacementClient(server.url, max_answer_bytes=1024 * 1024)
+    with pytest.raises(RuntimeFailure, match=r"with more than 1048576 bytes: not read"):
+        client.call("GET", "/resource_providers")
+
+
+@pytest.mark.libvirt
+def test_report_against_a_trickling_placement_exits_1_and_the_loop_goes_on(
+    trickler: Callable[..., _Trickler], libvirt_uri: str, monkeypatch: pytest.MonkeyPatch, capsys, caplog, tmp_path
+) -> None:
+    from devtag_host.cli import main
+
+    monkeypatch.setenv("DEVTAG_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setattr(placement_client, "DEADLINE", 1.5)
+    server = trickler("head")
+    argv = ["placement", "report", "--connect", libvirt_uri, "--placement-url", server.url]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "did not answer" in err and "within 1.5 s" in err, err
+
+    sleeps: List[float] = []
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        if len(sleeps) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(reporter.time, "sleep", sleep)
+    assert main([*argv, "--interval", "5"]) == 130  # two rounds, each ended by the deadline, then the (fake) ^C
+    failures = [record for record in caplog.records if "report failed" in record.getMessage()]
+    assert len(failures) == 2 and all("within 1.5 s" in record.getMessage() for record in failures)

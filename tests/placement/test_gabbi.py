@@ -155,13 +155,14 @@ def _reset(database: Path) -> None:
         store.dispose()
 
 
-@pytest.fixture(scope="module")
-def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
-    database = tmp_path_factory.mktemp("gabbi") / "placement.sqlite"
+@pytest.fixture
+def target(tmp_path: Path) -> Iterator[Target]:
+    """A fresh ``placement serve`` on a fresh database for each file, as upstream runs each file."""
+    database = tmp_path / "placement.sqlite"
     store = Store(f"sqlite:///{database}")
     schema_upgrade.upgrade(store)
     store.dispose()
-    with served_placement(database) as url:
+    with served_placement(database, "--no-db-sync") as url:
         yield Target(url, database, _reset)
 
 

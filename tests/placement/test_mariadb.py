@@ -211,4 +211,4 @@ def test_a_database_out_of_reach_is_a_503_not_a_500():
     finally:
         store.dispose()
     assert answer.status_code == 503, answer.text
-    assert answer.json()["errors"][0]["detail"] == "The database is unreachable, please retry."
+    assert answer.json()["errors"][0]["detail"] == "The database is not available now, please retry later."

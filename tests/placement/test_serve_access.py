@@ -93,6 +93,22 @@ def test_the_host_header_must_name_this_server(default_server: Tuple[int, Path])
     assert _status(port, token, "placement.example") == 200  # --allowed-host
 
 
+def test_the_host_header_refusal_carries_a_request_id_as_every_answer(default_server: Tuple[int, Path]) -> None:
+    port, state = default_server
+    token = (state / "placement-token").read_text().strip()
+    headers = {"X-Auth-Token": token, "Host": "attacker.example"}
+    answer = requests.get(f"http://127.0.0.1:{port}/resource_providers", headers=headers, timeout=10)
+    assert answer.status_code == 400
+    request_id = answer.headers.get("x-openstack-request-id", "")
+    assert request_id.startswith("req-")
+    assert answer.json()["errors"][0]["request_id"] == request_id
+    log = state.parent / "serve.log"
+    deadline = time.monotonic() + 30  # the request log is written in batches
+    while f'"request_id": "{request_id}"' not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert f'"request_id": "{request_id}"' in log.read_text()
+
+
 def _answer_within(sock: socket.socket, seconds: float) -> bytes:
     sock.settimeout(seconds)
     data = b""

@@ -89,13 +89,19 @@ _ENGINES: Dict[Path, Engine] = {}
 
 
 @contextlib.contextmanager
-def served_upstream(database: Path) -> Iterator[str]:
-    """Serve upstream over HTTP on a free loopback port (a child process); yield its URL."""
+def served_upstream(database: Union[Path, str], sync: bool = True, log_dir: Optional[Path] = None) -> Iterator[str]:
+    """Serve upstream over HTTP on a free loopback port (a child process); yield its URL.
+    ``database``: a SQLite file or a SQLAlchemy URL (its log then goes to ``log_dir``);
+    ``sync=False``: upstream runs no migration at start (its ``sync_on_startup`` off)."""
     port = free_port()
-    log = database.parent / f"{database.name}.upstream.log"
+    if isinstance(database, Path):
+        url, log = f"sqlite:///{database}", database.parent / f"{database.name}.upstream.log"
+    else:
+        assert log_dir is not None, "a database URL needs a log_dir"
+        url, log = database, log_dir / f"upstream-{port}.log"
     with open(log, "ab") as output:
         server = subprocess.Popen(
-            [sys.executable, "-m", __name__, str(database), str(port)],
+            [sys.executable, "-m", __name__, url, str(port), *([] if sync else ["--no-sync"])],
             cwd=Path(__file__).parents[2],  # the checkout: ``tests`` is a package there
             stdout=output,
             stderr=subprocess.STDOUT,
@@ -108,12 +114,24 @@ def served_upstream(database: Path) -> Iterator[str]:
         server.wait(timeout=30)
 
 
-def _serve(database: Path, port: int) -> None:
+def _serve(url: str, port: int, sync: bool) -> None:
+    """Upstream's app as its own WSGI entry point builds it: the engine configured first."""
+    from oslo_config import cfg
+    from placement import conf as placement_conf
+    from placement import db_api, deploy
+
     class Threaded(ThreadingMixIn, WSGIServer):
         daemon_threads = True
 
-    make_server("127.0.0.1", port, upstream_app(database), server_class=Threaded).serve_forever()
+    conf = cfg.ConfigOpts()
+    placement_conf.register_opts(conf)
+    conf.set_override("connection", url, group="placement_database")
+    conf.set_override("sync_on_startup", sync, group="placement_database")
+    conf([], default_config_files=[])
+    conf.set_override("auth_strategy", "noauth2", group="api")
+    db_api.configure(conf)
+    make_server("127.0.0.1", port, deploy.loadapp(conf), server_class=Threaded).serve_forever()
 
 
 if __name__ == "__main__":
-    _serve(Path(sys.argv[1]), int(sys.argv[2]))
+    _serve(sys.argv[1], int(sys.argv[2]), "--no-sync" not in sys.argv[3:])

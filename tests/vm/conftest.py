@@ -58,12 +58,14 @@ def agent_deb(vm_dir: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def guest_images(agent_deb: Path, vm_dir: Path) -> Callable[[Release], GuestImage]:
-    """The guest image of a release, built on first use and shared by every test of the session."""
-    built: Dict[int, GuestImage] = {}
+    """The guest image of a release, built on first use and shared by every test of the session.
+
+    Keyed by the whole Release: two variants of one Debian release are two images."""
+    built: Dict[Release, GuestImage] = {}
 
     def image_of(release: Release) -> GuestImage:
-        if release.version not in built:
-            built[release.version] = build_guest_image(agent_deb, vm_dir / f"image-{release.suite}", release)
-        return built[release.version]
+        if release not in built:
+            built[release] = build_guest_image(agent_deb, vm_dir / f"image-{release.suite}-{len(built)}", release)
+        return built[release]
 
     return image_of

@@ -67,6 +67,11 @@ class Release:
     # Configure the NIC tagged nmrole with NetworkManager (NETWORK_MANAGER_BY_TAG):
     # network-manager is installed into that release's image.
     network_manager: bool = False
+    # cloud-init renders the config drive's network_data.json (DHCP on every NIC) as
+    # NetworkManager profiles (CLOUD_INIT_NETWORK_MANAGER) instead of configuring no network:
+    # the role's profile must win over cloud-init's on the role's NIC. Needs cloud-init's
+    # NetworkManager renderer (Debian 12 and 13; not in Debian 11's cloud-init 20.4).
+    cloud_init_network_manager: bool = False
 
     @property
     def packages(self) -> str:
@@ -79,8 +84,11 @@ class Release:
         return ("netplan.io",) * self.netplan + ("network-manager",) * self.network_manager + crypttab
 
 
-BULLSEYE = Release(11, "bullseye")  # Python 3.9, jsonschema 3.2, systemd/udev 247
-BOOKWORM = Release(12, "bookworm", agent_recommends=("python3-pycdlib",))  # Python 3.11, jsonschema 4.10, systemd 252
+BULLSEYE = Release(11, "bullseye", network_manager=True)  # Python 3.9, jsonschema 3.2, systemd/udev 247
+# Python 3.11, jsonschema 4.10, systemd 252
+BOOKWORM = Release(
+    12, "bookworm", agent_recommends=("python3-pycdlib",), network_manager=True, cloud_init_network_manager=True
+)
 # Python 3.13, jsonschema 4.19, systemd 257
 TRIXIE = Release(13, "trixie", agent_recommends=("python3-pycdlib",), netplan=True, network_manager=True)
 RELEASES = {release.version: release for release in (BULLSEYE, BOOKWORM, TRIXIE)}
@@ -207,6 +215,7 @@ NETWORK_MANAGER_KEYFILE = (
 [connection]
 id=devtag-nmrole
 type=ethernet
+autoconnect-priority=200
 
 [ipv4]
 method=manual
@@ -216,6 +225,25 @@ address1=192.0.2.193/26
 method=disabled
 """,
 )
+# cloud-init's network configuration as NetworkManager profiles (docs/configure-by-role.md), in the
+# releases with Release.cloud_init_network_manager: cloud-init tries ifupdown's renderer first, and
+# ifupdown is in every image. cloud-init writes a DHCP profile for each NIC of network_data.json,
+# bound to its MAC, the role's NIC too: NETWORK_MANAGER_KEYFILE's autoconnect-priority, above the
+# 0 of cloud-init 22.4's profiles and the 120 of 25.1's, makes NetworkManager pick the role's.
+CLOUD_INIT_NETWORK_MANAGER = (
+    "91-devtag-network-manager.cfg",
+    """\
+system_info:
+  network:
+    renderers: [network-manager]
+""",
+)
+
+# cloud-init's network configuration turned off (docs/configure-by-role.md), in the other images:
+# cloud-init fetches the metadata (OpenStack datasource, ephemeral DHCP) but configures no network
+# (the test NICs have no DHCP server worth waiting for). Debian 11's cloud-init (20.4) has no
+# NetworkManager renderer: this is its way to leave the role's NIC to NETWORK_MANAGER_KEYFILE.
+CLOUD_INIT_NO_NETWORK = ("91-devtag-no-network.cfg", "network: {config: disabled}\n")
 
 
 # fstab entries that name a disk by its role (docs/configure-by-role.md shows these very lines).
@@ -431,9 +459,11 @@ def build_guest_image(agent_deb: Path, workdir: Path, release: Release = BOOKWOR
     for download in (root / "var/cache/apt/archives").glob("*.deb"):
         download.unlink()  # installed now; the guest does not need them
     shutil.copy(REPORT_SCRIPT, root / "usr/local/sbin/devtag-e2e-report")
-    # cloud-init fetches the metadata (OpenStack datasource, ephemeral DHCP) but
-    # configures no network: the test NICs have no DHCP server worth waiting for.
-    (root / "etc/cloud/cloud.cfg.d/91-devtag-e2e-network.cfg").write_text("network: {config: disabled}\n")
+    cloud_cfg = root / "etc/cloud/cloud.cfg.d"
+    if release.cloud_init_network_manager:
+        (cloud_cfg / CLOUD_INIT_NETWORK_MANAGER[0]).write_text(CLOUD_INIT_NETWORK_MANAGER[1])
+    else:
+        (cloud_cfg / CLOUD_INIT_NO_NETWORK[0]).write_text(CLOUD_INIT_NO_NETWORK[1])
     # Debian's /etc/network/interfaces sources interfaces.d/*.
     (root / "etc/network/interfaces.d/devtag-e2e-metadata").write_text(METADATA_NIC_STANZA)
     (root / "etc/network/interfaces.d/devtag-e2e-by-tag").write_text(IFUPDOWN_BY_TAG_STANZA)
@@ -534,3 +564,46 @@ def _configure_crypttab(root: Path, release: Release) -> None:
 def iter_report_lines(path: Path) -> Iterator[str]:
     if path.exists():
         yield from path.read_text(errors="replace").splitlines()
+
+
+# A guest without devtag: systemd reads the host's credentials, nothing else runs for the roles.
+PLAIN_REPORT_UNIT = """\
+[Unit]
+Description=devtag end-to-end test: report what a guest without the agent sees
+Wants=systemd-udev-settle.service
+After=systemd-udev-settle.service systemd-udev-trigger.service
+
+[Service]
+Type=oneshot
+ExecStart=/usr/bin/python3 /usr/local/sbin/devtag-e2e-plain-report
+StandardOutput=journal+console
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def build_plain_image(report_script: str, workdir: Path, release: Release) -> GuestImage:
+    """A bootable image of ``release``'s base with no devtag package at all: only a report unit
+    running ``report_script`` (Python) once the boot's udev events are done."""
+    root = workdir / "rootfs"
+    root.mkdir(parents=True)
+    _run("tar", "--numeric-owner", "--xattrs", "-C", str(root), "-xf", str(base_tarball(release)))
+    for download in (root / "var/cache/apt/archives").glob("*.deb"):
+        download.unlink()
+    (root / "etc/cloud/cloud-init.disabled").write_text("")  # no datasource here: nothing for it to wait for
+    (root / "usr/local/sbin/devtag-e2e-plain-report").write_text(report_script)
+    (root / "etc/systemd/system/devtag-e2e-plain-report.service").write_text(PLAIN_REPORT_UNIT)
+    wants = root / "etc/systemd/system/multi-user.target.wants"
+    wants.mkdir(parents=True, exist_ok=True)
+    (wants / "devtag-e2e-plain-report.service").symlink_to("/etc/systemd/system/devtag-e2e-plain-report.service")
+    kernel = next(iter(sorted((root / "boot").glob("vmlinuz-*"))))
+    initrd = next(iter(sorted((root / "boot").glob("initrd.img-*"))))
+    image = GuestImage(disk=workdir / "root.raw", kernel=workdir / "vmlinuz", initrd=workdir / "initrd.img")
+    shutil.copy(kernel, image.kernel)
+    shutil.copy(initrd, image.initrd)
+    _run("mkfs.ext4", "-q", "-F", "-U", ROOT_FS_UUID, "-d", str(root), str(image.disk), IMAGE_SIZE)
+    shutil.rmtree(root)
+    for path in (workdir, image.disk, image.kernel, image.initrd):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return image

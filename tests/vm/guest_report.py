@@ -21,6 +21,7 @@ running and writes ``DEVTAG-E2E-EVENT {json}`` whenever the set of
 disk and waits for these lines.
 """
 
+import configparser
 import glob
 import json
 import os
@@ -118,12 +119,26 @@ def network_manager():
     for line in out.splitlines():
         device, state, connection = [*line.split(":", 2), "", ""][:3]
         devices[device] = {"state": state, "connection": connection}
+    # Every profile NetworkManager has (its own and cloud-init's), by name: the file it came from,
+    # and what cloud-init's files say (the MAC each is bound to, its IPv4 method).
+    profiles_code, out, profiles_err = run("nmcli", "-t", "-f", "NAME,FILENAME", "connection", "show")
+    profiles = dict([*line.split(":", 1), ""][:2] for line in out.splitlines())
+    rendered = {}
+    for path in sorted(glob.glob("/etc/NetworkManager/system-connections/cloud-init-*.nmconnection")):
+        keyfile = configparser.ConfigParser(interpolation=None)
+        keyfile.read(path)
+        rendered[path] = {
+            "mac": keyfile.get("ethernet", "mac-address", fallback="").lower(),
+            "ipv4": keyfile.get("ipv4", "method", fallback=""),
+        }
     return {
         "online_rc": online,
         "waited": waited,
         "unit": unit_times("NetworkManager.service"),
         "devices": devices,
-        "error": err[-1000:] if code else None,
+        "profiles": profiles,
+        "cloud_init_profiles": rendered,
+        "error": (err[-1000:] if code else "") + (profiles_err[-1000:] if profiles_code else "") or None,
     }
 
 

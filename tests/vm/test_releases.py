@@ -11,9 +11,10 @@ that single boot:
 - the tagged NICs got their addresses from files that select them by tag
   (systemd-networkd by property and by altname, ifupdown by altname:
   guest_image.NIC_BY_TAG_NETWORKS, IFUPDOWN_BY_TAG; on Debian 13 netplan by
-  altname instead of networkd's altname file: NETPLAN_BY_TAG, and
-  NetworkManager by role on a NIC of its own: NETWORK_MANAGER_BY_TAG, every
-  other NIC left unmanaged), checked by MAC;
+  altname instead of networkd's altname file: NETPLAN_BY_TAG; NetworkManager
+  by role on a NIC of its own: NETWORK_MANAGER_BY_TAG, every other NIC left
+  unmanaged, on Debian 12 beside the DHCP profiles cloud-init renders for
+  every NIC, the role's NIC too: CLOUD_INIT_NETWORK_MANAGER), checked by MAC;
 - the NIC tagged with ``--acpi-index 3`` is eno3, renamed once, straight from
   the kernel's ethX, on machine 'pc' (i440fx: Debian 12) and 'q35' (Debian 11
   and 13); on q35 a NIC with an index on pcie.0 itself is recorded too
@@ -214,7 +215,7 @@ def check_nics_by_tag(report: Dict[str, Any], release: Release) -> None:
     wanted[by_mac[IFUPDOWN_NIC_MAC]] = IFUPDOWN_BY_TAG[1]
     if release.network_manager:
         wanted[by_mac[NM_NIC_MAC]] = NETWORK_MANAGER_BY_TAG[1]
-        check_network_manager(report, by_mac[NM_NIC_MAC])
+        check_network_manager(report, by_mac[NM_NIC_MAC], release)
     for ifname, address in wanted.items():
         assert address in report["addresses"].get(ifname, []), (ifname, address, report["addresses"])
     elsewhere = {
@@ -225,10 +226,18 @@ def check_nics_by_tag(report: Dict[str, Any], release: Release) -> None:
     assert not elsewhere, elsewhere
 
 
-def check_network_manager(report: Dict[str, Any], nm_nic: str) -> None:
-    """NetworkManager brought its profile up on the NIC with its role, and left every other NIC alone."""
+def check_network_manager(report: Dict[str, Any], nm_nic: str, release: Release) -> None:
+    """NetworkManager brought its profile up on the NIC with its role, and left every other NIC alone.
+
+    Where cloud-init renders network_data.json for NetworkManager, it wrote a DHCP profile for the
+    role's NIC too (guest_image.CLOUD_INIT_NETWORK_MANAGER), and the role's profile won over it.
+    """
     nm = report["network_manager"]
-    assert nm is not None and nm["online_rc"] == 0, nm
+    assert nm is not None and nm["online_rc"] == 0 and nm["error"] is None, nm
+    if release.cloud_init_network_manager:
+        rendered = [path for path, keyfile in nm["cloud_init_profiles"].items() if keyfile["mac"] == NM_NIC_MAC]
+        assert len(rendered) == 1 and nm["cloud_init_profiles"][rendered[0]]["ipv4"] == "auto", nm
+        assert rendered[0] in nm["profiles"].values(), nm  # NetworkManager read it
     assert nm["devices"][nm_nic] == {"state": "connected", "connection": "devtag-nmrole"}, nm
     managed = {name: entry for name, entry in nm["devices"].items() if entry["state"] != "unmanaged"}
     assert list(managed) == [nm_nic], nm

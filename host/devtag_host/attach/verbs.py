@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, Iterator, List, Sequence
 from sqlalchemy.exc import SQLAlchemyError
 
 from .. import virt
+from ..db import failure
 from ..errors import DevtagError, InputError, RuntimeFailure
 from . import model
 from .backends import BackendError
@@ -52,7 +53,7 @@ def translated_errors() -> Iterator[None]:
     except (model.AttachError, BackendError, StorageDaemonError) as exc:
         raise RuntimeFailure(str(exc)) from None
     except SQLAlchemyError as exc:
-        raise RuntimeFailure(f"attachment store: {exc}") from None
+        raise failure(exc, "attachment store") from None
 
 
 @contextlib.contextmanager
@@ -215,7 +216,9 @@ def cmd_attachments_list(args: argparse.Namespace) -> None:
 
 
 def cmd_live_migrate(args: argparse.Namespace) -> None:
-    peer_uri = args.to.partition("=")[2]
+    name, separator, peer_uri = args.to.partition("=")
+    if not separator or not name or not peer_uri:
+        raise InputError(f"--to {args.to!r}: expected NAME=URI (the destination host's name and libvirt URI)")
     options = MigrationOptions(
         migrate_uri=args.migrate_uri,
         listen_address=args.listen_address,

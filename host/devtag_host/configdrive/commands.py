@@ -76,7 +76,9 @@ def _cmd_configdrive(args: argparse.Namespace) -> None:
     for name in args.public_key:
         stem = Path(name).name.removesuffix(".pub") or "key"
         keys.extend(checked_public_keys(_text(read_file(name, "public key", 1 << 20), name), stem, name))
-    files = [(guest, read_file(local, "file")) for guest, local in key_value_pairs(args.file, "--file")]
+    files = [
+        (guest, read_file(local, "file")) for guest, local in key_value_pairs(args.file, "--file", "GUEST_PATH=FILE")
+    ]
     for guest, _ in files:
         if not guest.startswith("/"):
             raise InputError(f"--file {guest!r}: the guest path must be absolute")

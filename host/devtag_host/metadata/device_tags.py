@@ -13,10 +13,10 @@ from __future__ import annotations
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from ..errors import InputError
-from .model import Disk, Domain, Nic, Share, TagEntry
+from .model import Disk, Domain, HostDevice, Nic, Share, TagEntry
 from .tags import MAX_TAGS_PER_DEVICE, TagError, check_tag
 
-Device = Union[Nic, Disk, Share]
+Device = Union[Nic, Disk, Share, HostDevice]
 
 # Disks that are the instance's own config drive are never listed or tagged.
 CONFIG_DRIVE_ALIAS = "ua-devtag-config-drive"
@@ -42,6 +42,8 @@ def is_config_drive(disk: Disk) -> bool:
 
 
 def kind_of(device: Device) -> str:
+    if isinstance(device, HostDevice):
+        return device.kind
     if isinstance(device, Nic):
         return "nic"
     return "share" if isinstance(device, Share) else "disk"
@@ -49,6 +51,8 @@ def kind_of(device: Device) -> str:
 
 def identity(device: Device) -> Optional[Tuple[str, str]]:
     """The (key, value) under which the device's tags are stored."""
+    if isinstance(device, HostDevice):
+        return ("source", device.source)
     if isinstance(device, Nic):
         return ("mac", device.mac) if device.mac else None
     if isinstance(device, Share):
@@ -64,6 +68,8 @@ def identity(device: Device) -> Optional[Tuple[str, str]]:
 
 def _lookup_keys(device: Device) -> List[Tuple[str, str, str]]:
     """The (kind, key, value) identities a stored entry may use for ``device``."""
+    if isinstance(device, HostDevice):
+        return [(device.kind, "source", device.source)]
     if isinstance(device, Nic):
         return [("nic", "mac", device.mac)] if device.mac else []
     if isinstance(device, Share):
@@ -101,15 +107,20 @@ def tags_of(domain: Domain, device: Device) -> Tuple[str, ...]:
 
 
 def taggable_devices(domain: Domain) -> List[Device]:
-    return [*domain.nics, *(d for d in domain.disks if not is_config_drive(d)), *domain.shares]
+    return [*domain.nics, *(d for d in domain.disks if not is_config_drive(d)), *domain.shares, *domain.hostdevs]
 
 
 def find_device(domain: Domain, selector: str) -> Device:
-    """The one NIC, disk or share named by a MAC, disk target (``sdb``), serial, alias or mount tag."""
+    """The one NIC, disk, share or passed-through device named by a MAC, disk target (``sdb``), serial,
+    alias, mount tag, host PCI address (``0000:65:00.0``), mediated device UUID, or ``tpm``."""
     wanted = selector.strip()
     matches = []
     for device in taggable_devices(domain):
-        if isinstance(device, Nic):
+        if isinstance(device, HostDevice):
+            hit = (
+                wanted.lower() in (device.source, device.kind if device.kind == "tpm" else "") or wanted == device.alias
+            )
+        elif isinstance(device, Nic):
             hit = wanted.lower() == (device.mac or "") or wanted == device.alias
         elif isinstance(device, Share):
             hit = wanted in (device.mount_tag, device.alias)
@@ -119,8 +130,8 @@ def find_device(domain: Domain, selector: str) -> Device:
             matches.append(device)
     if not matches:
         raise DeviceSelectionError(
-            f"no NIC, disk or share of domain {domain.name!r} has the MAC, target, serial, alias or mount tag"
-            f" {selector!r}"
+            f"no NIC, disk or share of domain {domain.name!r} has the MAC, target, serial, alias, host address"
+            f" or mount tag {selector!r}"
         )
     if len(matches) > 1:
         raise DeviceSelectionError(
@@ -187,6 +198,8 @@ def remove_tags(domain: Domain, selector: str, tags: Iterable[str] = ()) -> Tupl
 
 
 def _describe(device: Device) -> str:
+    if isinstance(device, HostDevice):
+        return f"{device.kind} {device.source}"
     if isinstance(device, Nic):
         return f"MAC {device.mac}"
     if isinstance(device, Share):

@@ -23,7 +23,7 @@ from typing import Any, Dict, List
 from ..errors import InputError
 from .device_tags import TagIndex, taggable_devices
 from .guest_address import Topology
-from .model import Disk, Domain, Nic, Share
+from .model import Disk, Domain, HostDevice, Nic, PciAddress, Share
 from .validation import validate_document
 
 MAX_DEVICES = 4096
@@ -51,6 +51,9 @@ def device_entries(domain: Domain) -> List[Dict[str, Any]]:
     for device in devices:
         if isinstance(device, Share):
             entries.append(_share_entry(device, tag_index))
+            continue
+        if isinstance(device, HostDevice):
+            entries.append(_hostdev_entry(device, topology, tag_index))
             continue
         if isinstance(device, Nic):
             if device.mac is None:
@@ -93,6 +96,23 @@ def _share_entry(share: Share, tag_index: TagIndex) -> Dict[str, Any]:
         "address": "none",
         "tags": list(tag_index.tags_of(share)),
     }
+
+
+def _hostdev_entry(device: HostDevice, topology: Topology, tag_index: TagIndex) -> Dict[str, Any]:
+    """A passed-through PCI device, vGPU or TPM: where the guest sees it, and its guest NUMA node when known."""
+    entry: Dict[str, Any] = {"type": device.kind}
+    if isinstance(device.address, PciAddress):
+        location = topology.locate_pci(device.address)
+        entry.update(bus="pci", address=location.address or "none")
+        if location.pci_path:
+            entry["pci_path"] = location.pci_path
+        node = topology.numa_node(device.address)
+        if node is not None:
+            entry["numaNode"] = node
+    else:  # a TPM on ISA or MMIO: one per domain, found by its kind
+        entry.update(bus="none", address="none")
+    entry["tags"] = list(tag_index.tags_of(device))
+    return entry
 
 
 def published_by_nova(entry: Dict[str, Any]) -> bool:

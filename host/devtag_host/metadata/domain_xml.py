@@ -24,6 +24,7 @@ from .model import (
     Disk,
     Domain,
     DriveAddress,
+    HostDevice,
     Nic,
     OtherAddress,
     PciAddress,
@@ -44,7 +45,14 @@ MAX_XML_DEPTH = 256
 # C strtoul(base 0) syntax, ASCII only (Python's int() would take any Unicode digit).
 _NUMBER = re.compile(r"\A(0[xX][0-9a-fA-F]{1,8}|0[0-7]{0,11}|[1-9][0-9]{0,11})\Z")
 _DISK_DEVICES = frozenset({"disk", "cdrom", "lun"})
-_TAG_KEYS = {"nic": ("mac",), "disk": ("serial", "alias", "target"), "share": ("target",)}
+_TAG_KEYS = {
+    "nic": ("mac",),
+    "disk": ("serial", "alias", "target"),
+    "share": ("target",),
+    **{kind: ("source",) for kind in ("hostdev", "mdev", "tpm")},
+}
+_UUID = re.compile(r"\A[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
+_TPM_MODEL = re.compile(r"\A[a-z][a-z0-9-]{0,31}\Z")
 # The largest ACPI index udev names a NIC by (eno<N>; systemd's ONBOARD_14BIT_INDEX_MAX on x86), and the
 # limit QEMU itself enforces where it checks (QEMU 7.2 does not check every device: a pc domain with 16384 starts).
 MAX_ACPI_INDEX = 16383
@@ -103,6 +111,7 @@ def _read_domain(root: ET.Element) -> Domain:
     nics: List[Nic] = []
     disks: List[Disk] = []
     shares: List[Share] = []
+    hostdevs: List[HostDevice] = []
     for position, element in enumerate(children):
         where = f"<{element.tag}> #{position + 1}"
         if element.tag == "controller":
@@ -115,6 +124,11 @@ def _read_domain(root: ET.Element) -> Domain:
             share = _read_filesystem(element, where)
             if share is not None:
                 shares.append(share)
+        elif element.tag in ("hostdev", "tpm"):
+            hostdev = _read_hostdev(element, where)
+            if hostdev is not None:
+                hostdevs.append(hostdev)
+    cells = root.findall("cpu/numa/cell")
     return Domain(
         name=name,
         uuid=(root.findtext("uuid") or "").strip().lower() or None,
@@ -126,7 +140,39 @@ def _read_domain(root: ET.Element) -> Domain:
         disks=tuple(disks),
         shares=tuple(shares),
         tag_entries=tuple(_read_tag_entries(root.find("metadata"))),
+        hostdevs=tuple(hostdevs),
+        numa_cells=tuple(
+            _attr_number(cell, "id", f"<cpu><numa><cell> #{n + 1}", 0xFFFF, default=n) for n, cell in enumerate(cells)
+        ),
     )
+
+
+def _read_hostdev(element: ET.Element, where: str) -> Optional[HostDevice]:
+    """A PCI passthrough ``<hostdev>``, a mediated device or a ``<tpm>``; None for the rest (USB, SCSI hostdevs)."""
+    if element.tag == "tpm":
+        model = element.get("model", "tpm-tis")
+        if not _TPM_MODEL.match(model):
+            raise DomainXmlError(f"{where}: TPM model {model[:40]!r} is not a libvirt model name")
+        return HostDevice(kind="tpm", source=model, alias=_alias(element), address=_read_address(element, where))
+    source = element.find("source/address")
+    if element.get("mode", "subsystem") != "subsystem" or source is None:
+        return None
+    if element.get("type") == "pci":
+        host = PciAddress(
+            domain=_attr_number(source, "domain", f"{where} <source>", 0xFFFF),
+            bus=_attr_number(source, "bus", f"{where} <source>", 0xFF),
+            slot=_attr_number(source, "slot", f"{where} <source>", 0x1F),
+            function=_attr_number(source, "function", f"{where} <source>", 0x7),
+        )
+        return HostDevice(
+            kind="hostdev", source=str(host), alias=_alias(element), address=_read_address(element, where)
+        )
+    if element.get("type") == "mdev":
+        uuid = (source.get("uuid") or "").strip().lower()
+        if not _UUID.match(uuid):
+            raise DomainXmlError(f"{where}: mediated device UUID {uuid[:40]!r} is not a UUID")
+        return HostDevice(kind="mdev", source=uuid, alias=_alias(element), address=_read_address(element, where))
+    return None
 
 
 def parse_number(value: str, where: str, maximum: int) -> int:
@@ -190,12 +236,15 @@ def _read_controller(element: ET.Element, where: str) -> Controller:
     bus_number = None
     if target is not None and target.get("busNr") is not None:
         bus_number = parse_number(target.get("busNr", ""), f"{where} busNr=", 0xFF)
+    node = target.findtext("node") if target is not None else None
+    numa_node = parse_number(node.strip(), f"{where} <node>", 0xFFFF) if node is not None else None
     return Controller(
         type=element.get("type", ""),
         index=_attr_number(element, "index", where, 0xFFFF),
         model=element.get("model"),
         address=_read_address(element, where),
         bus_number=bus_number,
+        numa_node=numa_node,
     )
 
 

@@ -88,6 +88,27 @@ class Topology:
             return f"{root_number:02x}:" + "/".join(hops)
         return None
 
+    def numa_node(self, address: PciAddress) -> Optional[int]:
+        """The guest NUMA node of the device at ``address``: its PCI expander bus's ``<node>``, else the
+        domain's only NUMA cell; None when the domain has several cells and the device is on the main root."""
+        bus = address.bus
+        for _ in range(_MAX_PCI_HOPS):
+            bridge = self._controllers.get(("pci", bus))
+            if bridge is None or bridge.model in _ROOT_BUS_MODELS:
+                break
+            if bridge.model in _EXPANDER_BUS_MODELS:
+                if bridge.numa_node is not None:
+                    return bridge.numa_node
+                break
+            if not isinstance(bridge.address, PciAddress):
+                break
+            bus = bridge.address.bus
+        cells = self.domain.numa_cells
+        return cells[0] if len(cells) == 1 else None
+
+    def locate_pci(self, address: PciAddress) -> GuestLocation:
+        return GuestLocation(bus="pci", address=str(address), pci_path=self.pci_path(address))
+
     def controller_info(self, kind: str, index: int) -> Dict[str, Any]:
         """The ``controller`` object of a drive or USB device."""
         info: Dict[str, Any] = {"type": kind, "index": index}

@@ -65,6 +65,7 @@ class Controller:
     model: Optional[str]
     address: Optional[Address]
     bus_number: Optional[int] = None  # <target busNr=/> of PCI expander buses
+    numa_node: Optional[int] = None  # <target><node>N</node></target> of PCI expander buses (the guest NUMA node)
 
 
 @dataclass(frozen=True)
@@ -100,11 +101,24 @@ class Share:
 
 
 @dataclass(frozen=True)
+class HostDevice:
+    """A device passed through to the guest: ``<hostdev mode='subsystem' type='pci'>`` (kind
+    ``hostdev``: a GPU, an NVMe controller, an FPGA), ``<hostdev type='mdev'>`` (``mdev``: a vGPU)
+    or ``<tpm>`` (``tpm``).  ``source`` is what names it on the host and keys its tags: the host
+    PCI address, the mediated device's UUID, the TPM's model."""
+
+    kind: str
+    source: str
+    alias: Optional[str]
+    address: Optional[Address]  # where the guest sees it (a PCI address for hostdev and mdev)
+
+
+@dataclass(frozen=True)
 class TagEntry:
     """Tags that the devtag ``<metadata>`` element gives one device identity."""
 
-    kind: str  # 'nic', 'disk' or 'share'
-    key: str  # 'mac', 'serial', 'alias' or 'target' (a share's mount tag)
+    kind: str  # 'nic', 'disk', 'share', 'hostdev', 'mdev' or 'tpm'
+    key: str  # 'mac', 'serial', 'alias', 'target' (a share's mount tag) or 'source' (a passed-through device)
     value: str
     tags: Tuple[str, ...]
 
@@ -121,3 +135,5 @@ class Domain:
     disks: Tuple[Disk, ...] = ()
     shares: Tuple[Share, ...] = ()
     tag_entries: Tuple[TagEntry, ...] = field(default=())
+    hostdevs: Tuple[HostDevice, ...] = ()
+    numa_cells: Tuple[int, ...] = ()  # the ids of <cpu><numa><cell>

@@ -19,6 +19,7 @@ import gc
 import socket
 from typing import Any, Callable, Mapping, Optional, Sequence
 
+from ..serving import listening_socket_for
 from .app import create_app
 from .directory import InstanceDirectory
 from .requester import AddressBook, DirectIdentifier, ProxyIdentifier, instance_signature
@@ -87,7 +88,7 @@ class MetadataService:
         """Serve in this thread until interrupted (SIGINT/SIGTERM): on ``sockets`` (listening already,
         one per network), else on the descriptor ``fd``, else on ``host:port``.  ``on_shutdown`` runs
         once the connections are closed, after the access log is flushed."""
-        from .server import Server, server_config
+        from .server import metadata_server
 
         flush = getattr(self._access_log, "flush", None)
         self.watcher.start()
@@ -95,10 +96,11 @@ class MetadataService:
         gc.freeze()
         try:
             callbacks = [flush, *on_shutdown] if flush else list(on_shutdown)
-            server = Server(server_config(self.app, host=host, port=port, fd=fd), on_shutdown=callbacks)
+            listeners = list(sockets) if sockets else [listening_socket_for(host, port, fd)]
+            server = metadata_server(self.app, listeners, on_shutdown=callbacks)
             if self._metrics is not None:
-                self._metrics.watch_connections(server.server_state.connections)
-            server.run(sockets=list(sockets) if sockets else None)
+                self._metrics.watch_connections(server.connections)
+            server.run()
         finally:
             self.watcher.stop()
 

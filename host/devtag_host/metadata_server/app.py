@@ -21,6 +21,7 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from ..http1.refusals import summary_text
 from .access_log import LoggerSink, access_line
 from .directory import InstanceDirectory
 from .metric_labels import refusal_label, route_label
@@ -107,10 +108,17 @@ class MetadataEndpoint:
         if self._log_requests:
             self._log(started, address, scope, path, problem.status, len(body), instance, problem.reason, refused=True)
 
-    def log_refusal(self, client: Optional[str], status: int, reason: str) -> None:
-        """An access log line for a connection the HTTP layer refused before any request reached us."""
-        if self._access_log is not None:
-            self._access_log(access_line(time.time(), client, "-", "-", status, 0, None, reason, 0.0))
+    def log_refusals(self, client: Optional[str], rows: List[Tuple[int, str, int]], seconds: float) -> None:
+        """One access log line for the connections the HTTP layer refused or closed, from ``client``,
+        in the last ``seconds``: ``rows`` of (status, reason, count); ``bytes`` is the count."""
+        if self._access_log is not None and rows:
+            status = max(rows, key=lambda row: row[2])[0]
+            total = sum(count for _status, _reason, count in rows)
+            note = summary_text(rows, seconds)
+            self._access_log(access_line(time.time(), client, "-", "-", status, total, None, note, 0.0))
+
+    def count_refusal(self, status: int, reason: str) -> None:
+        """The metric of one connection the HTTP layer refused (counted at once, logged per interval)."""
         if self._metrics is not None:
             self._metrics.refused(refusal_label(status, reason))
 
@@ -199,7 +207,8 @@ class MetadataApp:
     def __init__(self, endpoint: MetadataEndpoint, service: Starlette) -> None:
         self.endpoint = endpoint
         self.service = service
-        self.log_refusal = endpoint.log_refusal  # the HTTP layer's refusals (server.server_config)
+        self.log_refusals = endpoint.log_refusals  # the HTTP layer's refusals (server.server_config)
+        self.count_refusal = endpoint.count_refusal
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"] != HEALTH_PATH:

@@ -45,7 +45,13 @@ _OPEN_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 def instance_data_reader(directory: Path) -> Callable[[str], Mapping[str, Any]]:
-    """``extras(uuid)`` for :class:`~.libvirt_watch.LibvirtWatcher`: the fields found in ``directory/<uuid>/``."""
+    """``extras(uuid)`` for :class:`~.libvirt_watch.LibvirtWatcher`: the fields found in ``directory/<uuid>/``.
+
+    ``directory`` must be a directory now (a typo would otherwise serve no instance's data,
+    silently); an instance without its own directory there has no extra fields."""
+    if not directory.is_dir():
+        what = "does not exist" if not directory.exists() else "is not a directory"
+        raise InputError(f"--instance-data {directory}: {what}")
 
     def extras(uuid: str) -> Mapping[str, Any]:
         if not _UUID.fullmatch(uuid):

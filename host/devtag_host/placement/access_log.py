@@ -13,16 +13,15 @@ stop line, written before uvicorn re-raises SIGTERM and ends the process.
 
 from __future__ import annotations
 
-import os
 import re
-import sys
 import time
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 if TYPE_CHECKING:
     from ..metrics import ServiceMetrics
 
-from ..json_lines import BufferedStreamSink, iso_timestamp, quote
+from ..json_lines import iso_timestamp, quote
+from . import collector
 
 MAX_LOGGED_PATH = 2048
 REQUEST_ID_HEADER = b"x-openstack-request-id"
@@ -30,7 +29,6 @@ MICROVERSION_HEADER = b"openstack-api-version"
 CUT_SHORT_HEADER = b"x-devtag-candidates-cut-short"  # web.CUT_SHORT_HEADER
 # Statuses counted as refusals in the metrics (the rest are the API's answers), by reason.
 REFUSALS = {401: "unauthenticated", 403: "forbidden", 413: "body_too_large", 431: "headers_too_large"}
-REQUEST_LOG_ENV = "DEVTAG_PLACEMENT_REQUEST_LOG"  # serve -> its worker processes: "0" is --no-request-log
 
 
 def request_line(
@@ -138,6 +136,7 @@ class RequestLog:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
+                collector.tune()  # the app behind (a WSGI adapter) speaks no lifespan: the process starts here
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 self.stopped()
@@ -175,12 +174,3 @@ def route_matcher() -> Callable[[str], str]:
         return "other"
 
     return route
-
-
-def create_app_from_env() -> RequestLog:
-    """For ``placement serve --workers N``: each worker's application, its requests logged
-    unless ``$DEVTAG_PLACEMENT_REQUEST_LOG`` is ``0``."""
-    from .app import create_app_from_env as create_placement
-
-    sink = None if os.environ.get(REQUEST_LOG_ENV) == "0" else BufferedStreamSink(sys.stderr)
-    return RequestLog(create_placement(), sink)

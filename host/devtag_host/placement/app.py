@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import html
-import json
 import logging
 import os
 import random
@@ -27,12 +26,14 @@ import orjson
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from .. import db
+from ..db import error_line
 from ..inputs import read_secret_file
-from . import errors, microversion, policy
+from . import collector, errors, microversion, policy
 from .access import Access, generated_token, listen_hosts
 from .candidate_settings import CandidateSettings
 from .candidate_settings import from_env as candidate_settings_from_env
 from .db import Store
+from .error_log import ErrorLog, database_unavailable
 from .errors import PlacementError
 from .exception import PlacementException
 from .handlers import aggregate, allocation, allocation_candidate, inventory, reshaper, resource_class, trait, usage
@@ -167,6 +168,7 @@ class Placement:
         self.access = Access(token=auth_token) if access is None else access
         self.auth_token = self.access.token
         self.candidate_settings = candidate_settings if candidate_settings is not None else CandidateSettings()
+        self.errors = ErrorLog(log)
 
     def admit(self, method: str, path: str, query_string: str, headers: Mapping[str, str]) -> Optional[Response]:
         """The answer to a request refused on its head alone (Host, token, Content-Length), else None.
@@ -175,16 +177,14 @@ class Placement:
         server wait for, or hold, a body.
         """
         if not self.access.host_accepted(headers.get("host")):
-            error = {"status": 400, "title": errors.TITLES.get(400, "Bad Request"), "code": errors.DEFAULT}
-            error["detail"] = "The Host header names a host this service does not answer as."
-            return Response(400, list(_CLOSE_JSON), orjson.dumps({"errors": [error]}))
+            return _refusal(400, "The Host header names a host this service does not answer as.")
         if path != "/" and not self.access.token_accepted(headers.get("x-auth-token")):
             response = self.handle(method, path, query_string, headers, b"")  # the usual 401 (or 404)
             response.headers.append(("connection", "close"))
             return response
         length = headers.get("content-length", "")
         if length.isdigit() and int(length) > MAX_BODY_BYTES:
-            return Response(413, list(_CLOSE_JSON), _too_large_body())
+            return _refusal(413, "Request body too large.")
         return None
 
     # -- the synchronous core ----------------------------------------------------------------
@@ -215,15 +215,20 @@ class Placement:
         except DBAPIError as exc:
             if db.is_retryable(exc) or db.is_busy(exc):
                 error = PlacementError(409, "Conflicting concurrent update, please retry.", errors.CONCURRENT_UPDATE)
-            elif db.is_unreachable(exc):  # e.g. its Galera node is down: the load balancer tries another
-                log.warning("database unreachable on %s %s: %s", method, path, str(exc.orig).splitlines()[0][:200])
-                error = PlacementError(503, "The database is unreachable, please retry.")
+            elif database_unavailable(exc) or db.is_unreachable(exc):  # a Galera node down: another is tried
+                words = error_line(exc)
+                said = f"{request_id}: {method} {path}: answered 503: database: {words}"
+                self.errors.error(f"unavailable {words}", said)
+                error = PlacementError(503, "The database is not available now, please retry later.")
             else:
-                log.exception("database error on %s %s", method, path)
+                words = error_line(exc)
+                self.errors.error(f"database {words}", f"{request_id}: {method} {path}: database error: {words}")
                 error = PlacementError(500, "A database error occurred.")
             reply = self._error(error, request_id, version)
-        except Exception:
-            log.exception("unexpected error on %s %s", method, path)
+        except Exception as exc:
+            # A bug: its traceback, once per kind and interval.
+            kind = f"unexpected {type(exc).__name__} {exc}"[:300]
+            self.errors.error(kind, f"{request_id}: unexpected error on {method} {path}", exc)
             reply = self._error(PlacementError(500, "An unexpected error occurred."), request_id, version)
         out_headers = [("x-openstack-request-id", request_id)]
         if version is not None:
@@ -386,6 +391,7 @@ class Placement:
             while True:
                 message = await receive()
                 if message["type"] == "lifespan.startup":
+                    collector.tune()  # the serving process starts: no request runs yet
                     await send({"type": "lifespan.startup.complete"})
                 elif message["type"] == "lifespan.shutdown":
                     await send({"type": "lifespan.shutdown.complete"})
@@ -416,7 +422,7 @@ class Placement:
             chunks.append(chunk)
             more = message.get("more_body", False)
         if too_big:
-            response = Response(413, list(_CLOSE_JSON), _too_large_body())
+            response = _refusal(413, "Request body too large.")
         else:
             response = await run_in_threadpool(
                 self.handle,
@@ -481,10 +487,15 @@ def _error_as_text(reply: Reply, headers: List[Tuple[str, str]], accept: str) ->
 _CLOSE_JSON = [("content-type", "application/json"), ("connection", "close")]
 
 
-def _too_large_body() -> bytes:
-    """The 413 document, the same for ASGI and WSGI (with ``code``, as every error has)."""
-    error = {"status": 413, "title": errors.TITLES[413], "detail": "Request body too large.", "code": errors.DEFAULT}
-    return json.dumps({"errors": [error]}).encode()
+def _refusal(status: int, detail: str) -> Response:
+    """An answer given before routing (the Host header, the body's size), the same for ASGI
+    and WSGI: the error document with ``code``, and a request id of its own as every answer
+    has (header, body and request log); the connection is closed after it."""
+    request_id = f"req-{uuidlib.uuid4()}"
+    error = {"status": status, "title": errors.TITLES[status], "detail": detail, "code": errors.DEFAULT}
+    error["request_id"] = request_id
+    headers = [("x-openstack-request-id", request_id), *_CLOSE_JSON]
+    return Response(status, headers, orjson.dumps({"errors": [error]}))
 
 
 def create_app(

@@ -18,7 +18,7 @@ from . import errors
 from .db import MAX_INT
 from .microversion import Version
 from .query import AggregateFilter, TraitFilter, parse_member_of, parse_traits, parse_traits_value, parse_uuid
-from .web import parse_resources, query_error
+from .web import parse_resources
 
 _NUMBERED = re.compile(r"^(resources|required|member_of|in_tree)([1-9][0-9]*)?$")
 _NAMED = re.compile(r"^(resources|required|member_of|in_tree)([a-zA-Z0-9_-]{1,64})?$")
@@ -76,73 +76,14 @@ class CandidateRequest:
         return {name for group in self.groups for name in group.resources}
 
 
-# Upstream's query schema, version by version: the request-wide properties (with the
-# first and, if any, the last microversion that has them) and the group keys' patterns.
-_PROPERTIES = {
-    "resources": (10, 24),
-    "limit": (16, None),
-    "required": (17, 24),
-    "member_of": (21, 24),
-    "group_policy": (25, None),
-    "root_required": (35, None),
-    "same_subtree": (36, None),
-}
 _LIMIT = re.compile(r"^[1-9][0-9]*$")
 
 
-def _schema_properties(version: Version) -> Set[str]:
-    return {
-        name
-        for name, (first, last) in _PROPERTIES.items()
-        if version.at_least(first) and (last is None or not version.at_least(last + 1))
-    }
-
-
-def _group_patterns(version: Version) -> List[str]:
-    """The schema's patternProperties (1.25 on), as upstream writes them."""
-    if not version.at_least(25):
-        return []
-    suffix = "[a-zA-Z0-9_-]{1,64}" if version.at_least(33) else "[1-9][0-9]*"
-    prefixes = ["resources", "required", "member_of"] + (["in_tree"] if version.at_least(31) else [])
-    return [f"^{prefix}({suffix})?$" for prefix in prefixes]
-
-
-# Upstream's schemas of these two keys, for its words when they refuse a value.
-_LIMIT_SCHEMA = {"type": ["integer", "string"], "pattern": "^[1-9][0-9]*$", "minimum": 1, "minLength": 1}
-_GROUP_POLICY_SCHEMA = {"type": "string", "enum": ["none", "isolate"]}
-
-
-def _check_schema(query: List[Tuple[str, str]], version: Version) -> None:
-    """Upstream validates the query (each key's last value) with jsonschema and reports
-    the error jsonschema ranks first: one about the whole query (a missing
-    ``resources`` before 1.25, then unexpected keys, all of them), else one about a
-    value (``limit`` before ``group_policy``)."""
-    last = dict(query)
-    properties = _schema_properties(version)
-    patterns = _group_patterns(version)
-    extras = sorted(key for key in last if key not in properties and not any(re.search(p, key) for p in patterns))
-    prefix = "Invalid query string parameters: "
-    if "resources" in properties and "resources" not in last:
-        raise errors.bad_request(f"{prefix}'resources' is a required property")
-    if extras:
-        joined = ", ".join(repr(key[:100]) for key in extras[:20])
-        if patterns:
-            verb = "does" if len(extras) == 1 else "do"
-            regexes = ", ".join(repr(pattern) for pattern in sorted(patterns))
-            raise errors.bad_request(f"{prefix}{joined} {verb} not match any of the regexes: {regexes}")
-        verb = "was" if len(extras) == 1 else "were"
-        raise errors.bad_request(f"{prefix}Additional properties are not allowed ({joined} {verb} unexpected)")
-    if "limit" in last and not _LIMIT.search(last["limit"]):
-        raise query_error("limit", last["limit"], _LIMIT_SCHEMA)
-    if "group_policy" in properties and last.get("group_policy", "none") not in ("none", "isolate"):
-        raise query_error("group_policy", last["group_policy"], _GROUP_POLICY_SCHEMA)
-
-
 def parse(query: List[Tuple[str, str]], version: Version) -> CandidateRequest:
-    """``query`` as (key, value) pairs, in order, checked in upstream's order: the
-    schema, the request-wide parameters, then the group keys one by one as they
-    come (every occurrence of a key is parsed)."""
-    _check_schema(query, version)
+    """``query`` as (key, value) pairs, in order, once it matches the query's schema
+    (``schemas/allocation_candidate.py``), checked in upstream's order: the
+    request-wide parameters, then the group keys one by one as they come (every
+    occurrence of a key is parsed)."""
     pattern = _NAMED if version.at_least(33) else _NUMBERED
     values: Dict[str, List[str]] = {}
     for key, value in query:

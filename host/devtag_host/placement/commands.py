@@ -1,25 +1,26 @@
-"""``devtag-host placement serve | db-sync | report``."""
+"""``devtag-host placement serve | db-sync | import | export | report``."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import ipaddress
 import logging
-import os
 import sys
-from typing import Any
+from typing import Any, Callable, Sequence
 
 from ..compute import commands as compute_commands
 from ..config import ReplacingAppend
-from ..errors import InputError, RuntimeFailure
+from ..errors import InputError
 from ..inputs import ListenAddress, parse_listen, read_secret_file
 from ..json_lines import BufferedStreamSink
 from ..serving import announce, announce_stop, listening_socket, metrics_listen, serve_exit_status
 from ..state import placement_token_path
 from . import candidate_settings
-from .access_log import REQUEST_LOG_ENV, RequestLog
+from .access_log import RequestLog
 from .microversion import max_version_string, min_version_string
+from .upstream_db import verbs as upstream_db_verbs
 
 log = logging.getLogger(__name__)
 DEFAULT_LISTEN = "127.0.0.1:8778"
@@ -61,10 +62,10 @@ def register(commands: argparse._SubParsersAction) -> None:
 
     serve = verbs.add_parser(
         "serve",
-        help="serve the placement API (uvicorn)",
+        help="serve the placement API",
         description="Serve the placement API. Logs one start line (address, database, workers, authentication), "
         "one JSON line per request (request id, method, path, microversion, status, time) and a stop line.",
-        epilog=serve_exit_status("the database unreachable or its schema not upgradable, ...", sigint=130),
+        epilog=serve_exit_status("the database unreachable, read-only or its schema not upgradable, ...", sigint=130),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     serve.add_argument(
@@ -99,7 +100,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         metavar="NAME",
         help="also answer requests whose Host header is NAME (a DNS name clients use; repeatable)",
     )
-    serve.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (PostgreSQL)")
+    serve.add_argument("--workers", type=int, default=1, help="worker processes (PostgreSQL)")
     serve.add_argument("--no-db-sync", action="store_true", help="do not create/upgrade the schema on start")
     serve.add_argument(
         "--no-request-log", action="store_true", help="do not log each request (JSON lines on standard error)"
@@ -153,6 +154,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     sync.add_argument("--db", metavar="URL", help=f"SQLAlchemy URL ({_DEFAULT_DB})")
     sync.set_defaults(handler=_cmd_db_sync)
 
+    upstream_db_verbs.register(verbs)
     compute_commands.register(verbs)
 
 
@@ -209,8 +211,7 @@ def _sync(url: str | None) -> None:
     try:
         schema_upgrade.upgrade(store)
     except SQLAlchemyError as exc:
-        first_line = str(exc).splitlines()[0]  # not SQLAlchemy's "Background on this error" lines
-        raise RuntimeFailure(f"cannot create or upgrade the placement database: {first_line}") from None
+        raise db.failure(exc, "cannot create or upgrade the placement database") from None
     finally:
         store.dispose()
 
@@ -221,12 +222,11 @@ def _cmd_db_sync(args: argparse.Namespace) -> None:
 
 
 def _cmd_serve(args: argparse.Namespace) -> None:
-    import uvicorn
-
+    from ..http1 import Server, run_workers  # httptools: only serve serves
     from .access import generated_token, listen_hosts
-    from .app import ALLOWED_HOSTS_ENV, ANY_TOKEN_ENV, LISTEN_HOST_ENV, TOKEN_FILE_ENV, create_app
-    from .db import DEFAULT_DB_ENV, default_url
-    from .serve_limits import HeadTimeoutProtocol, configure_limits, raise_open_files_limit
+    from .app import create_app
+    from .db import check_writable, default_url
+    from .serve_limits import placement_limits, raise_open_files_limit, refusal_label
 
     keystone = args.auth_strategy == "keystone"
     address = parse_listen(args.listen, host_names=True)
@@ -236,18 +236,16 @@ def _cmd_serve(args: argparse.Namespace) -> None:
     else:
         loopback_or_token(address, args.auth_token_file)
     check_database_url(args.db)
-    if not args.request_timeout > 0:
-        raise InputError("--request-timeout must be positive")
+    if not 0 < args.request_timeout < 1e6:
+        raise InputError("--request-timeout must be positive and finite")
     if args.connections_per_source < 1:
         raise InputError("--connections-per-source must be at least 1")
-    configure_limits(args.request_timeout, args.connections_per_source)
     settings = candidate_settings.resolve(
         args.max_allocation_candidates,
         args.allocation_candidates_generation_strategy,
         args.randomize_allocation_candidates,
     )
-    candidate_settings.to_env(settings)  # for the worker processes
-    raise_open_files_limit()
+    limits = placement_limits(args.request_timeout, args.connections_per_source, raise_open_files_limit())
     token: str | None = None
     if keystone:  # auth_token has checked the token; placement's policy reads the roles it passes on
         authentication = "Keystone tokens (keystonemiddleware)"
@@ -265,6 +263,7 @@ def _cmd_serve(args: argparse.Namespace) -> None:
         token = generated_token()  # before listening: a client that can connect finds the file
     if not args.no_db_sync:
         _sync(args.db)
+    check_writable(args.db)  # also after db-sync: a database a sync found up to date may still be read-only
     listener = listening_socket(address)
     access = dataclasses.replace(listen_hosts(address.host, args.allowed_host), token=token)
     served = f"placement API on http://{address}"
@@ -274,56 +273,78 @@ def _cmd_serve(args: argparse.Namespace) -> None:
 
         metrics = ServiceMetrics("placement")
         metrics.serve(metrics_address)
-    announce(
-        served,
-        f"database {redacted_url(args.db or default_url())}",
-        f"{args.workers} worker(s)",
-        authentication,
-        "no request log" if args.no_request_log else "request log: JSON lines on standard error",
-        f"metrics on http://{metrics_address}/metrics" if metrics_address else "no metrics",
+
+    def starting() -> None:
+        announce(
+            served,
+            f"database {redacted_url(args.db or default_url())}",
+            f"{args.workers} worker(s)",
+            authentication,
+            "no request log" if args.no_request_log else "request log: JSON lines on standard error",
+            f"metrics on http://{metrics_address}/metrics" if metrics_address else "no metrics",
+        )
+
+    build = functools.partial(
+        _serving_app,
+        create_app,
+        args.db,
+        token,
+        access,
+        settings,
+        request_log=not args.no_request_log,
+        keystone=keystone,
+        keystone_config=_keystone_config(args),
+        metrics=metrics,
     )
     try:
         if args.workers > 1:
-            if args.db:
-                os.environ[DEFAULT_DB_ENV] = args.db
-            if args.any_token:
-                os.environ[ANY_TOKEN_ENV] = "1"
-            else:
-                os.environ[TOKEN_FILE_ENV] = os.path.abspath(args.auth_token_file or placement_token_path())
-            os.environ[LISTEN_HOST_ENV] = address.host
-            os.environ[ALLOWED_HOSTS_ENV] = ",".join(args.allowed_host)
-            os.environ[REQUEST_LOG_ENV] = "0" if args.no_request_log else "1"
-            uvicorn.run(
-                "devtag_host.placement.access_log:create_app_from_env",
-                factory=True,
-                fd=listener.fileno(),
-                workers=args.workers,
-                log_level="warning",
-                http=HeadTimeoutProtocol,
-            )
-            announce_stop(served)  # the workers have stopped; this process was not signalled to death
+            starting()
+            run_workers(build, listener, limits, args.workers, on_shutdown=[lambda: announce_stop(served)])
             return
-        sink = None if args.no_request_log else BufferedStreamSink(sys.stderr)
-        placement: Any = create_app(args.db, token, access=access, candidate_settings=settings)
-        if keystone:
-            from uvicorn.middleware.wsgi import WSGIMiddleware
-
-            from .keystone import keystone_app
-
-            config_file = getattr(args, "loaded_config", None)
-            placement = WSGIMiddleware(keystone_app(placement.wsgi, config_file.path if config_file else None))
-        stop = [lambda: announce_stop(served)]
-        app = RequestLog(placement, sink, on_shutdown=stop, metrics=metrics, app_lifespan=not keystone)
-        server = uvicorn.Server(
-            uvicorn.Config(app, fd=listener.fileno(), log_level="warning", http=HeadTimeoutProtocol)
-        )
+        app = build(on_shutdown=[lambda: announce_stop(served)])  # before the start line: a failure is one line
+        starting()
+        on_refusal = functools.partial(_count_refusal, metrics, refusal_label) if metrics is not None else None
+        server = Server(app, [listener], limits, on_refusal=on_refusal)
         if metrics is not None:
-            metrics.watch_connections(server.server_state.connections)
+            metrics.watch_connections(server.connections)
         server.run()
-        if not server.started:
-            raise RuntimeFailure(f"{served} did not start")
     finally:
         listener.close()
+
+
+def _count_refusal(metrics: Any, label: Callable[[int, str], str], status: int, reason: str) -> None:
+    metrics.refused(label(status, reason))
+
+
+def _keystone_config(args: argparse.Namespace) -> Any:
+    config_file = getattr(args, "loaded_config", None)
+    return config_file.path if config_file else None
+
+
+def _serving_app(
+    create_app: Callable[..., Any],
+    db: str | None,
+    token: str | None,
+    access: Any,
+    settings: candidate_settings.CandidateSettings,
+    *,
+    request_log: bool,
+    keystone: bool = False,
+    keystone_config: Any = None,
+    metrics: Any = None,
+    on_shutdown: Sequence[Callable[[], None]] = (),
+) -> RequestLog:
+    """The application ``placement serve`` serves (in each worker process, if several), from its settings
+    (``create_app``: placement's, imported by the caller)."""
+    sink = BufferedStreamSink(sys.stderr) if request_log else None
+    placement: Any = create_app(db, token, access=access, candidate_settings=settings)
+    if keystone:  # keystonemiddleware is WSGI middleware
+        from uvicorn.middleware.wsgi import WSGIMiddleware
+
+        from .keystone import keystone_app
+
+        placement = WSGIMiddleware(keystone_app(placement.wsgi, keystone_config))
+    return RequestLog(placement, sink, on_shutdown=on_shutdown, metrics=metrics, app_lifespan=not keystone)
 
 
 def redacted_url(url: str) -> str:

@@ -29,12 +29,23 @@ from sqlalchemy import (
     select,
 )
 from sqlalchemy.engine import Connection, Dialect
+from sqlalchemy.exc import SQLAlchemyError
 
 from .. import db
+from ..db import failure
+from ..errors import InputError, RuntimeFailure
 from ..state import state_dir
 
 DEFAULT_DB_ENV = "DEVTAG_PLACEMENT_DB"
 MAX_INT = 2147483647
+
+
+def fits_nowhere(amounts: Dict[str, int]) -> bool:
+    """An amount above any inventory's ``max_unit`` (at most ``MAX_INT``): no
+    provider can take it, which is upstream's answer on its databases.  Said
+    before any SQL, whose integer columns cannot hold such a number."""
+    return any(amount > MAX_INT for amount in amounts.values())
+
 
 metadata = MetaData()
 
@@ -193,3 +204,25 @@ def sync_standard_names(store: Store) -> None:
     with store.write() as connection:
         insert_missing_names(connection, resource_classes, list(os_resource_classes.STANDARDS))
         insert_missing_names(connection, traits, list(os_traits.get_traits()))
+
+
+def check_writable(url: Optional[str]) -> None:
+    """Fail in one line, before serving, where the database has no schema (bad input) or
+    cannot be written (a read-only file, directory or file system; a read-only
+    PostgreSQL): every request, or every write, would fail."""
+    store = Store(url)
+    try:
+        if db.current_revision(store) is None:
+            raise InputError("the placement database has no schema: run 'devtag-host placement db-sync' first")
+        with store.write() as connection:
+            if store.dialect == "sqlite":  # a write that changes nothing: the same number in the file's header
+                version = connection.exec_driver_sql("PRAGMA user_version").scalar()
+                connection.exec_driver_sql(f"PRAGMA user_version = {int(version or 0)}")
+            elif store.dialect == "postgresql":
+                read_only = connection.exec_driver_sql("SHOW transaction_read_only").scalar() == "on"
+                if read_only:
+                    raise RuntimeFailure("the placement database cannot be written: the server is read-only")
+    except SQLAlchemyError as exc:
+        raise failure(exc, "the placement database cannot be written") from None
+    finally:
+        store.dispose()

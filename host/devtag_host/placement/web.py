@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 import uuid as uuidlib
 from dataclasses import dataclass, field
 from email.utils import format_datetime
@@ -21,7 +22,7 @@ import devtag_schema
 
 from . import errors
 from .candidate_settings import UPSTREAM_DEFAULTS, CandidateSettings
-from .db import MAX_INT, Store
+from .db import MAX_INT, Store, fits_nowhere  # noqa: F401  (fits_nowhere: for the handlers)
 from .errors import PlacementError
 from .microversion import Version
 
@@ -183,8 +184,10 @@ MAX_ERROR_TEXT = 4000
 
 def _described(error: Any) -> str:
     """jsonschema's whole text for ``error``, as upstream sends it: the message, then
-    "Failed validating '<keyword>' in schema[...]" with the schema and the instance."""
-    text = str(error)
+    "Failed validating '<keyword>' in schema[...]" with the schema and the instance,
+    on one line (upstream's error formatter, webob's ``strip_tags``, turns the newlines
+    into spaces; clients such as osc-placement show the detail's last line)."""
+    text = str(error).replace("\n", " ")
     return text if len(text) <= MAX_ERROR_TEXT else text[:MAX_ERROR_TEXT] + "..."
 
 
@@ -197,6 +200,47 @@ def query_error(key: str, value: str, schema: Dict[str, Any]) -> PlacementError:
     error = jsonschema.exceptions.best_match(cls(wrapper, format_checker=_FORMATS).iter_errors({key: value}))
     text = _described(error) if error is not None else f"{value[:100]!r} is not valid for {key!r}"
     return errors.bad_request(f"Invalid query string parameters: {text}")
+
+
+_QUERY_VALIDATORS: Dict[int, Any] = {}
+
+
+def _query_valid(schema: Dict[str, Any]) -> Any:
+    """``is_valid`` of ``schema`` for query values, built once per schema: Python's
+    ``re.search`` for its patterns, as upstream's jsonschema reads them."""
+    check = _QUERY_VALIDATORS.get(id(schema))
+    if check is None:
+        check = _QUERY_VALIDATORS[id(schema)] = jsonschema.Draft4Validator(schema).is_valid
+    return check
+
+
+def validate_query(query: List[Tuple[str, str]], schema: Dict[str, Any]) -> Dict[str, str]:
+    """The query's last value of each key, if they match ``schema`` (upstream's schema
+    of the route's query string, a module-level constant); else the 400 upstream's
+    jsonschema ranks first: a missing required key, then the keys the schema does not
+    allow (all of them), then a refused value, in the schema's order of properties."""
+    last = dict(query)
+    if _query_valid(schema)(last):
+        return last
+    prefix = "Invalid query string parameters: "
+    for key in schema.get("required", ()):
+        if key not in last:
+            raise errors.bad_request(f"{prefix}{key!r} is a required property")
+    properties: Dict[str, Any] = schema.get("properties", {})
+    patterns = sorted(schema.get("patternProperties", {}))
+    extras = sorted(key for key in last if key not in properties and not any(re.search(p, key) for p in patterns))
+    if extras:
+        joined = ", ".join(repr(key[:100]) for key in extras[:20])
+        if patterns:
+            verb = "does" if len(extras) == 1 else "do"
+            regexes = ", ".join(repr(pattern) for pattern in patterns)
+            raise errors.bad_request(f"{prefix}{joined} {verb} not match any of the regexes: {regexes}")
+        verb = "was" if len(extras) == 1 else "were"
+        raise errors.bad_request(f"{prefix}Additional properties are not allowed ({joined} {verb} unexpected)")
+    for key, subschema in properties.items():
+        if key in last and not _query_valid(subschema)(last[key]):
+            raise query_error(key, last[key], subschema)
+    raise errors.bad_request(f"{prefix}the query does not match the route's schema")  # pragma: no cover
 
 
 def normal_uuid(value: str) -> str:
@@ -253,13 +297,6 @@ def parse_resources(value: str) -> Dict[str, int]:
             )
         result[name] = number
     return result
-
-
-def fits_nowhere(amounts: Dict[str, int]) -> bool:
-    """An amount above any inventory's ``max_unit`` (at most ``MAX_INT``): no
-    provider can take it, which is upstream's answer on its databases.  Said
-    before any SQL, whose integer columns cannot hold such a number."""
-    return any(amount > MAX_INT for amount in amounts.values())
 
 
 def parse_member_of(value: str) -> Set[str]:

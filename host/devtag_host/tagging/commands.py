@@ -15,7 +15,9 @@ from dataclasses import replace
 from typing import Any, Dict, Optional
 
 from .. import example
-from ..errors import InputError, RuntimeFailure
+from ..credentials import CredentialsError
+from ..credentials.domain import refresh_if_applied
+from ..errors import InputError, Refused, RuntimeFailure
 from ..fwcfg import FwCfgError
 from ..inputs import key_value_pairs
 from ..metadata import (
@@ -49,15 +51,18 @@ def register(commands: Any) -> None:
 
     tag = commands.add_parser(
         "tag",
-        help="add tags to a NIC, disk or virtiofs share",
-        description="Add TAGs to the NIC, disk or virtiofs share DEVICE of DOMAIN. The tags are stored in the "
-        "domain's <metadata> (live and persistent definitions), keyed by MAC, disk serial, ua- alias, target dev "
-        "or a share's mount tag.",
+        help="add tags to a NIC, disk, virtiofs share or passed-through device",
+        description="Add TAGs to the NIC, disk, virtiofs share or passed-through device (PCI hostdev, mdev, TPM) "
+        "DEVICE of DOMAIN. The tags are stored in the domain's <metadata> (live and persistent definitions), keyed "
+        "by MAC, disk serial, ua- alias, target dev, a share's mount tag, a hostdev's host PCI address, an mdev's "
+        "UUID, or 'tpm'.",
     )
     connect_option(tag)
     tag.add_argument("domain", metavar="DOMAIN", help="domain name, UUID or id")
     tag.add_argument(
-        "device", metavar="DEVICE", help="NIC MAC, disk target (sdb), disk serial, share mount tag or alias"
+        "device",
+        metavar="DEVICE",
+        help="NIC MAC, disk target (sdb), disk serial, share mount tag, alias, host PCI address, mdev UUID or 'tpm'",
     )
     tag.add_argument("tags", metavar="TAG", nargs="+", help="1-60 characters, no ',' or '/' or control characters")
     tag.add_argument(
@@ -159,6 +164,7 @@ def _change_tags(args: argparse.Namespace, change: Any, acpi_index: Optional[int
             note = f" (ACPI index {acpi_index}{', from the next boot' if domain.isActive() else ''})"
         virt.update_tags(domain, change)
         _refresh_fwcfg(domain)
+        _refresh_credentials(domain, virt)
         current = virt.read_domain(domain, inactive=not domain.isActive())
         tags = tags_of(current, find_device(current, args.device))
         print(f"{current.name} {args.device}: {', '.join(tags) if tags else '(no tags)'}{note}")
@@ -185,6 +191,19 @@ def _refresh_fwcfg(handle: Any) -> None:
             log.info("domain %s: fw_cfg copy of the devices metadata refreshed (read at next boot)", handle.name())
     except FwCfgError as exc:
         raise RuntimeFailure(f"tags stored, but the fw_cfg copy could not be refreshed: {exc}") from None
+
+
+def _refresh_credentials(handle: Any, virt: Any) -> None:
+    """Domains given their roles as systemd credentials get the new tags from their next boot."""
+    try:
+        refreshed = refresh_if_applied(handle, virt.edit_persistent_definition)
+    except CredentialsError as exc:
+        raise InputError(f"tags stored, but the credentials no longer fit: {exc}") from None
+    if refreshed is not None:
+        transport, left_out = refreshed
+        for why in left_out:
+            log.warning("credentials: %s", why)
+        log.info("domain %s: credentials refreshed (%s; read at next boot)", handle.name(), transport)
 
 
 def _read_xml_file(name: str) -> bytes:
@@ -245,9 +264,25 @@ def _with_entries(domain: Domain, entries: Any) -> Domain:
     return replace(domain, tag_entries=tuple(entries))
 
 
+def _refuse_existing_demo(connection: Any) -> None:
+    """Refused: redefining the example domain would reset the tags given to it since."""
+    name = example.DEMO_DOMAIN_NAME
+    try:
+        existing = connection.lookupByName(name)
+    except Exception:  # libvirt.libvirtError: no such domain (anything else, defineXML says next)
+        return
+    running = " and running" if existing.isActive() else ""
+    raise Refused(
+        f"the example domain {name} is already defined{running} on {connection.getURI()}: kept as it is, with its "
+        f"tags ('devtag-host devices {name}' shows them); to start over, 'virsh -c URI destroy {name}' if it runs, "
+        f"then 'virsh -c URI undefine {name}'"
+    )
+
+
 def _cmd_demo(args: argparse.Namespace) -> None:
     virt, connection = _connect(args.connect)
     try:
+        _refuse_existing_demo(connection)
         root = virt.embedded_root(connection.getURI())
         images = (root or state_dir()) / "demo-images"
         example.create_demo_images(images)

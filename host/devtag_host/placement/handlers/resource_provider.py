@@ -5,8 +5,6 @@ from __future__ import annotations
 import uuid as uuidlib
 from typing import Any, Dict
 
-from sqlalchemy.exc import IntegrityError
-
 from .. import errors
 from ..errors import Http, Rules, mapped
 from ..exception import ResourceClassNotFound, ResourceProviderNotFound, TraitNotFound
@@ -122,15 +120,7 @@ def create_provider(call: Call) -> Reply:
     body = validate(call.body, schema.POST_V1_14 if call.want(14) else schema.POST_V1_0)
     uuid = normal_uuid(body["uuid"]) if "uuid" in body else str(uuidlib.uuid4())
     parent = body.get("parent_provider_uuid")
-    try:
-        with call.store.write() as connection:
-            provider = rp.create(connection, body["name"], uuid, normal_uuid(parent) if parent else None)
-    except IntegrityError:
-        with call.store.read() as connection:
-            taken = rp.conflict(connection, body["name"], uuid)
-        if taken is None:
-            raise  # not a taken name or uuid: the app's 409 "concurrent update"
-        raise taken from None
+    provider = rp.create_new(call.store, body["name"], uuid, normal_uuid(parent) if parent else None)
     location = {"location": provider_url(provider.uuid)}
     if call.want(20):  # 1.20: the new provider, as GET shows it
         return Reply(200, represent(call, provider), {**location, **cache_headers(call)})

@@ -11,7 +11,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.expression import BindParameter, ColumnElement, Select
 
-from ..db import allocations, inventories, provider_aggregates, provider_traits, resource_providers
+from ..db import Store, allocations, inventories, provider_aggregates, provider_traits, resource_providers
 from ..exception import (
     CannotDeleteParentResourceProvider,
     ConcurrentUpdate,
@@ -259,6 +259,22 @@ def conflict(connection: Connection, name: str, uuid: str) -> Optional[ResourceP
     if taken:
         return ResourceProviderExists(f"Conflicting resource provider name: {name} already exists.")
     return None
+
+
+def create_new(store: Store, name: str, uuid: str, parent_uuid: Optional[str] = None) -> Provider:
+    """:func:`create` in a write transaction of its own; a taken uuid or name is
+    upstream's 409, asked of :func:`conflict` in a read transaction (PostgreSQL's
+    write transaction is aborted by then).  Another failed constraint is raised as
+    it is (the app's 409 "concurrent update")."""
+    try:
+        with store.write() as connection:
+            return create(connection, name, uuid, parent_uuid)
+    except IntegrityError:
+        with store.read() as connection:
+            taken = conflict(connection, name, uuid)
+        if taken is None:
+            raise
+        raise taken from None
 
 
 def update(

@@ -123,8 +123,8 @@ _TRAITS_BY_ID = {dialect: _traits_by_id(dialect) for dialect in ("sqlite", "post
 @dataclass(frozen=True)
 class StaticWorld:
     """Everything candidates read but usage, as of ``stamp``.  Shared by concurrent
-    requests: nothing here is ever changed after it is built, but for the encoded
-    summaries it remembers (filled idempotently: a race only encodes one twice)."""
+    requests: nothing here is ever changed after it is built, but for what it
+    remembers (``memo``, ``fitting_unused``)."""
 
     stamp: int
     uuid: Dict[int, str]
@@ -137,15 +137,10 @@ class StaticWorld:
     rows: Dict[int, Dict[int, Row]]  # class -> {provider: row}, ``used`` 0
     trait_names: Dict[int, List[str]]  # provider -> its trait names, by trait id (lists shared)
     class_names: Dict[int, str]
-    # Filled by the requests that use it (each entry is a function of the fields above
-    # and its key alone): {answer shape: {provider: its provider_summaries entry as
-    # JSON, while none of its rows is in use}}.
-    encoded_summaries: Dict[Tuple[bool, ...], Dict[int, bytes]] = field(default_factory=dict)
-    # The same for providers with rows in use: {shape: {provider: (its (class, used)
-    # pairs, its entry)}}, one per provider (the last usage seen).
-    encoded_summaries_in_use: Dict[Tuple[bool, ...], Dict[int, Tuple[Tuple[Tuple[int, int], ...], bytes]]] = field(
-        default_factory=dict
-    )
+    # What the layers above derive from the fields above alone, kept as long as the
+    # world is (the answer's encoding remembers each provider's summary here:
+    # candidate_encoding.py).  Filled idempotently: a race only derives one twice.
+    memo: Dict[Any, Any] = field(default_factory=dict)
     # {(class, amount): the providers whose row, without usage, can take it}: at most
     # MAX_REMEMBERED_AMOUNTS (amounts come from queries).
     fitting_unused: Dict[Tuple[int, int], FrozenSet[int]] = field(default_factory=dict)
