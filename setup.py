@@ -62,6 +62,7 @@ setup(
             "sqlalchemy>=2.0",
             "alembic>=1.13",
             "psycopg[binary]>=3.1",
+            "PyMySQL>=1.1",  # placement on MariaDB/MySQL (pure Python)
             "os-traits>=3.0",
             "os-resource-classes>=1.1",
             "orjson>=3.9",  # placement: large allocation-candidate documents

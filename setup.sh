@@ -28,6 +28,7 @@ apt_packages=(
     genisoimage xorriso libxml2-utils                    # ISO tools the tests compare against
     udev iproute2                                        # udevadm verify, network namespaces
     postgresql nginx wrk                                 # placement on PostgreSQL, HTTP baselines
+    mariadb-server galera-4 rsync                        # placement on MariaDB and a Galera cluster (rsync: SST)
     debhelper dh-python python3-all python3-setuptools lintian  # build and lint the .debs
     rpm                                                  # rpmbuild, for the RPM spec
     debootstrap e2fsprogs                                # the end-to-end test's Debian 12 guest image

@@ -2,7 +2,7 @@
 
     .venv/bin/pip install -e '.[bench]'   # openstack-placement (+ psycopg2 for it on PostgreSQL)
     .venv/bin/python benchmarks/placement_bench.py [--providers 5000] [--nested 1000] [--repeat 20]
-        [--no-stock] [--no-contention] [--threads 8] [--writes 100] [--capacity 150]
+        [--no-stock] [--no-contention] [--mariadb] [--threads 8] [--writes 100] [--capacity 150]
         [--workdir DIR] [--json FILE] [--wide [--wide-timeout 60]] [--http] [--stock-api-load 5000]
         [--default-collector]
 
@@ -65,7 +65,8 @@ by all threads (upstream's engine is per process; ours is stateless too).  The
 process's CPU time and the SQL statements per write.  Afterwards each database
 is read directly: no inventory may hold more allocations than its capacity, and
 each provider's usage must equal its 204s.  Target: >= 4x upstream's granted
-writes/s, zero oversubscription.
+writes/s, zero oversubscription.  ``--mariadb``: the same run on a throw-away MariaDB
+too (both services through PyMySQL); with ``--no-contention``, on MariaDB only.
 """
 
 from __future__ import annotations
@@ -101,7 +102,11 @@ from devtag_host.placement.db import Store
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.support.services import throwaway_postgres  # noqa: E402 - needs the path above
+from tests.support.services import (  # noqa: E402 - needs the path above
+    create_database,
+    throwaway_mariadb,
+    throwaway_postgres,
+)
 from tests.support.upstream_placement import upstream_app  # noqa: E402
 
 Call = Callable[[str, str, Any, str], Tuple[int, Any]]
@@ -834,12 +839,8 @@ def run_side(args: argparse.Namespace, which: str, url: str = "", timeout: Optio
 
 
 def fresh_database(url: str, name: str) -> str:
-    """A new database ``name`` on the server of ``url``; its URL."""
-    engine = create_engine(url, isolation_level="AUTOCOMMIT")
-    with engine.connect() as connection:
-        connection.execute(text(f'CREATE DATABASE "{name}"'))  # a fixed name of ours
-    engine.dispose()
-    return url.rsplit("/", 1)[0] + "/" + name
+    """A new database ``name`` (a fixed name of ours) on the server of ``url``; its URL."""
+    return create_database(url, name)
 
 
 def ratio(theirs: float, ours: float) -> str:
@@ -854,6 +855,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--stock-repeat", type=int, default=5, help="query repetitions of openstack-placement")
     parser.add_argument("--no-stock", action="store_true", help="skip openstack-placement")
     parser.add_argument("--no-contention", action="store_true", help="skip the PostgreSQL runs")
+    parser.add_argument(
+        "--mariadb", action="store_true", help="the contention run on a throw-away MariaDB too (PyMySQL for both)"
+    )
     parser.add_argument("--threads", type=int, default=8, help="writers in the PostgreSQL contention run")
     parser.add_argument("--writes", type=int, default=100, help="writes per thread")
     parser.add_argument("--capacity", type=int, default=150, help="VCPU of each of the 4 contended providers")
@@ -991,15 +995,17 @@ def run_all(args: argparse.Namespace) -> int:
                 )
         if args.wide:
             results["wide"] = run_wide(args, services)
-        if not args.no_contention:
-            pg_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="placement-bench-pg-"))
-            with throwaway_postgres(Path(pg_dir) / "pg") as url:
-                runs = results["postgresql_contention"] = {
+        servers = [] if args.no_contention else [("PostgreSQL", "postgresql", throwaway_postgres)]
+        servers += [("MariaDB", "mariadb", throwaway_mariadb)] if args.mariadb else []
+        for title, key, throwaway in servers:
+            server_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix=f"placement-bench-{key}-"))
+            with throwaway(Path(server_dir) / key) as url:
+                runs = results[f"{key}_contention"] = {
                     service: run_side(args, f"contention:{service}", fresh_database(url, f"bench_{service}"))
                     for service in services
                 }
             print(
-                f"PostgreSQL, {args.threads} writers x {args.writes} allocations (1.28) on 4 providers of "
+                f"{title}, {args.threads} writers x {args.writes} allocations (1.28) on 4 providers of "
                 f"{args.capacity} VCPU:"
             )
             for service in services:

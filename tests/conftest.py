@@ -77,6 +77,35 @@ def postgres_url() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
+def mariadb_url() -> Iterator[str]:
+    """The session's one throw-away MariaDB server (started on first use, about 4 s).
+
+    Yields the URL of a scratch database on it; test folders make their own
+    databases with :func:`tests.support.services.create_database`.
+    """
+    from tests.support.services import throwaway_mariadb
+
+    if shutil.which("mariadb-install-db") is None:
+        pytest.fail("MariaDB binaries missing: run ./setup.sh (Debian package mariadb-server)")
+    with throwaway_mariadb(database="devtag_tests") as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def mariadb_client_store(mariadb_url: str) -> Iterator[object]:
+    """A migrated placement database on the session's MariaDB, shared by the tests that
+    talk to placement as a client (tests/support/in_process_placement.py empties it)."""
+    from devtag_host.placement import schema_upgrade
+    from devtag_host.placement.db import Store
+    from tests.support.services import create_database
+
+    store = Store(create_database(mariadb_url, "placement_clients"))
+    schema_upgrade.upgrade(store)
+    yield store
+    store.dispose()
+
+
+@pytest.fixture(scope="session")
 def embedded_root() -> Iterator[Path]:
     root = _world_traversable_tmpdir("devtag-libvirt-")
     yield root

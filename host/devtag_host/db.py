@@ -2,8 +2,11 @@
 
 One ``Store`` per process wraps the engines.  Write transactions on SQLite are
 ``BEGIN IMMEDIATE`` (one writer at a time, no lock upgrade deadlocks); on
-PostgreSQL they run at READ COMMITTED and the callers rely on compare-and-swap
-(``UPDATE ... WHERE generation = :seen``) or row locks for safety.
+PostgreSQL and MariaDB/MySQL (InnoDB) they run at READ COMMITTED and the callers
+rely on compare-and-swap (``UPDATE ... WHERE generation = :seen``) or row locks for
+safety.  InnoDB answers a deadlock or a lock wait that timed out by rolling the
+transaction back (:func:`is_retryable` tells them apart from other errors): the
+caller runs it again.
 
 Placement and attach may share one database: each has its own Alembic
 directory and version table, and :func:`upgrade` runs either.
@@ -15,11 +18,11 @@ import contextlib
 import os
 import re
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Optional, Tuple
 
 from sqlalchemy import create_engine, event
-from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.engine import Connection, Engine, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError
 
 from .errors import DevtagError, InputError, RuntimeFailure
 from .state import make_private_dirs, state_dir
@@ -91,10 +94,90 @@ def _reason(exc: OSError) -> str:
     return exc.strerror or str(exc)
 
 
+# MySQL's and MariaDB's codes: a deadlock (InnoDB's, or Galera's certification failure,
+# reported at commit), a lock wait that timed out; both roll the transaction back.
+MYSQL_RETRYABLE = frozenset({1213, 1205})
+_RETRYABLE_WORDS = ("deadlock detected", "could not serialize")  # PostgreSQL's
+_BUSY_WORDS = ("database is locked", "lock timeout")  # SQLite's busy file, PostgreSQL's lock_timeout
+
+
+def _message(error: DBAPIError) -> str:
+    return str(getattr(error, "orig", None) or error).lower()
+
+
+def is_retryable(error: DBAPIError) -> bool:
+    """Whether the database rolled ``error``'s transaction back for another one's sake
+    (a deadlock, a lock wait timed out, a serialization or certification failure):
+    the same transaction may well succeed when run again."""
+    arguments: Tuple[Any, ...] = tuple(getattr(getattr(error, "orig", None), "args", ()))
+    if arguments and isinstance(arguments[0], int):  # PyMySQL: (code, message)
+        return arguments[0] in MYSQL_RETRYABLE
+    return any(word in _message(error) for word in _RETRYABLE_WORDS)
+
+
+# MySQL's and MariaDB's client codes: no server at the address, the server gone away or the
+# connection lost during a query (a node stopped or killed); and a Galera node cut off from
+# the cluster's majority (1047: "WSREP has not yet prepared node for application use").
+MYSQL_UNREACHABLE = frozenset({2002, 2003, 2006, 2013, 1047})
+
+
+def is_unreachable(error: DBAPIError) -> bool:
+    """Whether ``error`` is the database server being out of reach (not a wrong statement):
+    SQLAlchemy saw the connection drop, or the server could not be connected to."""
+    if error.connection_invalidated:
+        return True
+    arguments: Tuple[Any, ...] = tuple(getattr(getattr(error, "orig", None), "args", ()))
+    return bool(arguments) and arguments[0] in MYSQL_UNREACHABLE
+
+
+def is_busy(error: DBAPIError) -> bool:
+    """Whether ``error`` says the database was too busy to wait for (tell the client to retry)."""
+    return any(word in _message(error) for word in _BUSY_WORDS)
+
+
 def _normalize_url(url: str) -> str:
     if url.startswith("postgresql://") or url.startswith("postgres://"):
         return "postgresql+psycopg://" + url.split("://", 1)[1]
+    if url.startswith("mariadb"):  # the same dialect, named "mysql" wherever devtag asks
+        url = "mysql" + url[len("mariadb") :]
+    if url.startswith("mysql://"):
+        url = "mysql+pymysql://" + url.split("://", 1)[1]
+    if url.startswith("mysql"):
+        parsed = make_url(url)
+        if "charset" not in parsed.query:  # 4-byte characters (emoji) in names
+            return parsed.update_query_dict({"charset": "utf8mb4"}).render_as_string(hide_password=False)
     return url
+
+
+def _mysql_engine(url: str, pool_size: int) -> Engine:
+    """MariaDB or MySQL (InnoDB): READ COMMITTED, as on PostgreSQL (a writer that waited
+    for a row lock reads what the writer before it committed), strict SQL, connections
+    checked before use and renewed before the server's ``wait_timeout`` drops them."""
+    engine = create_engine(
+        url,
+        pool_size=pool_size,
+        max_overflow=20,
+        pool_pre_ping=True,
+        pool_recycle=3600,
+        isolation_level="READ COMMITTED",
+    )
+
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_connection: Any, _record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        # TRADITIONAL: bad values are errors, not warnings; GROUP_CONCAT's default
+        # limit (1 MB on MariaDB, 1 KB on MySQL) would cut a long list of ids short.
+        cursor.execute("SET SESSION sql_mode = 'TRADITIONAL', group_concat_max_len = 4294967295")
+        # On a Galera node: reads wait until the node has applied every write the cluster
+        # committed before them (a write through one node is read through another at once),
+        # unless the operator set wsrep_sync_wait on the server already.
+        cursor.execute("SHOW VARIABLES WHERE Variable_name IN ('wsrep_on', 'wsrep_sync_wait')")
+        found = {str(name).lower(): str(value) for name, value in cursor.fetchall()}
+        if found.get("wsrep_on", "OFF").upper() == "ON" and found.get("wsrep_sync_wait", "0") == "0":
+            cursor.execute("SET SESSION wsrep_sync_wait = 1")
+        cursor.close()
+
+    return engine
 
 
 class Store:
@@ -106,6 +189,10 @@ class Store:
             self.dialect = "sqlite"
             self.writer = _sqlite_engine(self.url, immediate=True)
             self.reader = _sqlite_engine(self.url, immediate=False)
+        elif self.url.startswith("mysql"):
+            self.dialect = "mysql"
+            self.writer = _mysql_engine(self.url, pool_size)
+            self.reader = self.writer
         else:
             self.dialect = "postgresql"
             self.writer = create_engine(self.url, pool_size=pool_size, max_overflow=20, pool_pre_ping=True)
@@ -172,7 +259,7 @@ def failure(exc: Exception, what: str) -> DevtagError:
     words = error_line(exc)
     if isinstance(exc, ArgumentError):
         return InputError(
-            f"{what}: not a database URL ({words}): give sqlite:////ABSOLUTE/PATH.sqlite or postgresql://USER@HOST/DB"
+            f"{what}: not a database URL ({words}): give sqlite:////ABSOLUTE/PATH.sqlite, postgresql://USER@HOST/DB or mysql+pymysql://USER:PASS@HOST/DB"
         )
     if "file is not a database" in words:
         return InputError(f"{what}: the file is not a SQLite database: give devtag's own database or a new file")

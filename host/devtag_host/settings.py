@@ -236,8 +236,9 @@ OPTIONS: Tuple[Option, ...] = (
     Option(
         "placement_database",
         "connection",
-        "The placement database, a SQLAlchemy URL: sqlite:////var/lib/devtag/placement.sqlite or "
-        "postgresql://user@host/placement (several workers or hosts). Unset: placement.sqlite in state_dir.",
+        "The placement database, a SQLAlchemy URL: sqlite:////var/lib/devtag/placement.sqlite, "
+        "postgresql://user@host/placement or mysql+pymysql://user:password@host/placement?charset=utf8mb4 "
+        "(several workers or hosts). Unset: placement.sqlite in state_dir.",
         env="DEVTAG_PLACEMENT_DB",
         flags=(
             (_SERVE, "db", "--db"),

@@ -179,4 +179,18 @@ def test_64_mib_of_empty_elements_is_refused_fast_in_bounded_memory(tmp_path: Pa
 def test_placement_db_sync_with_a_path_is_one_line_exit_2(tmp_path: Path) -> None:
     result = run("placement", "db-sync", "--db", str(tmp_path / "placement.sqlite"))
     assert_one_line_exit_2(result, "is not a database URL: give sqlite:////ABSOLUTE/PATH.sqlite")
-    assert_one_line_exit_2(run("placement", "db-sync", "--db", "mysql://x@y/z"), "is not a database URL")
+    assert_one_line_exit_2(run("placement", "db-sync", "--db", "oracle://x@y/z"), "is not a database URL")
+    assert_one_line_exit_2(
+        run("placement", "db-sync", "--db", "mysql+mysqlconnector://x@y/z"), "the MySQL/MariaDB driver is PyMySQL"
+    )
+
+
+def test_placement_db_sync_with_no_mariadb_there_is_one_line_exit_1() -> None:
+    from tests.support.services import free_port
+
+    url = f"mysql+pymysql://placement:secret@127.0.0.1:{free_port()}/placement?charset=utf8mb4"
+    result = run("placement", "db-sync", "--db", url)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "cannot create or upgrade the placement database" in result.stderr and "Can't connect" in result.stderr
+    assert "secret" not in result.stderr

@@ -1,6 +1,7 @@
 """Placement fixtures: a migrated SQLite store, a throw-away PostgreSQL server
-(initdb + pg_ctl in a tmp dir, run as the ``postgres`` user when we are root),
-and an HTTP client on the WSGI side of the app (no sockets).
+(initdb + pg_ctl in a tmp dir, run as the ``postgres`` user when we are root), a
+throw-away MariaDB server (mariadb-install-db + mariadbd, likewise), and an HTTP
+client on the WSGI side of the app (no sockets).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import httpx
 import pytest
 from sqlalchemy import text
 
-from devtag_host.placement import schema_upgrade
+from devtag_host.placement import db, schema_upgrade
 from devtag_host.placement.app import Placement
 from devtag_host.placement.db import Store
 from tests.support.services import create_database
@@ -38,6 +39,20 @@ def pg_store(postgres_server: str) -> Iterator[Store]:
     store.dispose()
 
 
+@pytest.fixture(scope="session")
+def mariadb_server(mariadb_url: str) -> str:
+    """Database 'placement' on the session's MariaDB server."""
+    return create_database(mariadb_url, "placement")
+
+
+@pytest.fixture(scope="session")
+def mariadb_store(mariadb_server: str) -> Iterator[Store]:
+    store = Store(mariadb_server)
+    schema_upgrade.upgrade(store)
+    yield store
+    store.dispose()
+
+
 def clean(store: Store) -> None:
     """Empty every table but the standard traits and resource classes."""
     with store.write() as connection:
@@ -51,8 +66,8 @@ def clean(store: Store) -> None:
             connection.execute(text(f"DELETE FROM {table}"))  # noqa: S608 - fixed table names
         connection.execute(text("UPDATE resource_providers SET parent_provider_id = NULL, root_provider_id = NULL"))
         connection.execute(text("DELETE FROM resource_providers"))
-        connection.execute(text("DELETE FROM traits WHERE name LIKE 'CUSTOM\\_%' ESCAPE '\\'"))
-        connection.execute(text("DELETE FROM resource_classes WHERE name LIKE 'CUSTOM\\_%' ESCAPE '\\'"))
+        for names in (db.traits, db.resource_classes):  # a LIKE that MySQL's backslashes read alike
+            connection.execute(names.delete().where(names.c.name.startswith("CUSTOM_", autoescape=True)))
 
 
 @pytest.fixture
@@ -63,15 +78,22 @@ def sqlite_store(tmp_path: Path) -> Iterator[Store]:
     store.dispose()
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)])
+BACKENDS = [
+    "sqlite",
+    pytest.param("postgresql", marks=pytest.mark.postgresql),
+    pytest.param("mariadb", marks=pytest.mark.mariadb),
+]
+
+
+@pytest.fixture(params=BACKENDS)
 def store(request: pytest.FixtureRequest) -> Iterator[Store]:
-    """The store of each backend in turn (PostgreSQL tests carry the marker)."""
+    """The store of each backend in turn (PostgreSQL's and MariaDB's tests carry their marker)."""
     if request.param == "sqlite":
         yield request.getfixturevalue("sqlite_store")
     else:
-        pg = request.getfixturevalue("pg_store")
-        clean(pg)
-        yield pg
+        server = request.getfixturevalue("pg_store" if request.param == "postgresql" else "mariadb_store")
+        clean(server)
+        yield server
 
 
 def make_client(store: Store, **headers: str) -> httpx.Client:

@@ -25,11 +25,17 @@ from .conftest import LATEST, clean, make_client
 CAPACITY_EXCEEDED = "The requested amount would exceed the capacity."
 
 
-@pytest.fixture
-def pg(pg_store):
-    """The races need two transactions at once: PostgreSQL (SQLite serialises writers)."""
-    clean(pg_store)
-    return pg_store
+@pytest.fixture(
+    params=[
+        pytest.param("postgresql", marks=pytest.mark.postgresql),
+        pytest.param("mariadb", marks=pytest.mark.mariadb),
+    ]
+)
+def pg(request):
+    """The races need two transactions at once: PostgreSQL or MariaDB (SQLite serialises writers)."""
+    store = request.getfixturevalue("pg_store" if request.param == "postgresql" else "mariadb_store")
+    clean(store)
+    return store
 
 
 def _provider(store, capacity: int) -> str:
@@ -88,7 +94,6 @@ def paused_claims(monkeypatch):
     return reads_done, go_on, modes
 
 
-@pytest.mark.postgresql
 @pytest.mark.parametrize("capacity", [2, 1])
 def test_a_write_that_lost_the_swap_retries_with_the_rows_locked(pg, paused_claims, capacity):
     reads_done, go_on, modes = paused_claims
@@ -118,7 +123,6 @@ def test_a_write_that_lost_the_swap_retries_with_the_rows_locked(pg, paused_clai
     assert _allocated(pg, rp) == min(2, capacity)
 
 
-@pytest.mark.postgresql
 def test_the_optimistic_swap_loses_to_a_write_committed_after_its_reads(pg, paused_claims):
     reads_done, go_on, _modes = paused_claims
     rp = _provider(pg, 4)
@@ -151,7 +155,6 @@ def test_a_locked_claim_counts_once_in_the_generation(store):
     assert _allocated(store, rp) == 1
 
 
-@pytest.mark.postgresql
 def test_a_locked_claim_waits_for_the_holder_and_sees_its_usage(pg):
     """The holder's write is not committed when the second writer starts: without the
     row lock the second would read a usage of 0 and both would get the last unit."""
@@ -190,7 +193,6 @@ def _used_and_allocated(store) -> list:
         )
 
 
-@pytest.mark.postgresql
 def test_a_delete_whose_reads_went_stale_starts_again_and_used_stays_exact(pg, paused_claims):
     """A DELETE reads the consumer's allocations (on P), then a move of the same
     consumer to Q commits before the DELETE claims P.  The DELETE must not take Q's
@@ -228,7 +230,6 @@ def test_a_delete_whose_reads_went_stale_starts_again_and_used_stays_exact(pg, p
     assert _allocated(pg, p) == 0 and _allocated(pg, q) == 1
 
 
-@pytest.mark.postgresql
 def test_moves_racing_claims_never_oversubscribe_nor_deadlock(pg):
     """A provider only losing allocations is neither locked nor given a new
     generation (as upstream): consumers moving between two full providers while

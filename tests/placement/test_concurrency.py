@@ -1,6 +1,6 @@
 """Many clients (processes x threads, through two uvicorn workers and a second
 in-process app) race to allocate from providers with little capacity on
-PostgreSQL: usage never exceeds capacity, every loser got 409, nothing is lost.
+PostgreSQL and on MariaDB: usage never exceeds capacity, every loser got 409, nothing is lost.
 """
 
 from __future__ import annotations
@@ -24,8 +24,6 @@ from tests.support.services import free_port, wait_for_port
 
 from .conftest import make_client
 from .race_worker import HEADERS, claim
-
-pytestmark = pytest.mark.postgresql
 
 CAPACITY = 4  # VCPU per provider
 PROVIDERS = 3
@@ -74,11 +72,27 @@ def slow_capacity_check(monkeypatch):
     return lost
 
 
-def test_racing_writers_never_oversubscribe(pg_store, postgres_server, slow_capacity_check):
+@pytest.fixture(
+    params=[
+        pytest.param("postgresql", marks=pytest.mark.postgresql),
+        pytest.param("mariadb", marks=pytest.mark.mariadb),
+    ]
+)
+def server(request):
+    """(the store, its URL) on PostgreSQL, then on MariaDB."""
     from .conftest import clean
 
-    clean(pg_store)
-    with make_client(pg_store) as client:
+    if request.param == "postgresql":
+        store, url = request.getfixturevalue("pg_store"), request.getfixturevalue("postgres_server")
+    else:
+        store, url = request.getfixturevalue("mariadb_store"), request.getfixturevalue("mariadb_server")
+    clean(store)
+    return store, url
+
+
+def test_racing_writers_never_oversubscribe(server, slow_capacity_check):
+    store, url = server
+    with make_client(store) as client:
         providers = []
         for index in range(PROVIDERS):
             response = client.post("/resource_providers", json={"name": f"race-{index}"})
@@ -94,7 +108,7 @@ def test_racing_writers_never_oversubscribe(pg_store, postgres_server, slow_capa
             "placement",
             "serve",
             "--db",
-            postgres_server,
+            url,
             "--listen",
             f"127.0.0.1:{port}",
             "--workers",
@@ -110,7 +124,7 @@ def test_racing_writers_never_oversubscribe(pg_store, postgres_server, slow_capa
 
     def monitor() -> None:
         while not stop.is_set():
-            for provider_id, capacity, used in _usage_and_capacity(pg_store):
+            for provider_id, capacity, used in _usage_and_capacity(store):
                 if used > capacity:
                     observed_over.append((provider_id, used, capacity))
 
@@ -131,7 +145,7 @@ def test_racing_writers_never_oversubscribe(pg_store, postgres_server, slow_capa
         # Meanwhile, a second "API worker" in this process writes to the same database.
         local: list = []
         in_process = [
-            threading.Thread(target=_claim_in_process, args=(pg_store, providers, index, local))
+            threading.Thread(target=_claim_in_process, args=(store, providers, index, local))
             for index in range(IN_PROCESS_THREADS)
         ]
         for thread in in_process:
@@ -160,9 +174,9 @@ def test_racing_writers_never_oversubscribe(pg_store, postgres_server, slow_capa
     # the database holds exactly the winners' allocations.
     winners = Counter(rp for rp, status, _code in results if status == 204)
     assert winners == {rp: CAPACITY for rp in providers}
-    for _provider_id, capacity, used in _usage_and_capacity(pg_store):
+    for _provider_id, capacity, used in _usage_and_capacity(store):
         assert used == capacity
-    with pg_store.read() as connection:
+    with store.read() as connection:
         assert connection.scalar(text("SELECT COUNT(*) FROM allocations")) == CAPACITY * PROVIDERS
     # The in-process writers lost compare-and-swaps (and retried on the server side).
     assert slow_capacity_check, "the writers never actually raced"

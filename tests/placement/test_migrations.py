@@ -144,3 +144,39 @@ def test_0004_upgrades_a_1_17_database_in_place_postgresql(postgres_server):
         connection.execute(text("CREATE DATABASE upgrade_0004"))
     admin.dispose()
     _upgrade_a_1_17_database(url.set(database="upgrade_0004").render_as_string(hide_password=False))
+
+
+@pytest.mark.mariadb
+def test_0004_upgrades_a_1_17_database_in_place_mariadb(mariadb_url):
+    from tests.support.services import create_database
+
+    _upgrade_a_1_17_database(create_database(mariadb_url, "upgrade_0004"))
+
+
+@pytest.mark.mariadb
+def test_every_table_is_innodb_utf8mb4_with_a_primary_key_on_mariadb(mariadb_store):
+    """What Galera replicates (InnoDB tables with a primary key) and what holds any name
+    (4-byte UTF-8, compared byte by byte as on SQLite and PostgreSQL)."""
+    from sqlalchemy import text
+
+    with mariadb_store.read() as connection:
+        tables = connection.execute(
+            text(
+                "SELECT table_name, engine, table_collation FROM information_schema.tables"
+                " WHERE table_schema = DATABASE()"
+            )
+        ).all()
+        keyed = set(
+            connection.scalars(
+                text(
+                    "SELECT table_name FROM information_schema.table_constraints"
+                    " WHERE table_schema = DATABASE() AND constraint_type = 'PRIMARY KEY'"
+                )
+            )
+        )
+    names = {name for name, _engine, _collation in tables}
+    assert set(metadata.tables) | {"alembic_version", "consumer_types"} <= names
+    assert {name for name, engine, _ in tables if engine != "InnoDB"} == set()
+    assert names - keyed == set()
+    placement_tables = [(name, collation) for name, _, collation in tables if name != "alembic_version"]
+    assert {collation for _, collation in placement_tables} == {"utf8mb4_nopad_bin"}

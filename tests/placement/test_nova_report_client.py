@@ -15,12 +15,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from typing import Any, Dict
 
 import pytest
 
-from tests.support.services import served_placement
+from tests.support.services import create_database, served_placement
 from tests.support.upstream_placement import served_upstream
 
 DRIVER = Path(__file__).with_name("nova_compute_life.py")
@@ -39,11 +40,18 @@ def upstream_life(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Any]:
         return nova_life(url)
 
 
-def test_nova_report_client_sees_what_it_sees_upstream(tmp_path: Path, upstream_life: Dict[str, Any]):
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("mariadb", marks=pytest.mark.mariadb)])
+def test_nova_report_client_sees_what_it_sees_upstream(
+    tmp_path: Path, upstream_life: Dict[str, Any], backend: str, request: pytest.FixtureRequest
+):
+    """On SQLite, then on MariaDB: the same life as upstream's, generations included."""
     token = tmp_path / "token"
     token.write_text("admin\n")
     token.chmod(0o600)
-    with served_placement(tmp_path / "placement.sqlite", "--auth-token-file", str(token)) as url:
+    db_url = None
+    if backend == "mariadb":
+        db_url = create_database(request.getfixturevalue("mariadb_url"), f"nova_{uuid.uuid4().hex[:12]}")
+    with served_placement(tmp_path / "placement.sqlite", "--auth-token-file", str(token), db_url=db_url) as url:
         ours = nova_life(url)
     # What a working compute node's life looks like (checked on upstream too).
     for life in (upstream_life, ours):

@@ -10,31 +10,38 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 import pytest
 
-from tests.support.services import served_placement
+from tests.support.services import create_database, served_placement
 
 BIN = Path(sys.executable).parent
 
 
 @contextlib.contextmanager
-def served_openstack(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[Any]:
-    """``devtag-host placement serve`` with a token file, and the stock client pointed at it."""
+def served_openstack(
+    tmp_path_factory: pytest.TempPathFactory, name: str, db_url: Optional[str] = None
+) -> Iterator[Any]:
+    """``devtag-host placement serve`` with a token file (on SQLite, or ``db_url``),
+    and the stock client pointed at it."""
     if not (BIN / "openstack").exists():
         pytest.fail("python-openstackclient and osc-placement are missing: pip install -e '.[test]'")
     tmp = tmp_path_factory.mktemp(name)
     token_file = tmp / "token"
     token_file.write_text("s3cret\n")
     token_file.chmod(0o600)
-    with served_placement(tmp / "placement.sqlite", "--auth-token-file", str(token_file)) as url:
+    with served_placement(tmp / "placement.sqlite", "--auth-token-file", str(token_file), db_url=db_url) as url:
         yield _openstack_runner(url, tmp)
 
 
-@pytest.fixture(scope="module")
-def openstack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    with served_openstack(tmp_path_factory, "osc") as run:
+@pytest.fixture(scope="module", params=["sqlite", pytest.param("mariadb", marks=pytest.mark.mariadb)])
+def openstack(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[Any]:
+    """The stock client against a served placement on SQLite, then on MariaDB."""
+    db_url = None
+    if request.param == "mariadb":
+        db_url = create_database(request.getfixturevalue("mariadb_url"), f"osc_{uuid.uuid4().hex[:12]}")
+    with served_openstack(tmp_path_factory, "osc", db_url) as run:
         yield run
 
 

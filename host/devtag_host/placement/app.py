@@ -15,7 +15,9 @@ import dataclasses
 import html
 import logging
 import os
+import random
 import re
+import time
 import uuid as uuidlib
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 from urllib.parse import parse_qsl
@@ -23,6 +25,7 @@ from urllib.parse import parse_qsl
 import orjson
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
+from .. import db
 from ..db import error_line
 from ..inputs import read_secret_file
 from . import collector, errors, microversion, policy
@@ -41,6 +44,8 @@ from .web import CUT_SHORT_HEADER, Call, Reply, cache_headers, decode_json
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 1024 * 1024
+# Runs of a request whose transaction the database rolled back for another one's sake (a deadlock).
+DB_RETRIES = 5
 
 
 Handler = Callable[[Call], Reply]
@@ -196,7 +201,7 @@ class Placement:
         version: Optional[microversion.Version] = None
         try:
             version = microversion.negotiate(headers.get(microversion.HEADER))
-            reply = self._route(method, path, query_string, headers, body, version)
+            reply = self._route_again_on_deadlock(method, path, query_string, headers, body, version)
         except PlacementError as exc:
             reply = self._error(exc, request_id, version)
         except PlacementException as exc:  # what the objects refused: errors.RULES words it
@@ -208,9 +213,9 @@ class Placement:
                 version,
             )
         except DBAPIError as exc:
-            if _is_retryable(exc):
+            if db.is_retryable(exc) or db.is_busy(exc):
                 error = PlacementError(409, "Conflicting concurrent update, please retry.", errors.CONCURRENT_UPDATE)
-            elif database_unavailable(exc):
+            elif database_unavailable(exc) or db.is_unreachable(exc):  # a Galera node down: another is tried
                 words = error_line(exc)
                 said = f"{request_id}: {method} {path}: answered 503: database: {words}"
                 self.errors.error(f"unavailable {words}", said)
@@ -252,6 +257,31 @@ class Placement:
             return _error_as_text(reply, out_headers, accept)
         out_headers.append(("content-type", "application/json"))
         return Response(reply.status, out_headers, orjson.dumps(reply.body))
+
+    def _route_again_on_deadlock(
+        self,
+        method: str,
+        path: str,
+        query_string: str,
+        headers: Mapping[str, str],
+        body: bytes,
+        version: microversion.Version,
+    ) -> Reply:
+        """As upstream's writes (oslo.db's ``wrap_db_retry(retry_on_deadlock=True)``): a
+        request whose transaction the database rolled back for another one's sake
+        (:func:`devtag_host.db.is_retryable`: InnoDB's deadlocks and lock wait timeouts,
+        Galera's certification conflicts, PostgreSQL's deadlocks) runs again, up to
+        ``DB_RETRIES`` times, after a short random pause; then the client gets 409.
+        Every handler writes in one transaction, so nothing of a failed try remains."""
+        for attempt in range(DB_RETRIES):
+            try:
+                return self._route(method, path, query_string, headers, body, version)
+            except DBAPIError as exc:
+                if attempt == DB_RETRIES - 1 or not db.is_retryable(exc):
+                    raise
+                log.info("%s %s: %s; running it again", method, path, str(exc.orig).splitlines()[0][:200])
+                time.sleep(random.uniform(0, min(0.2, 0.005 * 2**attempt)))  # noqa: S311 - jitter
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _route(
         self,
@@ -466,11 +496,6 @@ def _refusal(status: int, detail: str) -> Response:
     error["request_id"] = request_id
     headers = [("x-openstack-request-id", request_id), *_CLOSE_JSON]
     return Response(status, headers, orjson.dumps({"errors": [error]}))
-
-
-def _is_retryable(exc: DBAPIError) -> bool:
-    text = str(getattr(exc, "orig", exc)).lower()
-    return any(word in text for word in ("deadlock", "could not serialize", "database is locked", "lock timeout"))
 
 
 def create_app(

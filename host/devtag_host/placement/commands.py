@@ -33,8 +33,9 @@ An OpenStack-Placement-compatible service (API microversions {min_version_string
 Without --db, the database is $DEVTAG_PLACEMENT_DB, else the SQLite file
 placement.sqlite in devtag's state directory: /var/lib/devtag for root,
 else ~/.local/share/devtag ($XDG_DATA_HOME/devtag); $DEVTAG_STATE_DIR moves
-it.  For several API workers or hosts use PostgreSQL:
---db postgresql://user@host/placement.
+it.  For several API workers or hosts use PostgreSQL or MariaDB/MySQL:
+--db postgresql://user@host/placement or
+--db mysql+pymysql://user:password@host/placement?charset=utf8mb4.
 
 Clients send X-Auth-Token.  With --auth-token-file only the token in that file
 is accepted (a file every user may read is refused).  Without it, the server
@@ -68,7 +69,9 @@ def register(commands: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     serve.add_argument(
-        "--db", metavar="URL", help=f"SQLAlchemy URL (sqlite:///FILE or postgresql://...; {_DEFAULT_DB})"
+        "--db",
+        metavar="URL",
+        help=f"SQLAlchemy URL (sqlite:///FILE, postgresql://... or mysql+pymysql://...; {_DEFAULT_DB})",
     )
     serve.add_argument(
         "--listen",
@@ -182,13 +185,19 @@ def check_database_url(url: str | None) -> None:
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
+    backend: str | None
+    driver: str | None
     try:
-        backend = make_url(url).get_backend_name()
+        parsed = make_url(url)
+        backend, driver = parsed.get_backend_name(), parsed.get_driver_name()
     except (ArgumentError, ValueError):
-        backend = None
-    if backend not in ("sqlite", "postgresql", "postgres"):
+        backend = driver = None
+    if backend in ("mysql", "mariadb") and driver not in ("pymysql", "mysqldb"):  # mysqldb: the URL said no driver
+        raise InputError(f"--db {url!r}: the MySQL/MariaDB driver is PyMySQL: give mysql+pymysql://USER:PASS@HOST/DB")
+    if backend not in ("sqlite", "postgresql", "postgres", "mysql", "mariadb"):
         raise InputError(
-            f"--db {url!r} is not a database URL: give sqlite:////ABSOLUTE/PATH.sqlite or postgresql://USER@HOST/DB"
+            f"--db {url!r} is not a database URL: give sqlite:////ABSOLUTE/PATH.sqlite, postgresql://USER@HOST/DB"
+            " or mysql+pymysql://USER:PASS@HOST/DB?charset=utf8mb4"
         )
 
 

@@ -8,7 +8,7 @@ writers on PostgreSQL rely on the compare-and-swap of a provider's
 from __future__ import annotations
 
 import os
-from typing import Dict, Optional
+from typing import Any, Dict, Optional
 
 import os_resource_classes
 import os_traits
@@ -16,6 +16,7 @@ from sqlalchemy import (
     BigInteger,
     Column,
     DateTime,
+    Double,
     Float,
     ForeignKey,
     Index,
@@ -27,7 +28,7 @@ from sqlalchemy import (
     func,
     select,
 )
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.exc import SQLAlchemyError
 
 from .. import db
@@ -86,7 +87,7 @@ inventories = Table(
     Column("min_unit", Integer, nullable=False),
     Column("max_unit", Integer, nullable=False),
     Column("step_size", Integer, nullable=False),
-    Column("allocation_ratio", Float, nullable=False),
+    Column("allocation_ratio", Float().with_variant(Double(), "mysql"), nullable=False),
     # The sum of the allocations against this row, kept by every allocation write in
     # the same transaction (objects/allocation.py).  Capacity queries then read one
     # row instead of summing allocations per inventory: allocation candidates no
@@ -157,6 +158,17 @@ static_changes = Table(
     Column("id", Integer, primary_key=True, autoincrement=False),
     Column("stamp", BigInteger, nullable=False),
 )
+
+
+def mysql_table_options(dialect: Dialect) -> Dict[str, Any]:
+    """The options of every placement table on MariaDB/MySQL: InnoDB (transactions, row
+    locks; the only engine Galera replicates), 4-byte UTF-8, and a binary collation, so
+    that names compare as on SQLite and PostgreSQL (case and, on MariaDB, trailing
+    spaces count).  Other dialects: none."""
+    if dialect.name != "mysql":
+        return {}
+    collation = "utf8mb4_nopad_bin" if getattr(dialect, "is_mariadb", False) else "utf8mb4_bin"
+    return {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4", "mysql_collate": collation}
 
 
 def default_url() -> str:

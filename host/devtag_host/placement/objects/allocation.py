@@ -167,6 +167,11 @@ _DELETE = allocations.delete().where(allocations.c.consumer_id.in_(bindparam("b_
 _DELETE_RETURNING = _DELETE.returning(
     allocations.c.resource_provider_id, allocations.c.resource_class_id, allocations.c.used
 )
+_DOOMED = (
+    select(allocations.c.resource_provider_id, allocations.c.resource_class_id, allocations.c.used)
+    .where(allocations.c.consumer_id.in_(bindparam("b_consumers", expanding=True)))
+    .with_for_update()
+)
 _INSERT = allocations.insert()
 _INVENTORY = select(
     inventories.c.resource_provider_id,
@@ -210,11 +215,16 @@ def _delete_old(
     have moved them.  ``inventories.used`` is kept from what is really deleted, so
     it never drifts from the allocation rows; rows on a provider this write did not
     claim mean the read was stale, and the write starts again."""
-    if not connection.dialect.delete_returning:  # SQLite before 3.35: writers are serialised there
-        connection.execute(_DELETE, {"b_consumers": consumer_ids})
+    if connection.dialect.name == "sqlite" and not connection.dialect.delete_returning:  # before 3.35
+        connection.execute(_DELETE, {"b_consumers": consumer_ids})  # writers are serialised there
         return read
+    if connection.dialect.delete_returning:
+        rows = list(connection.execute(_DELETE_RETURNING, {"b_consumers": consumer_ids}))
+    else:  # MySQL: the rows, locked, then the DELETE
+        rows = list(connection.execute(_DOOMED, {"b_consumers": consumer_ids}))
+        connection.execute(_DELETE, {"b_consumers": consumer_ids})
     deleted: Dict[Tuple[int, int], int] = {}
-    for provider_id, class_id, amount in connection.execute(_DELETE_RETURNING, {"b_consumers": consumer_ids}):
+    for provider_id, class_id, amount in rows:
         deleted[(provider_id, class_id)] = deleted.get((provider_id, class_id), 0) + amount
     if any(provider_id not in claimed for provider_id, _ in deleted):
         raise ConcurrentUpdate("the consumer's allocations moved")

@@ -80,3 +80,15 @@ def fetch_one(connection: Connection, statement: ClauseElement, params: Paramete
     """The first row of ``statement``, or None."""
     rows = fetch_all(connection, statement, params)
     return rows[0] if rows else None
+
+
+def insert_id(connection: Connection, statement: ClauseElement, params: Parameters) -> int:
+    """Run the one-row INSERT ``statement``; the key the database gave the row
+    (``cursor.lastrowid``: for a database without ``INSERT ... RETURNING``, MySQL)."""
+    convert = _compiled(statement, connection.dialect)[1]
+
+    def run(cursor: Any, sql: str) -> int:
+        cursor.execute(sql, convert(params))
+        return int(cursor.lastrowid)
+
+    return int(_cursor_call(connection, statement, run))

@@ -330,6 +330,8 @@ def _trait_list(
     pair = cast(traits.c.id, String).concat("=").concat(traits.c.name)
     if dialect == "postgresql":
         joined = func.string_agg(pair, ",")
+    elif dialect == "mysql":  # its separator is ','
+        joined = func.group_concat(pair)
     else:
         joined = func.group_concat(pair, ",")
     return (

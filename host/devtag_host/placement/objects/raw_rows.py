@@ -22,6 +22,8 @@ def joined_ids(column: ColumnElement[int], dialect: str) -> ColumnElement[str]:
     comma: ColumnElement[str] = literal_column("','")
     if dialect == "postgresql":
         return func.string_agg(cast(column, String), comma)
+    if dialect == "mysql":  # GROUP_CONCAT(a, b) concatenates a and b; ',' is its separator
+        return func.group_concat(column)
     return func.group_concat(column, comma)
 
 

@@ -65,17 +65,14 @@ _BUMP = (
 _TAKEN = select(resource_providers.c.uuid, resource_providers.c.name).where(
     or_(resource_providers.c.uuid == bindparam("b_uuid"), resource_providers.c.name == bindparam("b_name"))
 )
-_INSERT = (
-    resource_providers.insert()
-    .values(
-        uuid=bindparam("b_uuid"),
-        name=bindparam("b_name"),
-        generation=bindparam("b_generation"),
-        parent_provider_id=bindparam("b_parent"),
-        root_provider_id=bindparam("b_root"),
-    )
-    .returning(resource_providers.c.id)
+_INSERT_ONLY = resource_providers.insert().values(
+    uuid=bindparam("b_uuid"),
+    name=bindparam("b_name"),
+    generation=bindparam("b_generation"),
+    parent_provider_id=bindparam("b_parent"),
+    root_provider_id=bindparam("b_root"),
 )
+_INSERT = _INSERT_ONLY.returning(resource_providers.c.id)
 _SET_ROOT = (
     resource_providers.update()
     .where(resource_providers.c.id == bindparam("b_id"))
@@ -241,9 +238,12 @@ def create(
     # name fails the unique constraints, and the caller asks :func:`conflict` which, in a
     # transaction of its own (PostgreSQL's is aborted by then).
     values = {"b_uuid": uuid, "b_name": name, "b_generation": 0, "b_parent": parent_id, "b_root": root_id}
-    inserted = driver_sql.fetch_one(connection, _INSERT, values)
-    assert inserted is not None  # a single-row INSERT ... RETURNING always reports its key
-    new_id = inserted[0]
+    if connection.dialect.insert_returning:
+        inserted = driver_sql.fetch_one(connection, _INSERT, values)
+        assert inserted is not None  # a single-row INSERT ... RETURNING always reports its key
+        new_id = inserted[0]
+    else:  # MySQL
+        new_id = driver_sql.insert_id(connection, _INSERT_ONLY, values)
     if root_id is None:
         driver_sql.execute(connection, _SET_ROOT, {"b_id": new_id, "b_root": new_id})
     return Provider(new_id, uuid, name, 0, parent_uuid, parent.root_provider_uuid if parent else uuid)
@@ -364,7 +364,10 @@ def delete(connection: Connection, provider: Provider) -> None:
     bump_generation(connection, provider)
     for table in (inventories, provider_aggregates, provider_traits):
         connection.execute(table.delete().where(table.c.resource_provider_id == provider.id))
-    connection.execute(resource_providers.delete().where(resource_providers.c.id == provider.id))
+    # InnoDB checks a foreign key row by row, its own row's too: a root names itself (as upstream).
+    mine = resource_providers.c.id == provider.id
+    connection.execute(resource_providers.update().where(mine).values(root_provider_id=None))
+    connection.execute(resource_providers.delete().where(mine))
 
 
 def bump_generation(connection: Connection, provider: Provider) -> int:

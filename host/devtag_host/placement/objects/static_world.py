@@ -28,7 +28,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any, Dict, FrozenSet, List, MutableMapping, Optional, Sequence, Set, Tuple
 
-from sqlalchemy import func, literal_column, select, text, union_all
+from sqlalchemy import bindparam, func, literal_column, select, text, union_all
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.expression import ColumnElement, Select
 
@@ -66,6 +66,7 @@ EXPECTED_TRIGGERS = {
         f"static_changes_{table}_{suffix}" for table in _WATCHED_TABLES for suffix in ("ins", "del", "upd")
     ),
 }
+EXPECTED_TRIGGERS["mysql"] = EXPECTED_TRIGGERS["sqlite"]
 
 PROVIDERS = select(
     resource_providers.c.id,
@@ -116,7 +117,7 @@ def _traits_by_id(dialect: str) -> Select[Any]:
     )
 
 
-_TRAITS_BY_ID = {dialect: _traits_by_id(dialect) for dialect in ("sqlite", "postgresql")}
+_TRAITS_BY_ID = {dialect: _traits_by_id(dialect) for dialect in ("sqlite", "postgresql", "mysql")}
 
 
 @dataclass(frozen=True)
@@ -182,6 +183,12 @@ def _triggers_present(connection: Connection) -> bool:
             " WHERE t.tgname LIKE 'static\\_changes\\_%' AND t.tgenabled <> 'D'"
             " AND c.relname = ANY(:tables) AND pg_catalog.pg_table_is_visible(c.oid)"
         )
+        found = set(connection.scalars(query, {"tables": list(_WATCHED_TABLES)}))
+    elif dialect == "mysql":
+        query = text(
+            "SELECT trigger_name FROM information_schema.triggers"
+            " WHERE trigger_schema = DATABASE() AND event_object_table IN :tables"
+        ).bindparams(bindparam("tables", expanding=True))
         found = set(connection.scalars(query, {"tables": list(_WATCHED_TABLES)}))
     else:
         found = set(

@@ -12,6 +12,8 @@ Revises: 0003
 import sqlalchemy as sa
 from alembic import op
 
+from devtag_host.placement.db import mysql_table_options
+
 revision = "0004"
 down_revision = "0003"
 
@@ -21,6 +23,7 @@ def upgrade() -> None:
         "consumer_types",
         sa.Column("id", sa.Integer, primary_key=True),
         sa.Column("name", sa.String(255), nullable=False, unique=True),
+        **mysql_table_options(op.get_bind().dialect),
     )
     with op.batch_alter_table("consumers") as batch:
         batch.add_column(sa.Column("generation", sa.Integer(), nullable=False, server_default="1"))

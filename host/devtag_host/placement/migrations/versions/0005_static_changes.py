@@ -13,7 +13,11 @@ must not start at a number some process already saw for other data.
 On PostgreSQL the triggers are deferred constraint triggers: the row is updated at
 commit, when the transaction holds every other lock it needs, so two writers can
 never wait on each other through it (a deadlock), they only queue for the commit.
-SQLite has one writer at a time; its triggers run with the statement.
+SQLite has one writer at a time; its triggers run with the statement.  MariaDB and
+MySQL have neither deferred triggers nor ``UPDATE OF``: their triggers compare the
+watched columns' old and new values and bump the row with the statement; two writers
+that lock rows in another order then deadlock, InnoDB rolls one back and the service
+runs its request again (Galera: a certification conflict, the same).
 
 Revision ID: 0005
 Revises: 0004
@@ -24,6 +28,8 @@ from typing import Dict, Optional, Tuple
 
 import sqlalchemy as sa
 from alembic import op
+
+from devtag_host.placement.db import mysql_table_options
 
 revision = "0005"
 down_revision = "0004"
@@ -59,11 +65,20 @@ def _update_event(columns: Optional[Tuple[str, ...]]) -> str:
     return "UPDATE" if columns is None else "UPDATE OF " + ", ".join(columns)
 
 
+def _mysql_update_body(columns: Optional[Tuple[str, ...]]) -> str:
+    """A MySQL trigger's body for UPDATE: bump when a watched column changed."""
+    if columns is None:
+        return _BUMP
+    unchanged = " AND ".join(f"OLD.{column} <=> NEW.{column}" for column in columns)
+    return f"IF NOT ({unchanged}) THEN {_BUMP}; END IF"
+
+
 def upgrade() -> None:
     op.create_table(
         "placement_static_changes",
         sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
         sa.Column("stamp", sa.BigInteger, nullable=False),
+        **mysql_table_options(op.get_bind().dialect),
     )
     start = secrets.randbits(52)  # far below 2**63: room for every bump
     op.execute(f"INSERT INTO placement_static_changes (id, stamp) VALUES (1, {start})")  # noqa: S608 - an int
@@ -80,6 +95,13 @@ def upgrade() -> None:
                 f"CREATE CONSTRAINT TRIGGER {name} AFTER INSERT OR DELETE OR {_update_event(columns)} ON {table}"
                 " DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION placement_static_changed()"
             )
+        elif dialect == "mysql":  # one trigger per event, FOR EACH ROW
+            for event, suffix, body in (
+                ("INSERT", "ins", _BUMP),
+                ("DELETE", "del", _BUMP),
+                ("UPDATE", "upd", _mysql_update_body(columns)),
+            ):
+                op.execute(f"CREATE TRIGGER {name}_{suffix} AFTER {event} ON {table} FOR EACH ROW BEGIN {body}; END")
         else:  # SQLite: one trigger per event
             for event, suffix in (("INSERT", "ins"), ("DELETE", "del"), (_update_event(columns), "upd")):
                 op.execute(f"CREATE TRIGGER {name}_{suffix} AFTER {event} ON {table} BEGIN {_BUMP}; END")
