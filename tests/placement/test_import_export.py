@@ -482,3 +482,16 @@ def test_a_row_that_refers_to_nothing_is_one_line_and_exit_2(dangling, upstream_
         db.execute(dangling)
     argv = ["placement", "import", "--from", _sqlite(source), "--db", _sqlite(tmp_path / "devtag.sqlite")]
     _one_line_refusal(capsys, argv, "refers to a row that does not exist (id 99999)")
+
+
+@pytest.mark.mariadb
+def test_a_mariadb_placement_round_trip(mariadb_url, tmp_path, capsys):
+    """Where OpenStack keeps Placement: upstream on MariaDB, imported into devtag on MariaDB,
+    exported into an empty MariaDB database that upstream serves unmigrated."""
+    suffix = uuid.uuid4().hex[:12]
+    source, ours, back = (create_database(mariadb_url, f"{kind}_{suffix}") for kind in ("upstream", "devtag", "back"))
+    with served_upstream(source, log_dir=tmp_path) as url:
+        with httpx.Client(base_url=url, headers=LATEST, timeout=60) as http:
+            populate(http)
+            seen = answers(http)
+    round_trip(source, seen, ours, back, tmp_path, capsys)
