@@ -18,6 +18,7 @@ HOST_EXTRA: Dict[str, str] = {
     "sqlalchemy": "SQLAlchemy",
     "alembic": "alembic",
     "psycopg": "psycopg",
+    "pymysql": "PyMySQL",
     "os_traits": "os-traits",
     "os_resource_classes": "os-resource-classes",
     "orjson": "orjson",

@@ -174,7 +174,7 @@ def test_configdrive_file_without_a_guest_path_names_the_form_of_file(tmp_path: 
 
 
 @pytest.mark.libvirt
-def test_a_second_demo_refuses_to_redefine_the_example_domain(
+def test_a_second_demo_keeps_the_example_domain_and_its_tags(
     libvirt_conn, libvirt_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ):
     from devtag_host.cli import main
@@ -192,5 +192,15 @@ def test_a_second_demo_refuses_to_redefine_the_example_domain(
         assert main(["devices", "--connect", libvirt_uri, "devtag-demo"]) == 0
         document = json.loads(capsys.readouterr().out)
         assert any("reporting" in device["tags"] for device in document["devices"])  # not reset
+        libvirt_conn.lookupByName("devtag-demo").create()  # type: ignore[attr-defined]
+        try:
+            assert main(["demo", "--start", "--connect", libvirt_uri]) == 3  # running: the user's now
+            assert "already defined and running" in capsys.readouterr().err
+        finally:
+            libvirt_conn.lookupByName("devtag-demo").destroy()  # type: ignore[attr-defined]
+        assert main(["demo", "--start", "--connect", libvirt_uri]) == 0  # defined: started as it is
+        started = json.loads(capsys.readouterr().out)
+        assert any("reporting" in device["tags"] for device in started["devices"])
+        assert not libvirt_conn.lookupByName("devtag-demo").isActive()  # type: ignore[attr-defined]
     finally:
         libvirt_conn.lookupByName("devtag-demo").undefine()  # type: ignore[attr-defined]

@@ -121,7 +121,9 @@ def register(commands: Any) -> None:
         help="define and tag an example domain, print its devices",
         description="Define the example domain 'devtag-demo' (virtio, virtio-scsi, lsilogic, SATA, USB, cdrom), "
         "tag its devices and print its devices metadata. With --start it also starts it under QEMU (empty disks, "
-        "no OS), prints the metadata of the running domain (with the guest addresses QEMU assigned) and stops it.",
+        "no OS), prints the metadata of the running domain (with the guest addresses QEMU assigned) and stops it. "
+        "An example domain defined already is never redefined (its tags are kept): 'demo' then exits 3, "
+        "'demo --start' starts it as it is (exit 3 if it runs already).",
     )
     connect_option(demo)
     demo.add_argument(
@@ -264,35 +266,47 @@ def _with_entries(domain: Domain, entries: Any) -> Domain:
     return replace(domain, tag_entries=tuple(entries))
 
 
-def _refuse_existing_demo(connection: Any) -> None:
-    """Refused: redefining the example domain would reset the tags given to it since."""
+def _existing_demo(connection: Any, start: bool) -> Any:
+    """The example domain already defined, to be started as it is (``--start``), or None.
+
+    ``demo`` never redefines it: that would reset the tags given to it since.  ``demo --start``
+    starts the defined one with its tags, unless it runs already (it is the user's then)."""
     name = example.DEMO_DOMAIN_NAME
     try:
         existing = connection.lookupByName(name)
     except Exception:  # libvirt.libvirtError: no such domain (anything else, defineXML says next)
-        return
-    running = " and running" if existing.isActive() else ""
+        return None
+    running = existing.isActive()
+    if start and not running:
+        log.info("domain %s on %s: defined already, started as it is", name, connection.getURI())
+        return existing
     raise Refused(
-        f"the example domain {name} is already defined{running} on {connection.getURI()}: kept as it is, with its "
-        f"tags ('devtag-host devices {name}' shows them); to start over, 'virsh -c URI destroy {name}' if it runs, "
-        f"then 'virsh -c URI undefine {name}'"
+        f"the example domain {name} is already defined{' and running' if running else ''} on "
+        f"{connection.getURI()}: kept as it is, with its tags ('devtag-host devices {name}' shows them); "
+        f"to start over, 'virsh -c URI destroy {name}' if it runs, then 'virsh -c URI undefine {name}'"
     )
+
+
+def _define_demo(virt: Any, connection: Any) -> Any:
+    root = virt.embedded_root(connection.getURI())
+    images = (root or state_dir()) / "demo-images"
+    example.create_demo_images(images)
+    try:
+        handle = connection.defineXML(example.demo_domain_xml(images))
+    except Exception as exc:  # libvirt.libvirtError, without importing libvirt here
+        raise RuntimeFailure(f"cannot define the example domain: {exc}") from None
+    for selector, tags in example.DEMO_TAGS:
+        virt.update_tags(handle, lambda domain, s=selector, t=tags: add_tags(domain, s, list(t)))
+    log.info("defined and tagged domain %s on %s", example.DEMO_DOMAIN_NAME, connection.getURI())
+    return handle
 
 
 def _cmd_demo(args: argparse.Namespace) -> None:
     virt, connection = _connect(args.connect)
     try:
-        _refuse_existing_demo(connection)
-        root = virt.embedded_root(connection.getURI())
-        images = (root or state_dir()) / "demo-images"
-        example.create_demo_images(images)
-        try:
-            handle = connection.defineXML(example.demo_domain_xml(images))
-        except Exception as exc:  # libvirt.libvirtError, without importing libvirt here
-            raise RuntimeFailure(f"cannot define the example domain: {exc}") from None
-        for selector, tags in example.DEMO_TAGS:
-            virt.update_tags(handle, lambda domain, s=selector, t=tags: add_tags(domain, s, list(t)))
-        log.info("defined and tagged domain %s on %s", example.DEMO_DOMAIN_NAME, connection.getURI())
+        handle = _existing_demo(connection, args.start)
+        if handle is None:
+            handle = _define_demo(virt, connection)
         if not args.start:
             _print_document(devices_document(virt.read_domain(handle, inactive=True)))
             return
