@@ -109,6 +109,25 @@ def test_the_host_header_refusal_carries_a_request_id_as_every_answer(default_se
     assert f'"request_id": "{request_id}"' in log.read_text()
 
 
+def test_the_http_layers_own_refusals_carry_a_request_id_too(default_server: Tuple[int, Path]) -> None:
+    """A head over the size cap (and a malformed request) is refused before the application sees it."""
+    port, _ = default_server
+    for request in (
+        b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"x" * 70_000 + b"\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nBad Header\r\n\r\n",
+    ):
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            try:
+                sock.sendall(request)
+            except ConnectionResetError:  # closed while the rest of the oversized head was being sent
+                pass
+            answer = _answer_within(sock, 10)
+        head = answer.split(b"\r\n\r\n")[0].split(b"\r\n")
+        assert head[0].startswith(b"HTTP/1.1 4"), answer
+        ids = [line for line in head if line.lower().startswith(b"x-openstack-request-id: req-")]
+        assert len(ids) == 1, answer
+
+
 def _answer_within(sock: socket.socket, seconds: float) -> bytes:
     sock.settimeout(seconds)
     data = b""

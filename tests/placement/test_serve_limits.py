@@ -7,6 +7,7 @@ systemd gives a service by default, and every legitimate request would be reset.
 
 from __future__ import annotations
 
+import re
 import resource
 import socket
 import subprocess
@@ -123,7 +124,9 @@ def test_connections_beyond_the_per_source_limit_are_refused_and_others_served(s
         time.sleep(0.3)
         with socket.create_connection(("127.0.0.1", server), timeout=10) as extra:
             extra.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-            assert extra.recv(4096).startswith(b"HTTP/1.1 503")
+            refusal = extra.recv(4096)
+            assert refusal.startswith(b"HTTP/1.1 503")
+            assert re.search(rb"\r\nx-openstack-request-id: req-[0-9a-f-]{36}\r\n", refusal), refusal  # as every answer
         with socket.create_connection(("127.0.0.1", server), timeout=10, source_address=("127.0.0.2", 0)) as other:
             other.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
             assert _read_response(other).startswith(b"HTTP/1.1 200")

@@ -28,6 +28,7 @@ import itertools
 import logging
 import socket
 import urllib.parse
+import uuid
 from typing import Any, Deque, Dict, List, Optional, Tuple
 
 import httptools
@@ -52,9 +53,15 @@ def status_line(status: int) -> bytes:
     return line
 
 
-def plain_answer(status: int, text: bytes, *, close: bool = True) -> bytes:
+def plain_answer(status: int, text: bytes, *, close: bool = True, request_id_header: Optional[bytes] = None) -> bytes:
+    """An answer of the layer's own (a refusal, a failed application): with ``request_id_header``,
+    carrying a request id of its own as the application's answers do."""
+    request_id = (
+        b"" if request_id_header is None else b"%s: req-%s\r\n" % (request_id_header, str(uuid.uuid4()).encode())
+    )
     return (
         status_line(status)
+        + request_id
         + b"content-type: text/plain; charset=utf-8\r\ncontent-length: %d\r\n" % len(text)
         + (b"connection: close\r\n\r\n" if close else b"\r\n")
         + text
@@ -396,7 +403,7 @@ class Connection(asyncio.Protocol, Member):
             return
         if not cycle.started:
             cycle.complete = True
-            self.write(plain_answer(500, b"Internal Server Error"))
+            self.write(plain_answer(500, b"Internal Server Error", request_id_header=self.settings.request_id_header))
         self.close()
 
     def response_complete(self, cycle: Cycle) -> None:
@@ -452,7 +459,7 @@ class Connection(asyncio.Protocol, Member):
     def refuse(self, status: int, reason: str, text: bytes) -> None:
         """Answer ``status`` with ``text``, close, and count the refusal."""
         if not self.closing:
-            self.transport.write(plain_answer(status, text))
+            self.transport.write(plain_answer(status, text, request_id_header=self.settings.request_id_header))
         self.close()
         self.state.refused(self, status, reason)
 

@@ -43,6 +43,7 @@ class Limits:
     lifespan: bool = False  # run the application's ASGI lifespan
     refusal_interval: float = 10.0  # refusals are written once per source and interval
     graceful_timeout: float = 30.0  # at a stop, how long requests being answered may take
+    request_id_header: Optional[bytes] = None  # the layer's own answers carry a request id in this header
 
     def check(self) -> None:
         for name in ("request_timeout", "keep_alive_timeout", "refusal_interval", "graceful_timeout"):

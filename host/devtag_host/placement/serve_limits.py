@@ -63,6 +63,7 @@ def placement_limits(
         max_head_bytes=MAX_HEAD_BYTES,
         date_header=True,
         lifespan=True,
+        request_id_header=b"x-openstack-request-id",  # every answer carries one, the layer's refusals too
     )
 
 
