@@ -28,8 +28,7 @@ import itertools
 import logging
 import socket
 import urllib.parse
-import uuid
-from typing import Any, Deque, Dict, List, Optional, Tuple
+from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
 import httptools
 
@@ -53,15 +52,12 @@ def status_line(status: int) -> bytes:
     return line
 
 
-def plain_answer(status: int, text: bytes, *, close: bool = True, request_id_header: Optional[bytes] = None) -> bytes:
-    """An answer of the layer's own (a refusal, a failed application): with ``request_id_header``,
-    carrying a request id of its own as the application's answers do."""
-    request_id = (
-        b"" if request_id_header is None else b"%s: req-%s\r\n" % (request_id_header, str(uuid.uuid4()).encode())
-    )
+def plain_answer(status: int, text: bytes, *, close: bool = True, headers: Sequence[Tuple[bytes, bytes]] = ()) -> bytes:
+    """An answer of the layer's own (a refusal, a failed application), with ``headers`` (the
+    server's ``Limits.answer_headers``: a request id, as the application's answers carry)."""
     return (
         status_line(status)
-        + request_id
+        + b"".join(b"%s: %s\r\n" % header for header in headers)
         + b"content-type: text/plain; charset=utf-8\r\ncontent-length: %d\r\n" % len(text)
         + (b"connection: close\r\n\r\n" if close else b"\r\n")
         + text
@@ -403,7 +399,7 @@ class Connection(asyncio.Protocol, Member):
             return
         if not cycle.started:
             cycle.complete = True
-            self.write(plain_answer(500, b"Internal Server Error", request_id_header=self.settings.request_id_header))
+            self.write(plain_answer(500, b"Internal Server Error", headers=self._own_headers()))
         self.close()
 
     def response_complete(self, cycle: Cycle) -> None:
@@ -459,9 +455,13 @@ class Connection(asyncio.Protocol, Member):
     def refuse(self, status: int, reason: str, text: bytes) -> None:
         """Answer ``status`` with ``text``, close, and count the refusal."""
         if not self.closing:
-            self.transport.write(plain_answer(status, text, request_id_header=self.settings.request_id_header))
+            self.transport.write(plain_answer(status, text, headers=self._own_headers()))
         self.close()
         self.state.refused(self, status, reason)
+
+    def _own_headers(self) -> Sequence[Tuple[bytes, bytes]]:
+        made = self.settings.answer_headers
+        return () if made is None else made()
 
 
 async def _resume(coro: Any, waiting: Any) -> None:

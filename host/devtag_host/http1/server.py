@@ -17,7 +17,7 @@ import threading
 import time
 from dataclasses import dataclass
 from email.utils import formatdate
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from .admission import WAITING, Admission, Phase
 from .protocol import Connection, plain_answer
@@ -43,7 +43,7 @@ class Limits:
     lifespan: bool = False  # run the application's ASGI lifespan
     refusal_interval: float = 10.0  # refusals are written once per source and interval
     graceful_timeout: float = 30.0  # at a stop, how long requests being answered may take
-    request_id_header: Optional[bytes] = None  # the layer's own answers carry a request id in this header
+    answer_headers: Optional[Callable[[], Sequence[Tuple[bytes, bytes]]]] = None  # of the layer's own answers
 
     def check(self) -> None:
         for name in ("request_timeout", "keep_alive_timeout", "refusal_interval", "graceful_timeout"):

@@ -18,7 +18,6 @@ import os
 import random
 import re
 import time
-import uuid as uuidlib
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 from urllib.parse import parse_qsl
 
@@ -197,7 +196,7 @@ class Placement:
         body: bytes,
         scheme: str = "http",
     ) -> Response:
-        request_id = f"req-{uuidlib.uuid4()}"
+        request_id = errors.new_request_id()
         version: Optional[microversion.Version] = None
         try:
             version = microversion.negotiate(headers.get(microversion.HEADER))
@@ -491,7 +490,7 @@ def _refusal(status: int, detail: str) -> Response:
     """An answer given before routing (the Host header, the body's size), the same for ASGI
     and WSGI: the error document with ``code``, and a request id of its own as every answer
     has (header, body and request log); the connection is closed after it."""
-    request_id = f"req-{uuidlib.uuid4()}"
+    request_id = errors.new_request_id()
     error = {"status": status, "title": errors.TITLES[status], "detail": detail, "code": errors.DEFAULT}
     error["request_id"] = request_id
     headers = [("x-openstack-request-id", request_id), *_CLOSE_JSON]

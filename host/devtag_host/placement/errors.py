@@ -19,6 +19,7 @@ on.  Clients of older microversions ignore the extra key.
 
 from __future__ import annotations
 
+import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterator, Mapping, Optional, Type
@@ -26,7 +27,15 @@ from typing import Callable, Dict, Iterator, Mapping, Optional, Type
 from . import exception
 from .exception import ConcurrentUpdate, PlacementException
 
-__all__ = ["RULES", "ConcurrentUpdate", "Http", "PlacementError", "Rules", "from_domain", "mapped"]
+__all__ = ["RULES", "ConcurrentUpdate", "Http", "PlacementError", "Rules", "from_domain", "mapped", "new_request_id"]
+
+REQUEST_ID_HEADER = "x-openstack-request-id"
+
+
+def new_request_id() -> str:
+    """The id every answer carries (header, error body, request log), as upstream's ``req-<uuid>``."""
+    return f"req-{uuid.uuid4()}"
+
 
 DEFAULT = "placement.undefined_code"
 INVENTORY_INUSE = "placement.inventory.inuse"

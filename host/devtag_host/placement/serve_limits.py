@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import logging
 import resource
+from typing import Sequence, Tuple
 
 from ..http1 import Limits
+from .errors import REQUEST_ID_HEADER, new_request_id
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +51,10 @@ def raise_open_files_limit() -> int:
     return _WANTED_OPEN_FILES if soft == resource.RLIM_INFINITY else soft
 
 
+def _request_id_header() -> Sequence[Tuple[bytes, bytes]]:
+    return ((REQUEST_ID_HEADER.encode("ascii"), new_request_id().encode("ascii")),)
+
+
 def placement_limits(
     request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
     per_source_limit: int = DEFAULT_PER_SOURCE_LIMIT,
@@ -63,7 +69,7 @@ def placement_limits(
         max_head_bytes=MAX_HEAD_BYTES,
         date_header=True,
         lifespan=True,
-        request_id_header=b"x-openstack-request-id",  # every answer carries one, the layer's refusals too
+        answer_headers=_request_id_header,  # every answer carries one, the layer's refusals too
     )
 
 
