@@ -26,7 +26,7 @@ def __getattr__(name: str) -> Any:
     """The API's functions, loaded on first use: importing the package needs none of
     the host extra's libraries, so ``devtag-host`` can name a missing one (entry.py)."""
     if name in ("devices_for_domain", "devices_from_xml"):
-        from . import api
+        from . import api  # the host extra's libraries: loaded on first use, so a missing one is one line
 
         return getattr(api, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -22,7 +22,7 @@ def devices_for_domain(
     Pass an open ``connection`` to reuse it; otherwise ``uri`` (default: the
     embedded driver or ``$DEVTAG_LIBVIRT_URI``) is opened and closed.
     """
-    from . import virt
+    from . import virt  # libvirt loads only when a domain is read
 
     own = connection is None
     connection = connection or virt.open_connection(uri)

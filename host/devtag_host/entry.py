@@ -17,7 +17,7 @@ from .extras import missing_extra
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
-        from .cli import main as run
+        from .cli import main as run  # loads the host extra: a missing library becomes one line below
 
         return run(argv)  # builds every verb's parser first: their modules load the extra too
     except ModuleNotFoundError as exc:

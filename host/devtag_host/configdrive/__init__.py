@@ -84,7 +84,7 @@ def write_config_drive_for_domain(
     from its persistent definition: the devices Nova would publish, or every
     NIC and disk with ``all_devices``.  Returns the :class:`Instance` written.
     """
-    from .. import virt
+    from .. import virt  # libvirt loads only when a domain is read
 
     own = connection is None
     connection = connection or virt.open_connection(uri)

@@ -32,7 +32,7 @@ def _libvirt() -> Any:
 
 def _virt() -> Any:
     """devtag's libvirt edge (it imports libvirt), loaded by the verbs that write to a domain."""
-    from .. import virt
+    from .. import virt  # libvirt: only the verbs that write to a domain
 
     return virt
 

@@ -38,7 +38,7 @@ def register(commands: Any) -> None:
 
 
 def _cmd_fwcfg(args: argparse.Namespace) -> None:
-    from .. import virt
+    from .. import virt  # libvirt loads only when this verb runs
     from .domain import disable, enable, status  # imports virt: libvirt loads only when this verb runs
 
     if args.all_devices and not args.enable:

@@ -53,7 +53,7 @@ class MetadataService:
         all_devices: bool = False,
         metrics: Any = None,
     ) -> None:
-        from .libvirt_watch import LibvirtWatcher
+        from .libvirt_watch import LibvirtWatcher  # libvirt: only a service that watches domains
 
         self.directory = InstanceDirectory()
         if reconnect is not None and metrics is not None:
@@ -88,7 +88,7 @@ class MetadataService:
         """Serve in this thread until interrupted (SIGINT/SIGTERM): on ``sockets`` (listening already,
         one per network), else on the descriptor ``fd``, else on ``host:port``.  ``on_shutdown`` runs
         once the connections are closed, after the access log is flushed."""
-        from .server import metadata_server
+        from .server import metadata_server  # httptools and uvloop: only a service that serves
 
         flush = getattr(self._access_log, "flush", None)
         self.watcher.start()
@@ -106,7 +106,7 @@ class MetadataService:
 
     def start_in_thread(self, *, host: str = "127.0.0.1", port: int = 0) -> int:
         """Serve from a background thread (tests, embedding); returns the bound port."""
-        from .server import BackgroundServer
+        from .server import BackgroundServer  # httptools: only a service that serves
 
         self.watcher.start()
         self._server = BackgroundServer(self.app, host=host, port=port)

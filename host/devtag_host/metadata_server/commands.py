@@ -76,7 +76,7 @@ def register(commands: Any) -> None:
 def _cmd_metadata_server(args: argparse.Namespace) -> None:
     # libvirt and starlette load only when this verb runs (devtag-host starts fast).
     from .. import virt
-    from . import MetadataService
+    from . import MetadataService  # the service's stack: only this verb
 
     addresses = parse_listens(args.listen or [DEFAULT_LISTEN])
     secret: Optional[bytes] = None
@@ -89,7 +89,7 @@ def _cmd_metadata_server(args: argparse.Namespace) -> None:
     served = ", ".join(f"http://{address}" for address in addresses)
     metrics = None
     if metrics_address is not None:
-        from ..metrics import ServiceMetrics
+        from ..metrics import ServiceMetrics  # prometheus_client: only with --metrics-listen
 
         metrics = ServiceMetrics("metadata", libvirt=True)
         try:

@@ -163,7 +163,7 @@ class RequestLog:
 
 def route_matcher() -> Callable[[str], str]:
     """path -> its route template in the application's table (``/resource_providers/{uuid}``), else ``other``."""
-    from .app import ROUTES
+    from .app import ROUTES  # the application's stack: only a server that logs
 
     table = [(re.compile("^" + re.sub(r"\{\w+\}", "[^/]+", template) + r"\Z"), template) for template in ROUTES]
 

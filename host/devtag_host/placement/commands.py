@@ -223,6 +223,8 @@ def _cmd_db_sync(args: argparse.Namespace) -> None:
 
 def _cmd_serve(args: argparse.Namespace) -> None:
     from ..http1 import Server, run_workers  # httptools: only serve serves
+
+    # The service's stack (SQLAlchemy, the application, its limits): only serve loads it.
     from .access import generated_token, listen_hosts
     from .app import create_app
     from .db import check_writable, default_url
@@ -269,7 +271,7 @@ def _cmd_serve(args: argparse.Namespace) -> None:
     served = f"placement API on http://{address}"
     metrics = None
     if metrics_address is not None:
-        from ..metrics import ServiceMetrics
+        from ..metrics import ServiceMetrics  # prometheus_client: only with --metrics-listen
 
         metrics = ServiceMetrics("placement")
         metrics.serve(metrics_address)
@@ -341,7 +343,7 @@ def _serving_app(
     if keystone:  # keystonemiddleware is WSGI middleware
         from uvicorn.middleware.wsgi import WSGIMiddleware
 
-        from .keystone import keystone_app
+        from .keystone import keystone_app  # keystonemiddleware: only --auth-strategy keystone
 
         placement = WSGIMiddleware(keystone_app(placement.wsgi, keystone_config))
     return RequestLog(placement, sink, on_shutdown=on_shutdown, metrics=metrics, app_lifespan=not keystone)
