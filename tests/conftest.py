@@ -18,7 +18,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
-# Tests that boot a guest OS (TCG, minutes each, two vCPUs) share one xdist worker, in collection
+# Tests that boot a guest OS (TCG, minutes each, one vCPU) share one xdist worker, in collection
 # order as in a plain run, so two guests never compete for the cores; everything else, the
 # libvirt domains without an OS included, runs on either worker meanwhile (`pytest -n 2`).
 GUEST_MARKERS = ("vm",)

@@ -16,7 +16,9 @@ import pytest
 
 from ..test_units import LIMITS, SYSTEM_TOOLS, _offline_security_supported, exec_paths, exposure
 
-pytestmark = [pytest.mark.packaging, pytest.mark.timeout(1800)]
+# One worker builds the packages once for the module; the Debian 12 root is a chroot, not a guest, so
+# it stays off the worker that boots the guests.
+pytestmark = [pytest.mark.packaging, pytest.mark.timeout(1800), pytest.mark.xdist_group("packages")]
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -150,7 +152,6 @@ def new_packages(apt_output: str) -> set:
     return set(names)
 
 
-@pytest.mark.vm
 def test_agent_installs_into_debian_12_and_purges_cleanly(debs: Path, tmp_path: Path) -> None:
     """In a Debian 12 root without the agent's dependencies, apt pulls them from Debian, and
     ``apt-get purge --auto-remove`` takes everything away again."""

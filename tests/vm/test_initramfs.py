@@ -41,7 +41,7 @@ from devtag_host.cli import main as devtag_host
 
 from . import guest_image
 from .guest_image import BOOKWORM, GuestImage
-from .test_end_to_end import BOOT_TIMEOUT, own_root_disk
+from .test_end_to_end import BOOT_TIMEOUT, GUEST_VCPUS, own_root_disk
 
 pytestmark = [pytest.mark.vm, pytest.mark.timeout(2400)]
 REPO = Path(__file__).resolve().parents[2]
@@ -274,7 +274,7 @@ def domain_xml(name: str, image: GuestImage, directory: Path) -> str:
         handle.truncate(64 * 1024 * 1024)
     scratch.chmod(0o666)
     return f"""<domain type='qemu'>
-      <name>{name}</name><memory unit='MiB'>1024</memory><vcpu>2</vcpu>
+      <name>{name}</name><memory unit='MiB'>1024</memory><vcpu>{GUEST_VCPUS}</vcpu>
       <os><type arch='x86_64' machine='q35'>hvm</type><kernel>{image.kernel}</kernel>
         <initrd>{image.initrd}</initrd><cmdline>{image.cmdline}</cmdline></os>
       <features><acpi/></features><cpu mode='custom'><model>qemu64</model></cpu>

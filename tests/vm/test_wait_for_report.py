@@ -35,8 +35,8 @@ class CrashingDomain:
         if self.crashes > 0:
             return 0  # this boot crashes too: the state stays crashed
         self.current = RUNNING
-        with (self.directory / "report.log").open("a") as log:
-            log.write("DEVTAG-E2E-REPORT " + json.dumps({"boot": len(self.boots)}) + "\n")
+        # A new QEMU process writes its serial file from the start, as the real one does.
+        (self.directory / "report.log").write_text("DEVTAG-E2E-REPORT " + json.dumps({"boot": len(self.boots)}) + "\n")
         return 0
 
 
@@ -63,3 +63,14 @@ def test_a_second_crash_fails(tmp_path: Path) -> None:
 def test_without_a_domain_a_missing_report_is_a_timeout(tmp_path: Path) -> None:
     with pytest.raises(AssertionError, match="no report #1 within 1s"):
         wait_for_report(_directory(tmp_path), 1, timeout=1)
+
+
+def test_reports_of_the_crashed_emulator_still_count(tmp_path: Path) -> None:
+    """Report #1 came before the crash; the boot after it is report #2, though its QEMU writes a new file."""
+    directory = _directory(tmp_path)
+    (directory / "report.log").write_text("DEVTAG-E2E-REPORT " + json.dumps({"boot": 0}) + "\n")
+    domain = CrashingDomain(directory, crashes=1)
+    with pytest.warns(UserWarning, match="QEMU crashed"):
+        report = wait_for_report(directory, 2, timeout=30, domain=domain)
+    assert report == {"boot": 1}
+    assert wait_for_report(directory, 1, timeout=1) == {"boot": 0}
