@@ -43,6 +43,9 @@ _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _DISCONNECT = {"type": "http.disconnect"}
 _ASGI = {"version": "3.0", "spec_version": "2.3"}
 _serials = itertools.count(1)
+# The phases as module names: an enum member read through its class costs more than a global,
+# several times per request.
+_HEAD, _BODY, _BUSY, _IDLE = Phase.HEAD, Phase.BODY, Phase.BUSY, Phase.IDLE
 
 
 def status_line(status: int) -> bytes:
@@ -202,7 +205,7 @@ class Connection(asyncio.Protocol, Member):
         self.client: Optional[Tuple[str, int]] = None
         self.server: Optional[Tuple[str, int]] = None
         self.source: Any = None
-        self.phase = Phase.HEAD
+        self.phase = _HEAD
         self.since = 0.0
         self.closing = False
         self.counted = False
@@ -263,14 +266,14 @@ class Connection(asyncio.Protocol, Member):
     def data_received(self, data: bytes) -> None:
         if self.closing:
             return
-        if self.phase == Phase.IDLE:
-            self.phase = Phase.HEAD
+        if self.phase == _IDLE:
+            self.phase = _HEAD
             self.since = self.loop.time()
-        if self.phase == Phase.HEAD:
+        if self.phase == _HEAD:
             self._head_bytes += len(data)
         self._head_done = False
         self._feed(data)
-        if self.phase == Phase.HEAD and not self.closing:
+        if self.phase == _HEAD and not self.closing:
             if self._head_done:  # a head ended in this segment: the unfinished one is what follows the last
                 end = data.rfind(_HEAD_END)
                 self._head_bytes = len(data) if end < 0 else len(data) - end - len(_HEAD_END)
@@ -293,8 +296,8 @@ class Connection(asyncio.Protocol, Member):
         self._url = b""
         self._headers = []
         self._head_size = 0
-        if self.phase != Phase.HEAD:
-            self.phase = Phase.HEAD
+        if self.phase != _HEAD:
+            self.phase = _HEAD
             self.since = self.loop.time()
 
     def on_url(self, url: bytes) -> None:
@@ -340,7 +343,7 @@ class Connection(asyncio.Protocol, Member):
         self._head_bytes = 0
         self._head_done = True
         self._body_bytes = 0
-        self.phase = Phase.BODY
+        self.phase = _BODY
         if self._current is None:
             self._start(cycle)
         else:
@@ -365,7 +368,7 @@ class Connection(asyncio.Protocol, Member):
     def on_message_complete(self) -> None:
         cycle = self._parsing
         self._parsing = None
-        self.phase = Phase.BUSY
+        self.phase = _BUSY
         if cycle is not None:
             cycle.more_body = False
             if cycle.complete and cycle is self._current:
@@ -417,7 +420,7 @@ class Connection(asyncio.Protocol, Member):
         if self._queue:
             self._start(self._queue.popleft())
         elif self._parsing is None:
-            self.phase = Phase.IDLE
+            self.phase = _IDLE
             self.since = self.loop.time()
         self._update_reading()
 
