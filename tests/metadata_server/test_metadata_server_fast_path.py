@@ -5,6 +5,9 @@
   either (a neighbour, a forwarding entry, an interface, an instance) voids
   it, and the DHCP lease is read on every request.
 * A response's head is held until its body, so both leave in one write.
+* The bytes of a head whose headers come as a tuple are made once per
+  server; what belongs to the connection (closing it) is still decided per
+  request, and the heads remembered are bounded.
 """
 
 from __future__ import annotations
@@ -12,10 +15,11 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import pytest
 
+from devtag_host.http1 import protocol
 from devtag_host.http1.protocol import Connection
 from devtag_host.http1.server import ServerState
 from devtag_host.metadata_server import DirectIdentifier, InstanceDirectory, create_app
@@ -192,6 +196,60 @@ def test_the_head_leaves_with_the_body_in_one_write() -> None:
         assert transport.writes[1].endswith(b"\r\n\r\n")
     finally:
         loop.close()
+
+
+def tuple_app(heads: Dict[str, object]) -> object:
+    """An ASGI application answering each path with the header tuple ``heads`` gives it (one object)."""
+
+    async def app(scope: Dict[str, object], receive: object, send: object) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": heads[scope["path"]]})  # type: ignore[operator]
+        await send({"type": "http.response.body", "body": b"ok"})  # type: ignore[operator]
+
+    return app
+
+
+def served(app: object, requests: bytes) -> Tuple[ServerState, RecordingTransport]:
+    loop = asyncio.new_event_loop()
+    try:
+        state = ServerState(app, limits(), loop)
+        transport = RecordingTransport()
+        connection = Connection(state)
+        connection.connection_made(transport)
+        connection.data_received(requests)
+        return state, transport
+    finally:
+        loop.close()
+
+
+def test_a_tuple_of_headers_is_made_into_bytes_once_and_the_connection_decided_per_request() -> None:
+    plain = ((b"content-type", b"text/plain"), (b"content-length", b"2"))
+    closing = ((b"content-length", b"2"), (b"Connection", b"close"))
+    app = tuple_app({"/a": plain, "/b": plain, "/close": closing})
+    get = b"GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /b HTTP/1.1\r\nHost: x\r\n\r\n"
+    state, transport = served(app, get + b"GET /a HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    answer = b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 2\r\n\r\nok"
+    assert transport.writes[:2] == [answer, answer]
+    assert transport.writes[2] == answer.replace(b"\r\n\r\n", b"\r\nconnection: close\r\n\r\n"), "the client's close"
+    assert transport.closed and len(state.heads) == 1
+    for _ in range(2):  # the application's own close holds from the remembered head too
+        state, transport = served(app, b"GET /close HTTP/1.1\r\nHost: x\r\n\r\nGET /a HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert transport.writes == [b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok"]
+        assert transport.closed
+
+
+def test_heads_that_cannot_be_remembered_are_made_each_time_and_the_remembered_are_bounded() -> None:
+    unhashable = ((b"content-length", b"2"), [b"x-list", b"1"])
+    heads: Dict[str, object] = {"/list": unhashable}
+    for n in range(protocol.MAX_KNOWN_HEADS + 10):
+        heads[f"/{n}"] = ((b"content-length", b"2"), (b"x-n", str(n).encode()))
+    requests = b"GET /list HTTP/1.1\r\nHost: x\r\n\r\n" * 2 + b"".join(
+        f"GET /{n} HTTP/1.1\r\nHost: x\r\n\r\n".encode() for n in range(protocol.MAX_KNOWN_HEADS + 10)
+    )
+    state, transport = served(tuple_app(heads), requests)
+    assert transport.writes[0] == transport.writes[1] == b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nx-list: 1\r\n\r\nok"
+    assert len(transport.writes) == protocol.MAX_KNOWN_HEADS + 12
+    assert transport.writes[-1].endswith(b"x-n: %d\r\n\r\nok" % (protocol.MAX_KNOWN_HEADS + 9))
+    assert 0 < len(state.heads) <= protocol.MAX_KNOWN_HEADS
 
 
 def raw(port: int, data: bytes, methods: List[str]) -> bytes:

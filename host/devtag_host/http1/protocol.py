@@ -14,7 +14,10 @@ What a connection may cost is bounded here:
   can make the server hold is a few of those, whatever it sends.
 
 A response's head is held until its first body part and leaves with it: one
-write, one segment.  ``inline``: the application's coroutine is run at once,
+write, one segment.  The bytes of a head whose headers come as a tuple (which
+cannot change) are made once per server and looked up after (:func:`head_of`):
+an application that answers from prepared pages sends the same few again and
+again.  ``inline``: the application's coroutine is run at once,
 in the parser's callback, until it first waits (a task only then): for the
 metadata server's lookup path, which answers without waiting.
 """
@@ -46,6 +49,7 @@ _serials = itertools.count(1)
 # The phases as module names: an enum member read through its class costs more than a global,
 # several times per request.
 _HEAD, _BODY, _BUSY, _IDLE = Phase.HEAD, Phase.BODY, Phase.BUSY, Phase.IDLE
+MAX_KNOWN_HEADS = 256  # response heads remembered per server (immutable header tuples only)
 
 
 def status_line(status: int) -> bytes:
@@ -65,6 +69,50 @@ def plain_answer(status: int, text: bytes, *, close: bool = True, headers: Seque
         + (b"connection: close\r\n\r\n" if close else b"\r\n")
         + text
     )
+
+
+class Head:
+    """What an application's ``http.response.start`` says, as bytes: the status line and its headers
+    (without those the layer decides: ``connection``, ``transfer-encoding``), whether it gave a
+    length, whether it asked to close."""
+
+    __slots__ = ("close", "length", "lines", "unsized")
+
+    def __init__(self, status: int, headers: Sequence[Tuple[bytes, bytes]]) -> None:
+        parts = [status_line(status)]
+        self.length = False
+        self.close = False
+        for name, value in headers:
+            lower = name.lower()
+            if lower == b"content-length":
+                self.length = True
+            elif lower == b"connection" and value.lower() == b"close":
+                self.close = True
+                continue
+            elif lower == b"transfer-encoding":
+                continue  # ours to choose
+            parts.append(b"%s: %s\r\n" % (name, value))
+        self.lines = b"".join(parts)
+        # No length given for an answer that has a body: the first body part decides (length or chunked).
+        self.unsized = not self.length and status >= 200 and status not in (204, 304)
+
+
+def head_of(known: Dict[Tuple[int, Any], Head], status: int, headers: Any) -> Head:
+    """``headers``' :class:`Head`, from ``known`` when the application sends the same immutable
+    tuple again (the metadata server's pages carry theirs), else built."""
+    if type(headers) is not tuple:
+        return Head(status, headers)
+    key = (status, headers)
+    try:
+        found = known.get(key)
+    except TypeError:  # a list inside the tuple: not hashable, nothing to remember
+        return Head(status, headers)
+    if found is None:
+        found = Head(status, headers)
+        if len(known) >= MAX_KNOWN_HEADS:
+            known.clear()
+        known[key] = found
+    return found
 
 
 class RequestTooLarge(Exception):
@@ -170,27 +218,18 @@ class Cycle:
                 self.conn.response_complete(self)
 
     def _head(self, message: Dict[str, Any]) -> bytes:
-        parts = [status_line(message["status"])]
-        length = False
-        for name, value in message.get("headers", ()):
-            lower = name.lower()
-            if lower == b"content-length":
-                length = True
-            elif lower == b"connection" and value.lower() == b"close":
-                self.keep_alive = False
-                continue
-            elif lower == b"transfer-encoding":
-                continue  # ours to choose
-            parts.append(b"%s: %s\r\n" % (name, value))
-        date = self.conn.state.date_header
+        state = self.conn.state
+        head = head_of(state.heads, message["status"], message.get("headers", ()))
+        if head.close:
+            self.keep_alive = False
+        self.chunked = None if head.unsized else False
+        out = head.lines
+        date = state.date_header
         if date is not None:
-            parts.append(date())
-        self.chunked = (
-            None if not length and message["status"] >= 200 and message["status"] not in (204, 304) else False
-        )
+            out += date()
         if not self.keep_alive or self.conn.closing:
-            parts.append(b"connection: close\r\n")
-        return b"".join(parts)
+            out += b"connection: close\r\n"
+        return out
 
 
 class Connection(asyncio.Protocol, Member):
