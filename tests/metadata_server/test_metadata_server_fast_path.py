@@ -4,6 +4,10 @@
   neighbour mirror and of the directory it was decided from: any change of
   either (a neighbour, a forwarding entry, an interface, an instance) voids
   it, and the DHCP lease is read on every request.
+* A proxy-mode identity is remembered under the exact header values and
+  the directory's generation: an instance changed or removed, another
+  tenant, another signature decide again; refusals are never remembered, the
+  signature's HMAC is computed on its first sight only, and both are bounded.
 * A response's head is held until its body, so both leave in one write.
 * The bytes of a head whose headers come as a tuple are made once per
   server; what belongs to the connection (closing it) is still decided per
@@ -15,14 +19,20 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
 from devtag_host.http1 import protocol
 from devtag_host.http1.protocol import Connection
 from devtag_host.http1.server import ServerState
-from devtag_host.metadata_server import DirectIdentifier, InstanceDirectory, create_app
+from devtag_host.metadata_server import (
+    DirectIdentifier,
+    InstanceDirectory,
+    ProxyIdentifier,
+    create_app,
+    instance_signature,
+)
 from devtag_host.metadata_server import requester as requester_module
 from devtag_host.metadata_server.domain_facts import NicPort
 from devtag_host.metadata_server.neighbours import (
@@ -39,6 +49,7 @@ from devtag_host.metadata_server.server import BackgroundServer, limits
 
 from .metadata_server_samples import MAC_A, MAC_B, UUID_A, UUID_B, sample_instance
 from .test_metadata_server_neighbours import arp, attribute, message
+from .test_metadata_server_security import SECRET, proxy_headers
 
 GUEST = "10.0.0.2"
 BRIDGE = 99  # an interface index no host has; the NIC's tap is "lo" (a real name, so the tap check resolves it)
@@ -157,6 +168,69 @@ def test_the_decided_identities_are_bounded(world: Dict[str, object], monkeypatc
     for n in range(10):
         assert isinstance(identify(world, f"10.0.1.{n}"), Identity)
         assert len(identifier._decided) <= 4
+
+
+def signed(instance_id: str, tenant: str = "t1", forwarded: str = "10.0.0.5") -> List[Tuple[bytes, bytes]]:
+    headers = {"X-Tenant-ID": tenant, "X-Forwarded-For": forwarded, **proxy_headers(instance_id, tenant=tenant)}
+    return [(b"host", b"x")] + [(name.lower().encode(), value.encode("latin-1")) for name, value in headers.items()]
+
+
+@pytest.fixture
+def proxy_world(monkeypatch: pytest.MonkeyPatch) -> Dict[str, Any]:
+    directory = InstanceDirectory()
+    directory.put(sample_instance(UUID_A, MAC_A, "alpha"), owner="t1")
+    directory.put(sample_instance(UUID_B, MAC_B, "bravo"), owner="t2")
+    macs: List[str] = []
+
+    def counted(secret: bytes, instance_id: str) -> str:
+        macs.append(instance_id)
+        return instance_signature(secret, instance_id)
+
+    monkeypatch.setattr(requester_module, "instance_signature", counted)
+    return {"directory": directory, "identifier": ProxyIdentifier(directory, SECRET), "macs": macs}
+
+
+def test_a_proxied_identity_is_given_again_and_its_signature_checked_once(proxy_world: Dict[str, Any]) -> None:
+    identifier = proxy_world["identifier"]
+    first = identifier.identify("192.0.2.1", signed(UUID_A))
+    assert isinstance(first, Identity) and first.entry.instance.uuid == UUID_A and first.via == "proxy for 10.0.0.5"
+    assert identifier.identify("192.0.2.1", signed(UUID_A)) is first
+    other = identifier.identify("192.0.2.1", signed(UUID_A, forwarded="10.0.0.6"))
+    assert isinstance(other, Identity) and other.via == "proxy for 10.0.0.6"
+    assert proxy_world["macs"] == [UUID_A], "one HMAC for the instance's signature"
+    assert identifier.identify("192.0.2.1", signed(UUID_A, tenant="t2")) == Refusal(
+        403, "tenant does not own the instance"
+    )
+    wrong = instance_signature(SECRET, UUID_B).encode()
+    bad = [(name, wrong if name == b"x-instance-id-signature" else value) for name, value in signed(UUID_A)]
+    for _ in range(2):  # refusals are decided every time
+        assert identifier.identify("192.0.2.1", bad) == Refusal(403, "bad instance signature")
+    assert proxy_world["macs"] == [UUID_A, UUID_A, UUID_A]
+
+
+def test_a_directory_change_voids_a_proxied_identity(proxy_world: Dict[str, Any]) -> None:
+    identifier, directory = proxy_world["identifier"], proxy_world["directory"]
+    assert isinstance(identifier.identify("192.0.2.1", signed(UUID_A)), Identity)
+    directory.put(sample_instance(UUID_A, MAC_A, "alpha"), owner="t2")  # the instance changed hands
+    assert identifier.identify("192.0.2.1", signed(UUID_A)) == Refusal(403, "tenant does not own the instance")
+    directory.put(sample_instance(UUID_A, MAC_A, "renamed"), owner="t1")
+    again = identifier.identify("192.0.2.1", signed(UUID_A))
+    assert isinstance(again, Identity) and again.entry.instance.name == "vm-renamed"
+    directory.remove(UUID_A)
+    assert identifier.identify("192.0.2.1", signed(UUID_A)) == Refusal(404, f"no instance {UUID_A}")
+    assert isinstance(identifier.identify("192.0.2.1", signed(UUID_B, tenant="t2")), Identity)
+
+
+def test_the_proxied_identities_are_bounded(proxy_world: Dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    identifier = proxy_world["identifier"]
+    monkeypatch.setattr(requester_module, "MAX_DECIDED_PROXIED", 4)
+    for n in range(10):
+        assert isinstance(identifier.identify("192.0.2.1", signed(UUID_A, forwarded=f"10.0.0.{n}")), Identity)
+        assert len(identifier._decided) <= 4
+    long = signed(UUID_A, forwarded="10.0.0.1," * 40)  # long values are decided every time, never kept
+    identifier._decided.clear()
+    assert isinstance(identifier.identify("192.0.2.1", long), Identity)
+    assert not identifier._decided
 
 
 class RecordingTransport:
