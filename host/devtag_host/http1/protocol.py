@@ -424,7 +424,8 @@ class Connection(asyncio.Protocol, Member):
             try:
                 waiting = coro.send(None)
             except StopIteration:
-                self._app_done(cycle, None)
+                if not cycle.complete:
+                    self._app_done(cycle, None)
                 return
             except BaseException as exc:
                 self._app_done(cycle, exc)
@@ -461,7 +462,9 @@ class Connection(asyncio.Protocol, Member):
         elif self._parsing is None:
             self.phase = _IDLE
             self.since = self.loop.time()
-        self._update_reading()
+        # Nothing answered nor waiting, reading on: nothing to pause (the write side pauses reading itself).
+        if self._read_paused or self._current is not None:
+            self._update_reading()
 
     def want_body(self) -> None:
         self._body_wanted = True
