@@ -12,6 +12,8 @@
 * The bytes of a head whose headers come as a tuple are made once per
   server; what belongs to the connection (closing it) is still decided per
   request, and the heads remembered are bounded.
+* ``Expect: 100-continue``, noticed as its header arrives, gets its interim
+  answer when the application first asks for the body, once per request.
 """
 
 from __future__ import annotations
@@ -309,6 +311,36 @@ def test_a_tuple_of_headers_is_made_into_bytes_once_and_the_connection_decided_p
         state, transport = served(app, b"GET /close HTTP/1.1\r\nHost: x\r\n\r\nGET /a HTTP/1.1\r\nHost: x\r\n\r\n")
         assert transport.writes == [b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok"]
         assert transport.closed
+
+
+def test_expect_100_continue_is_answered_when_the_body_is_asked_for() -> None:
+    async def echo(scope: Dict[str, Any], receive: Any, send: Any) -> None:
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        await send({"type": "http.response.start", "status": 200, "headers": ((b"content-length", b"%d" % len(body)),)})
+        await send({"type": "http.response.body", "body": body})
+
+    loop = asyncio.new_event_loop()
+    try:
+        connection = Connection(ServerState(echo, limits(), loop))
+        transport = RecordingTransport()
+        connection.connection_made(transport)
+        head = b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nExpect: 100-Continue\r\n\r\n"
+        connection.data_received(head)
+        loop.run_until_complete(asyncio.sleep(0))
+        assert transport.writes == [b"HTTP/1.1 100 Continue\r\n\r\n"]
+        connection.data_received(b"abc" + head.replace(b"Expect: 100-Continue\r\n", b"") + b"def")
+        for _ in range(5):
+            loop.run_until_complete(asyncio.sleep(0))
+        assert transport.writes[1:] == [
+            b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\n\r\n" + body for body in (b"abc", b"def")
+        ]
+    finally:
+        loop.close()
 
 
 def test_heads_that_cannot_be_remembered_are_made_each_time_and_the_remembered_are_bounded() -> None:

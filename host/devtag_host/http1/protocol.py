@@ -239,6 +239,7 @@ class Connection(asyncio.Protocol, Member):
         self.state = state
         self.loop = state.loop
         self.settings = state.settings
+        self._max_head_bytes = state.settings.max_head_bytes  # read for every header
         self.transport: Any = None
         self.parser = httptools.HttpRequestParser(self)
         self.client: Optional[Tuple[str, int]] = None
@@ -250,6 +251,7 @@ class Connection(asyncio.Protocol, Member):
         self.counted = False
         self._url = b""
         self._headers: List[Tuple[bytes, bytes]] = []
+        self._expect_continue = False  # the current head has "Expect: 100-continue"
         self._head_bytes = 0  # bytes of the unfinished head received so far
         self._head_size = 0  # bytes of the current head's URL and headers
         self._head_done = False  # a head ended in the segment being parsed
@@ -334,6 +336,7 @@ class Connection(asyncio.Protocol, Member):
     def on_message_begin(self) -> None:
         self._url = b""
         self._headers = []
+        self._expect_continue = False
         self._head_size = 0
         if self.phase != _HEAD:
             self.phase = _HEAD
@@ -341,13 +344,16 @@ class Connection(asyncio.Protocol, Member):
 
     def on_url(self, url: bytes) -> None:
         self._url += url
-        if len(self._url) > self.settings.max_head_bytes:
+        if len(self._url) > self._max_head_bytes:
             raise RequestTooLarge("request head too large")
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._headers.append((name.lower(), value))
+        lower = name.lower()
+        self._headers.append((lower, value))
+        if lower == b"expect" and value.lower() == b"100-continue":
+            self._expect_continue = True
         self._head_size += len(name) + len(value) + 4
-        if self._head_size > self.settings.max_head_bytes:
+        if self._head_size > self._max_head_bytes:
             raise RequestTooLarge("request head too large")
 
     def on_headers_complete(self) -> None:
@@ -373,11 +379,7 @@ class Connection(asyncio.Protocol, Member):
             "headers": self._headers,
             "state": {},
         }
-        expect = False
-        for name, value in self._headers:
-            if name == b"expect" and value.lower() == b"100-continue":
-                expect = True
-        cycle = Cycle(self, scope, parser.should_keep_alive(), expect)
+        cycle = Cycle(self, scope, parser.should_keep_alive(), self._expect_continue)
         self._parsing = cycle
         self._head_bytes = 0
         self._head_done = True
