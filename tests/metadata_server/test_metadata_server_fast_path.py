@@ -12,6 +12,9 @@
 * The bytes of a head whose headers come as a tuple are made once per
   server; what belongs to the connection (closing it) is still decided per
   request, and the heads remembered are bounded.
+* A request target is parsed once per server (up to 1,024 of them, each
+  up to 256 bytes): the same path, raw path and query string as parsing it
+  again; a target httptools refuses is refused every time.
 * ``Expect: 100-continue``, noticed as its header arrives, gets its interim
   answer when the application first asks for the body, once per request.
 """
@@ -341,6 +344,35 @@ def test_expect_100_continue_is_answered_when_the_body_is_asked_for() -> None:
         ]
     finally:
         loop.close()
+
+
+async def echo_target(scope: Dict[str, Any], receive: Any, send: Any) -> None:
+    body = b"%s|%s|%s" % (scope["path"].encode("latin-1"), scope["raw_path"], scope["query_string"])
+    await send({"type": "http.response.start", "status": 200, "headers": ((b"content-length", b"%d" % len(body)),)})
+    await send({"type": "http.response.body", "body": body})
+
+
+def test_a_request_target_is_parsed_once_and_gives_what_parsing_gives() -> None:
+    get = b"GET /a%20b/%C3%A9?x=1&y=%20#frag HTTP/1.1\r\nHost: x\r\n\r\n"
+    state, transport = served(echo_target, get * 3)
+    expected = "/a b/é".encode("latin-1") + b"|/a%20b/%C3%A9|x=1&y=%20"  # the path unquoted as UTF-8
+    assert [write.rpartition(b"\r\n\r\n")[2] for write in transport.writes] == [expected] * 3
+    assert list(state.targets) == [b"/a%20b/%C3%A9?x=1&y=%20#frag"]
+    refused = b"GET /\xff HTTP/1.1\r\nHost: x\r\n\r\n"  # llhttp takes it, httptools' URL parser does not
+    for _ in range(2):
+        state, transport = served(echo_target, refused)
+        assert transport.writes[0].startswith(b"HTTP/1.1 400 ") and transport.closed and not state.targets
+
+
+def test_the_parsed_request_targets_are_bounded_and_long_ones_not_kept() -> None:
+    long = b"/" + b"x" * protocol.MAX_KNOWN_TARGET_BYTES
+    state, transport = served(echo_target, b"GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % long)
+    assert transport.writes[0].endswith(b"|" + long + b"|") and not state.targets
+    requests = b"".join(b"GET /%d HTTP/1.1\r\nHost: x\r\n\r\n" % n for n in range(protocol.MAX_KNOWN_TARGETS + 5))
+    state, transport = served(echo_target, requests)
+    assert len(transport.writes) == protocol.MAX_KNOWN_TARGETS + 5
+    assert transport.writes[-1].endswith(b"/%d|/%d|" % ((protocol.MAX_KNOWN_TARGETS + 4,) * 2))
+    assert 0 < len(state.targets) <= protocol.MAX_KNOWN_TARGETS
 
 
 def test_heads_that_cannot_be_remembered_are_made_each_time_and_the_remembered_are_bounded() -> None:

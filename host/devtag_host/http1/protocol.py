@@ -17,7 +17,8 @@ A response's head is held until its first body part and leaves with it: one
 write, one segment.  The bytes of a head whose headers come as a tuple (which
 cannot change) are made once per server and looked up after (:func:`head_of`):
 an application that answers from prepared pages sends the same few again and
-again.  ``inline``: the application's coroutine is run at once,
+again.  Likewise a request target is parsed once (:func:`target_of`): clients
+ask for the same few.  ``inline``: the application's coroutine is run at once,
 in the parser's callback, until it first waits (a task only then): for the
 metadata server's lookup path, which answers without waiting.
 """
@@ -50,6 +51,8 @@ _serials = itertools.count(1)
 # several times per request.
 _HEAD, _BODY, _BUSY, _IDLE = Phase.HEAD, Phase.BODY, Phase.BUSY, Phase.IDLE
 MAX_KNOWN_HEADS = 256  # response heads remembered per server (immutable header tuples only)
+MAX_KNOWN_TARGETS = 1024  # request targets remembered per server, parsed
+MAX_KNOWN_TARGET_BYTES = 256  # longer ones are parsed every time
 
 
 def status_line(status: int) -> bytes:
@@ -112,6 +115,24 @@ def head_of(known: Dict[Tuple[int, Any], Head], status: int, headers: Any) -> He
         if len(known) >= MAX_KNOWN_HEADS:
             known.clear()
         known[key] = found
+    return found
+
+
+def target_of(known: Dict[bytes, Tuple[str, bytes, bytes]], url: bytes) -> Tuple[str, bytes, bytes]:
+    """The request target's ``(path, raw_path, query_string)`` as httptools parses it, from ``known``
+    when the same target came before (clients ask for the same few paths again and again)."""
+    found = known.get(url)
+    if found is None:
+        parsed = httptools.parse_url(url)
+        raw_path = parsed.path
+        path = raw_path.decode("latin-1")
+        if "%" in path:
+            path = urllib.parse.unquote(path)
+        found = (path, raw_path, parsed.query or b"")
+        if len(url) <= MAX_KNOWN_TARGET_BYTES:
+            if len(known) >= MAX_KNOWN_TARGETS:
+                known.clear()
+            known[url] = found
     return found
 
 
@@ -359,11 +380,7 @@ class Connection(asyncio.Protocol, Member):
     def on_headers_complete(self) -> None:
         parser = self.parser
         method = parser.get_method().decode("ascii")
-        parsed = httptools.parse_url(self._url)
-        raw_path = parsed.path
-        path = raw_path.decode("latin-1")
-        if "%" in path:
-            path = urllib.parse.unquote(path)
+        path, raw_path, query = target_of(self.state.targets, self._url)
         scope = {
             "type": "http",
             "asgi": _ASGI,
@@ -375,7 +392,7 @@ class Connection(asyncio.Protocol, Member):
             "root_path": "",
             "path": path,
             "raw_path": raw_path,
-            "query_string": parsed.query or b"",
+            "query_string": query,
             "headers": self._headers,
             "state": {},
         }

@@ -79,6 +79,7 @@ class ServerState:
         self.refusals = RefusalCounter(on_refusals or _logged_summary, on_refusal, interval=settings.refusal_interval)
         self.date_header: Optional[Callable[[], bytes]] = self._date if settings.date_header else None
         self.heads: Dict[Tuple[int, Any], Head] = {}  # response heads sent before (protocol.head_of)
+        self.targets: Dict[bytes, Tuple[str, bytes, bytes]] = {}  # request targets parsed (protocol.target_of)
         self._date_at = 0
         self._date_line = b""
         period = min(settings.request_timeout, settings.keep_alive_timeout, settings.refusal_interval) / 3
