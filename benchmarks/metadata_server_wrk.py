@@ -30,8 +30,9 @@ Target: >= 20,000 requests/s, p99 < 5 ms.
 ``--baseline REV`` compares this tree with the server of git revision REV
 (e.g. the last one before a change that must not cost throughput): REV's
 ``host/`` is exported to a temporary directory and served by the same
-script, interleaved round by round with this tree's server and nginx (the
-access-log variant is left out), so load hurts both alike.
+script, by source address and behind the proxy headers, interleaved round
+by round with this tree's servers and nginx (the access-log variant is
+left out), so load hurts both alike.
 """
 
 from __future__ import annotations
@@ -292,26 +293,30 @@ def main() -> int:
             ),
         ]
         environments: Dict[str, Optional[Dict[str, str]]] = {}
+        proxied_labels = {PROXIED}
         if args.baseline:
             label = f"devtag at {args.baseline}, no log"
             targets[1] = (label, f"http://{host}:8777{PATH}", [*ours, "8777", "-", host_end, "direct"])
+            proxied_base = f"devtag at {args.baseline}, proxy headers"
+            targets.insert(3, (proxied_base, f"http://{host}:8779{PATH}", [*ours, "8779", "-", host_end, "proxy"]))
+            proxied_labels.add(proxied_base)
             path = exported_tree(args.baseline, work / "baseline")
-            environments[label] = {**os.environ, "PYTHONPATH": str(path)}
+            environments[label] = environments[proxied_base] = {**os.environ, "PYTHONPATH": str(path)}
         pids: Dict[str, Optional[int]] = {}
-        for label, url, command in targets:  # all three idle until their turn
+        for label, url, command in targets:  # all idle until their turn
             process = subprocess.Popen(
                 command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=environments.get(label)
             )
             processes.append(process)
             pids[label] = process.pid if label.startswith("devtag") else None  # taskset execs: the server's pid
-            headers = proxy_headers() if label == PROXIED else []
+            headers = proxy_headers() if label in proxied_labels else []
             if wait_until_listening(namespace, url, headers=headers) != expected:
                 raise RuntimeError(f"{label} served different bytes")
             wrk(namespace, url, 2, args.connections, headers)  # warm up
         rounds: Dict[str, List[Dict[str, str]]] = {label: [] for label, _, _ in targets}
-        for _ in range(args.rounds):  # interleaved, so a noisy neighbour hurts all three alike
+        for _ in range(args.rounds):  # interleaved, so a noisy neighbour hurts all alike
             for label, url, _ in targets:
-                headers = proxy_headers() if label == PROXIED else []
+                headers = proxy_headers() if label in proxied_labels else []
                 rounds[label].append(measured(namespace, url, args.duration, args.connections, pids[label], headers))
     finally:
         for process in processes:
@@ -351,8 +356,9 @@ def main() -> int:
         )
         if errors:
             print(f"    {errors} non-2xx responses!")
-    ours, second, proxied, nginx = (medians[label] for label, _, _ in targets)
+    ours, second, proxied, nginx = (medians[targets[index][0]] for index in (0, 1, 2, -1))
     if args.baseline:
+        proxied_then = medians[targets[3][0]]
         print(
             f"  ratio to nginx: {ours['rps'] / nginx['rps']:.2f} (this tree), "
             f"{second['rps'] / nginx['rps']:.2f} (baseline)"
@@ -367,6 +373,11 @@ def main() -> int:
     print(
         f"  Neutron proxy headers: {proxied['rps'] / nginx['rps']:.2f} of nginx, "
         f"{proxied['rps'] / ours['rps']:.2f} of the source-address path"
+        + (
+            f" ({proxied_then['rps'] / nginx['rps']:.2f} and {proxied_then['rps'] / second['rps']:.2f} at the baseline)"
+            if args.baseline
+            else ""
+        )
     )
     met = ours["rps"] >= 20000 and ours["p99"] < 5
     print(f"  target (>= 20,000 req/s, p99 < 5 ms, one process, no access log): {'met' if met else 'NOT met'}")

@@ -14,7 +14,11 @@ What a connection may cost is bounded here:
   can make the server hold is a few of those, whatever it sends.
 
 A response's head is held until its first body part and leaves with it: one
-write, one segment.  ``inline``: the application's coroutine is run at once,
+write, one segment.  The bytes of a head whose headers come as a tuple (which
+cannot change) are made once per server and looked up after (:func:`head_of`):
+an application that answers from prepared pages sends the same few again and
+again.  Likewise a request target is parsed once (:func:`target_of`): clients
+ask for the same few.  ``inline``: the application's coroutine is run at once,
 in the parser's callback, until it first waits (a task only then): for the
 metadata server's lookup path, which answers without waiting.
 """
@@ -43,6 +47,12 @@ _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _DISCONNECT = {"type": "http.disconnect"}
 _ASGI = {"version": "3.0", "spec_version": "2.3"}
 _serials = itertools.count(1)
+# The phases as module names: an enum member read through its class costs more than a global,
+# several times per request.
+_HEAD, _BODY, _BUSY, _IDLE = Phase.HEAD, Phase.BODY, Phase.BUSY, Phase.IDLE
+MAX_KNOWN_HEADS = 256  # response heads remembered per server (immutable header tuples only)
+MAX_KNOWN_TARGETS = 1024  # request targets remembered per server, parsed
+MAX_KNOWN_TARGET_BYTES = 256  # longer ones are parsed every time
 
 
 def status_line(status: int) -> bytes:
@@ -62,6 +72,68 @@ def plain_answer(status: int, text: bytes, *, close: bool = True, headers: Seque
         + (b"connection: close\r\n\r\n" if close else b"\r\n")
         + text
     )
+
+
+class Head:
+    """What an application's ``http.response.start`` says, as bytes: the status line and its headers
+    (without those the layer decides: ``connection``, ``transfer-encoding``), whether it gave a
+    length, whether it asked to close."""
+
+    __slots__ = ("close", "length", "lines", "unsized")
+
+    def __init__(self, status: int, headers: Sequence[Tuple[bytes, bytes]]) -> None:
+        parts = [status_line(status)]
+        self.length = False
+        self.close = False
+        for name, value in headers:
+            lower = name.lower()
+            if lower == b"content-length":
+                self.length = True
+            elif lower == b"connection" and value.lower() == b"close":
+                self.close = True
+                continue
+            elif lower == b"transfer-encoding":
+                continue  # ours to choose
+            parts.append(b"%s: %s\r\n" % (name, value))
+        self.lines = b"".join(parts)
+        # No length given for an answer that has a body: the first body part decides (length or chunked).
+        self.unsized = not self.length and status >= 200 and status not in (204, 304)
+
+
+def head_of(known: Dict[Tuple[int, Any], Head], status: int, headers: Any) -> Head:
+    """``headers``' :class:`Head`, from ``known`` when the application sends the same immutable
+    tuple again (the metadata server's pages carry theirs), else built."""
+    if type(headers) is not tuple:
+        return Head(status, headers)
+    key = (status, headers)
+    try:
+        found = known.get(key)
+    except TypeError:  # a list inside the tuple: not hashable, nothing to remember
+        return Head(status, headers)
+    if found is None:
+        found = Head(status, headers)
+        if len(known) >= MAX_KNOWN_HEADS:
+            known.clear()
+        known[key] = found
+    return found
+
+
+def target_of(known: Dict[bytes, Tuple[str, bytes, bytes]], url: bytes) -> Tuple[str, bytes, bytes]:
+    """The request target's ``(path, raw_path, query_string)`` as httptools parses it, from ``known``
+    when the same target came before (clients ask for the same few paths again and again)."""
+    found = known.get(url)
+    if found is None:
+        parsed = httptools.parse_url(url)
+        raw_path = parsed.path
+        path = raw_path.decode("latin-1")
+        if "%" in path:
+            path = urllib.parse.unquote(path)
+        found = (path, raw_path, parsed.query or b"")
+        if len(url) <= MAX_KNOWN_TARGET_BYTES:
+            if len(known) >= MAX_KNOWN_TARGETS:
+                known.clear()
+            known[url] = found
+    return found
 
 
 class RequestTooLarge(Exception):
@@ -167,27 +239,18 @@ class Cycle:
                 self.conn.response_complete(self)
 
     def _head(self, message: Dict[str, Any]) -> bytes:
-        parts = [status_line(message["status"])]
-        length = False
-        for name, value in message.get("headers", ()):
-            lower = name.lower()
-            if lower == b"content-length":
-                length = True
-            elif lower == b"connection" and value.lower() == b"close":
-                self.keep_alive = False
-                continue
-            elif lower == b"transfer-encoding":
-                continue  # ours to choose
-            parts.append(b"%s: %s\r\n" % (name, value))
-        date = self.conn.state.date_header
+        state = self.conn.state
+        head = head_of(state.heads, message["status"], message.get("headers", ()))
+        if head.close:
+            self.keep_alive = False
+        self.chunked = None if head.unsized else False
+        out = head.lines
+        date = state.date_header
         if date is not None:
-            parts.append(date())
-        self.chunked = (
-            None if not length and message["status"] >= 200 and message["status"] not in (204, 304) else False
-        )
+            out += date()
         if not self.keep_alive or self.conn.closing:
-            parts.append(b"connection: close\r\n")
-        return b"".join(parts)
+            out += b"connection: close\r\n"
+        return out
 
 
 class Connection(asyncio.Protocol, Member):
@@ -197,17 +260,19 @@ class Connection(asyncio.Protocol, Member):
         self.state = state
         self.loop = state.loop
         self.settings = state.settings
+        self._max_head_bytes = state.settings.max_head_bytes  # read for every header
         self.transport: Any = None
         self.parser = httptools.HttpRequestParser(self)
         self.client: Optional[Tuple[str, int]] = None
         self.server: Optional[Tuple[str, int]] = None
         self.source: Any = None
-        self.phase = Phase.HEAD
+        self.phase = _HEAD
         self.since = 0.0
         self.closing = False
         self.counted = False
         self._url = b""
         self._headers: List[Tuple[bytes, bytes]] = []
+        self._expect_continue = False  # the current head has "Expect: 100-continue"
         self._head_bytes = 0  # bytes of the unfinished head received so far
         self._head_size = 0  # bytes of the current head's URL and headers
         self._head_done = False  # a head ended in the segment being parsed
@@ -263,14 +328,14 @@ class Connection(asyncio.Protocol, Member):
     def data_received(self, data: bytes) -> None:
         if self.closing:
             return
-        if self.phase == Phase.IDLE:
-            self.phase = Phase.HEAD
+        if self.phase == _IDLE:
+            self.phase = _HEAD
             self.since = self.loop.time()
-        if self.phase == Phase.HEAD:
+        if self.phase == _HEAD:
             self._head_bytes += len(data)
         self._head_done = False
         self._feed(data)
-        if self.phase == Phase.HEAD and not self.closing:
+        if self.phase == _HEAD and not self.closing:
             if self._head_done:  # a head ended in this segment: the unfinished one is what follows the last
                 end = data.rfind(_HEAD_END)
                 self._head_bytes = len(data) if end < 0 else len(data) - end - len(_HEAD_END)
@@ -292,30 +357,30 @@ class Connection(asyncio.Protocol, Member):
     def on_message_begin(self) -> None:
         self._url = b""
         self._headers = []
+        self._expect_continue = False
         self._head_size = 0
-        if self.phase != Phase.HEAD:
-            self.phase = Phase.HEAD
+        if self.phase != _HEAD:
+            self.phase = _HEAD
             self.since = self.loop.time()
 
     def on_url(self, url: bytes) -> None:
         self._url += url
-        if len(self._url) > self.settings.max_head_bytes:
+        if len(self._url) > self._max_head_bytes:
             raise RequestTooLarge("request head too large")
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._headers.append((name.lower(), value))
+        lower = name.lower()
+        self._headers.append((lower, value))
+        if lower == b"expect" and value.lower() == b"100-continue":
+            self._expect_continue = True
         self._head_size += len(name) + len(value) + 4
-        if self._head_size > self.settings.max_head_bytes:
+        if self._head_size > self._max_head_bytes:
             raise RequestTooLarge("request head too large")
 
     def on_headers_complete(self) -> None:
         parser = self.parser
         method = parser.get_method().decode("ascii")
-        parsed = httptools.parse_url(self._url)
-        raw_path = parsed.path
-        path = raw_path.decode("latin-1")
-        if "%" in path:
-            path = urllib.parse.unquote(path)
+        path, raw_path, query = target_of(self.state.targets, self._url)
         scope = {
             "type": "http",
             "asgi": _ASGI,
@@ -327,20 +392,16 @@ class Connection(asyncio.Protocol, Member):
             "root_path": "",
             "path": path,
             "raw_path": raw_path,
-            "query_string": parsed.query or b"",
+            "query_string": query,
             "headers": self._headers,
             "state": {},
         }
-        expect = False
-        for name, value in self._headers:
-            if name == b"expect" and value.lower() == b"100-continue":
-                expect = True
-        cycle = Cycle(self, scope, parser.should_keep_alive(), expect)
+        cycle = Cycle(self, scope, parser.should_keep_alive(), self._expect_continue)
         self._parsing = cycle
         self._head_bytes = 0
         self._head_done = True
         self._body_bytes = 0
-        self.phase = Phase.BODY
+        self.phase = _BODY
         if self._current is None:
             self._start(cycle)
         else:
@@ -365,7 +426,7 @@ class Connection(asyncio.Protocol, Member):
     def on_message_complete(self) -> None:
         cycle = self._parsing
         self._parsing = None
-        self.phase = Phase.BUSY
+        self.phase = _BUSY
         if cycle is not None:
             cycle.more_body = False
             if cycle.complete and cycle is self._current:
@@ -382,7 +443,8 @@ class Connection(asyncio.Protocol, Member):
             try:
                 waiting = coro.send(None)
             except StopIteration:
-                self._app_done(cycle, None)
+                if not cycle.complete:
+                    self._app_done(cycle, None)
                 return
             except BaseException as exc:
                 self._app_done(cycle, exc)
@@ -417,9 +479,11 @@ class Connection(asyncio.Protocol, Member):
         if self._queue:
             self._start(self._queue.popleft())
         elif self._parsing is None:
-            self.phase = Phase.IDLE
+            self.phase = _IDLE
             self.since = self.loop.time()
-        self._update_reading()
+        # Nothing answered nor waiting, reading on: nothing to pause (the write side pauses reading itself).
+        if self._read_paused or self._current is not None:
+            self._update_reading()
 
     def want_body(self) -> None:
         self._body_wanted = True

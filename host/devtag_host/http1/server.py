@@ -20,7 +20,7 @@ from email.utils import formatdate
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from .admission import WAITING, Admission, Phase
-from .protocol import Connection, plain_answer
+from .protocol import Connection, Head, plain_answer
 from .refusals import Each, RefusalCounter, Summary, summary_text
 
 log = logging.getLogger("devtag_host.http1")
@@ -78,6 +78,8 @@ class ServerState:
         self.admission = Admission(settings.per_source_limit, settings.max_connections)
         self.refusals = RefusalCounter(on_refusals or _logged_summary, on_refusal, interval=settings.refusal_interval)
         self.date_header: Optional[Callable[[], bytes]] = self._date if settings.date_header else None
+        self.heads: Dict[Tuple[int, Any], Head] = {}  # response heads sent before (protocol.head_of)
+        self.targets: Dict[bytes, Tuple[str, bytes, bytes]] = {}  # request targets parsed (protocol.target_of)
         self._date_at = 0
         self._date_line = b""
         period = min(settings.request_timeout, settings.keep_alive_timeout, settings.refusal_interval) / 3

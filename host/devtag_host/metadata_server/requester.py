@@ -26,7 +26,7 @@ import hmac
 import ipaddress
 import logging
 from dataclasses import dataclass
-from typing import Callable, Dict, Mapping, NamedTuple, Optional, Sequence, Set, Tuple, Union
+from typing import Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Set, Tuple, Union
 
 from .directory import AmbiguousMacError, Entry, InstanceDirectory
 from .domain_facts import NicPort
@@ -39,7 +39,10 @@ _ARP_COMPLETE = 0x2
 _NO_MAC = "00:00:00:00:00:00"
 MAX_DECIDED_SOURCES = 4096  # remembered identities (one per guest address; bounded all the same)
 MAX_VERIFIED_SIGNATURES = 65536  # proxy signatures remembered as valid (one per instance)
-_PROXY_HEADERS = frozenset({b"x-instance-id", b"x-instance-id-signature", b"x-tenant-id", b"x-forwarded-for"})
+MAX_DECIDED_PROXIED = 4096  # remembered proxy identities (one per instance and guest address)
+_MAX_REMEMBERED_EXTRA = 256  # a tenant and X-Forwarded-For longer than this together: decided every time
+_PROXY_HEADERS = (b"x-instance-id", b"x-instance-id-signature", b"x-tenant-id", b"x-forwarded-for")
+_PROXY_INDEX = {name: index for index, name in enumerate(_PROXY_HEADERS)}
 
 
 @dataclass(frozen=True)
@@ -300,7 +303,15 @@ def instance_signature(secret: bytes, instance_id: str) -> str:
 
 
 class ProxyIdentifier:
-    """Identify by Nova's signed proxy headers (``--proxy-shared-secret-file``)."""
+    """Identify by Nova's signed proxy headers (``--proxy-shared-secret-file``).
+
+    An identity once decided is remembered under the exact header values it
+    was decided from and the directory's *generation*: given again only
+    while no instance was added, changed or removed since (the owner it was
+    checked against is the directory's).  Only identities are remembered,
+    whose signature was valid, so a client without the secret cannot fill
+    it; refusals are decided every time.
+    """
 
     def __init__(self, directory: InstanceDirectory, secret: bytes) -> None:
         if not secret:
@@ -311,14 +322,30 @@ class ProxyIdentifier:
         # every request of an instance, and the HMAC was a third of a request's cost.  Only valid pairs
         # are kept (a client cannot fill it without the secret); at most one per instance in practice.
         self._verified: Set[Tuple[str, str]] = set()
+        self._decided: Dict[Tuple[Optional[bytes], ...], Tuple[int, Identity]] = {}
 
     def identify(self, client: Optional[str], headers: Sequence[Tuple[bytes, bytes]]) -> Verdict:
-        wanted: Dict[bytes, str] = {}
+        found: List[Optional[bytes]] = [None] * len(_PROXY_HEADERS)  # the values, in _PROXY_HEADERS' order
         for name, value in headers:
-            if name in _PROXY_HEADERS:
-                if name in wanted:  # which copy would the proxy have meant? Refuse to guess.
+            index = _PROXY_INDEX.get(name)
+            if index is not None:
+                if found[index] is not None:  # which copy would the proxy have meant? Refuse to guess.
                     return Refusal(400, f"duplicate {name.decode('ascii')} header")
-                wanted[name] = value.decode("latin-1")
+                found[index] = value
+        key = tuple(found)
+        generation = self._directory.generation  # first, then the directory: a change meanwhile voids it
+        decided = self._decided.get(key)
+        if decided is not None and decided[0] == generation:
+            return decided[1]
+        verdict = self._decide({name: value for name, value in zip(_PROXY_HEADERS, key) if value is not None})
+        if isinstance(verdict, Identity) and len(key[2] or b"") + len(key[3] or b"") <= _MAX_REMEMBERED_EXTRA:
+            if len(self._decided) >= MAX_DECIDED_PROXIED:
+                self._decided.clear()
+            self._decided[key] = (generation, verdict)
+        return verdict
+
+    def _decide(self, raw: Mapping[bytes, bytes]) -> Verdict:
+        wanted = {name: value.decode("latin-1") for name, value in raw.items()}
         instance_id = wanted.get(b"x-instance-id")
         signature = wanted.get(b"x-instance-id-signature")
         tenant = wanted.get(b"x-tenant-id")
