@@ -263,18 +263,10 @@ def test_the_head_leaves_with_the_body_in_one_write() -> None:
     directory = InstanceDirectory()
     directory.put(sample_instance(UUID_A, MAC_A, "alpha"))
     app = create_app(directory, addresses=AddressBook(neighbours=lambda: {"127.0.0.1": MAC_A}), log_requests=False)
-    loop = asyncio.new_event_loop()
-    try:
-        state = ServerState(app, limits(), loop)
-        transport = RecordingTransport()
-        connection = Connection(state)
-        connection.connection_made(transport)
-        connection.data_received(f"GET {PATH} HTTP/1.1\r\nHost: x\r\n\r\nHEAD {PATH} HTTP/1.1\r\n\r\n".encode())
-        assert len(transport.writes) == 2, "one write per answer (GET: head and body; HEAD: the head)"
-        assert transport.writes[0].startswith(b"HTTP/1.1 200 OK\r\n") and transport.writes[0].endswith(b"}")
-        assert transport.writes[1].endswith(b"\r\n\r\n")
-    finally:
-        loop.close()
+    _, transport = served(app, f"GET {PATH} HTTP/1.1\r\nHost: x\r\n\r\nHEAD {PATH} HTTP/1.1\r\n\r\n".encode())
+    assert len(transport.writes) == 2, "one write per answer (GET: head and body; HEAD: the head)"
+    assert transport.writes[0].startswith(b"HTTP/1.1 200 OK\r\n") and transport.writes[0].endswith(b"}")
+    assert transport.writes[1].endswith(b"\r\n\r\n")
 
 
 def tuple_app(heads: Dict[str, object]) -> object:

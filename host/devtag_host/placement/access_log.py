@@ -21,10 +21,10 @@ if TYPE_CHECKING:
     from ..metrics import ServiceMetrics
 
 from ..json_lines import iso_timestamp, quote
-from . import collector
+from . import collector, errors
 
 MAX_LOGGED_PATH = 2048
-REQUEST_ID_HEADER = b"x-openstack-request-id"
+REQUEST_ID_HEADER = errors.REQUEST_ID_HEADER.encode("ascii")
 MICROVERSION_HEADER = b"openstack-api-version"
 CUT_SHORT_HEADER = b"x-devtag-candidates-cut-short"  # web.CUT_SHORT_HEADER
 # Statuses counted as refusals in the metrics (the rest are the API's answers), by reason.

@@ -229,7 +229,7 @@ class Placement:
             kind = f"unexpected {type(exc).__name__} {exc}"[:300]
             self.errors.error(kind, f"{request_id}: unexpected error on {method} {path}", exc)
             reply = self._error(PlacementError(500, "An unexpected error occurred."), request_id, version)
-        out_headers = [("x-openstack-request-id", request_id)]
+        out_headers = [(errors.REQUEST_ID_HEADER, request_id)]
         if version is not None:
             out_headers.append((microversion.HEADER, f"{microversion.SERVICE_TYPE} {version}"))
             out_headers.append(("vary", microversion.HEADER))
@@ -493,7 +493,7 @@ def _refusal(status: int, detail: str) -> Response:
     request_id = errors.new_request_id()
     error = {"status": status, "title": errors.TITLES[status], "detail": detail, "code": errors.DEFAULT}
     error["request_id"] = request_id
-    headers = [("x-openstack-request-id", request_id), *_CLOSE_JSON]
+    headers = [(errors.REQUEST_ID_HEADER, request_id), *_CLOSE_JSON]
     return Response(status, headers, orjson.dumps({"errors": [error]}))
 
 
